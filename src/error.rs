@@ -1,0 +1,115 @@
+//! Typed errors for the library, mapped once to exit codes, JSON error kinds and errno.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: not an avfs vault ({reason}); nothing was changed")]
+    NotAVault { path: PathBuf, reason: String },
+    #[error("{path}: vault is corrupt ({reason}); run `avfs vault verify` on a copy to see more")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{path}: vault format {found} is newer than this avfs understands ({supported}); upgrade avfs")]
+    TooNew { path: PathBuf, found: i64, supported: i64 },
+    #[error("no such vault or workspace: {0} (see `avfs vault list`)")]
+    NoSuchVault(String),
+    #[error("a vault or workspace named {0:?} already exists")]
+    VaultExists(String),
+    #[error("no such checkpoint: {0} (see `avfs checkpoint list`)")]
+    NoSuchCheckpoint(String),
+    #[error("a checkpoint named {0:?} already exists in this workspace")]
+    CheckpointExists(String),
+    #[error("{0}: no such file or directory")]
+    NotFound(String),
+    #[error("{0}: already exists")]
+    Exists(String),
+    #[error("{0}: not a directory")]
+    NotADirectory(String),
+    #[error("{0}: is a directory")]
+    IsADirectory(String),
+    #[error("{0}: directory not empty (use -r to remove it and its contents)")]
+    NotEmpty(String),
+    #[error("{0}: name too long (at most 255 bytes per component)")]
+    NameTooLong(String),
+    #[error("{0}: invalid name")]
+    InvalidName(String),
+    #[error("{0}: invalid argument: {1}")]
+    InvalidArgument(String, String),
+    #[error("{0}: too many levels of symbolic links")]
+    SymlinkLoop(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("{what}: {message}")]
+    Host { what: String, message: String },
+    #[error("vault is busy (another process holds the write lock); try again")]
+    Busy,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Stable machine-readable kind, used in JSON errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::NotAVault { .. } => "not_a_vault",
+            Error::Corrupt { .. } => "corrupt_vault",
+            Error::TooNew { .. } => "vault_too_new",
+            Error::NoSuchVault(_) => "no_such_vault",
+            Error::VaultExists(_) => "vault_exists",
+            Error::NoSuchCheckpoint(_) => "no_such_checkpoint",
+            Error::CheckpointExists(_) => "checkpoint_exists",
+            Error::NotFound(_) => "not_found",
+            Error::Exists(_) => "already_exists",
+            Error::NotADirectory(_) => "not_a_directory",
+            Error::IsADirectory(_) => "is_a_directory",
+            Error::NotEmpty(_) => "directory_not_empty",
+            Error::NameTooLong(_) => "name_too_long",
+            Error::InvalidName(_) => "invalid_name",
+            Error::InvalidArgument(..) => "invalid_argument",
+            Error::SymlinkLoop(_) => "symlink_loop",
+            Error::Refused(_) => "refused",
+            Error::Host { .. } => "host_io",
+            Error::Busy => "busy",
+            Error::Internal(_) => "internal",
+        }
+    }
+
+    /// The errno a filesystem call would return for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound(_) | Error::NoSuchCheckpoint(_) | Error::NoSuchVault(_) => libc::ENOENT,
+            Error::Exists(_) | Error::VaultExists(_) | Error::CheckpointExists(_) => libc::EEXIST,
+            Error::NotADirectory(_) => libc::ENOTDIR,
+            Error::IsADirectory(_) => libc::EISDIR,
+            Error::NotEmpty(_) => libc::ENOTEMPTY,
+            Error::NameTooLong(_) => libc::ENAMETOOLONG,
+            Error::InvalidName(_) | Error::InvalidArgument(..) => libc::EINVAL,
+            Error::SymlinkLoop(_) => libc::ELOOP,
+            Error::Refused(_) => libc::EPERM,
+            Error::Busy => libc::EBUSY,
+            _ => libc::EIO,
+        }
+    }
+
+    pub fn host(what: impl std::fmt::Display, e: std::io::Error) -> Error {
+        Error::Host { what: what.to_string(), message: e.to_string() }
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        if let rusqlite::Error::SqliteFailure(f, _) = &e {
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) {
+                return Error::Busy;
+            }
+        }
+        Error::Internal(format!("sqlite: {e}"))
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Host { what: "io".into(), message: e.to_string() }
+    }
+}

@@ -1,0 +1,11 @@
+//! agentvfs: versioned, forkable workspaces in one SQLite file.
+
+pub mod diff;
+pub mod error;
+pub mod store;
+pub mod util;
+pub mod workspace;
+
+pub use error::{Error, Result};
+pub mod hostio;
+pub mod maintenance;

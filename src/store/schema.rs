@@ -1,0 +1,109 @@
+//! The vault file's schema and its migrations.
+//!
+//! `PRAGMA user_version` holds the format version; `PRAGMA application_id` marks the
+//! file as an avfs vault so a foreign SQLite file is recognised before anything is written.
+
+/// "avfs" in ASCII, stored in the SQLite header so foreign files are refused early.
+pub const APPLICATION_ID: u32 = 0x6176_6673;
+
+/// The newest vault format this build reads and writes.
+pub const FORMAT_VERSION: i64 = 1;
+
+/// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
+pub const MIGRATIONS: &[&str] = &[V1];
+
+const V1: &str = r#"
+CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+
+-- Immutable, content-addressed objects.
+CREATE TABLE chunk (id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);
+CREATE TABLE content (id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, size INTEGER NOT NULL, chunks BLOB NOT NULL);
+CREATE TABLE tree (id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, data BLOB NOT NULL);
+
+-- Named, mutable views: a base root plus the current live layer.
+CREATE TABLE workspace (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  base_root BLOB NOT NULL,
+  layer INTEGER NOT NULL,
+  next_ino INTEGER NOT NULL,
+  head INTEGER,
+  parent_id INTEGER,
+  parent_name TEXT,
+  parent_checkpoint TEXT,
+  created_at_ns INTEGER NOT NULL
+);
+CREATE TABLE layer (
+  id INTEGER PRIMARY KEY,
+  workspace INTEGER NOT NULL,
+  links_closed INTEGER NOT NULL DEFAULT 0,
+  dead INTEGER NOT NULL DEFAULT 0
+);
+
+-- The live layer: exactly the part of the tree that was looked at or changed.
+CREATE TABLE inode (
+  layer INTEGER NOT NULL,
+  ino INTEGER NOT NULL,
+  kind INTEGER NOT NULL,
+  mode INTEGER NOT NULL,
+  uid INTEGER NOT NULL,
+  gid INTEGER NOT NULL,
+  size INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL,
+  ctime_ns INTEGER NOT NULL,
+  nlink INTEGER NOT NULL,
+  rdev INTEGER NOT NULL DEFAULT 0,
+  link_group INTEGER NOT NULL DEFAULT 0,
+  hash BLOB,
+  target BLOB,
+  materialized INTEGER NOT NULL DEFAULT 0,
+  dirty INTEGER NOT NULL DEFAULT 0,
+  has_links INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (layer, ino)
+) WITHOUT ROWID;
+CREATE TABLE dentry (
+  layer INTEGER NOT NULL,
+  parent INTEGER NOT NULL,
+  name BLOB NOT NULL,
+  ino INTEGER NOT NULL,
+  PRIMARY KEY (layer, parent, name)
+) WITHOUT ROWID;
+CREATE INDEX dentry_by_ino ON dentry (layer, ino);
+CREATE TABLE xattr (
+  layer INTEGER NOT NULL,
+  ino INTEGER NOT NULL,
+  name BLOB NOT NULL,
+  value BLOB NOT NULL,
+  PRIMARY KEY (layer, ino, name)
+) WITHOUT ROWID;
+CREATE TABLE linkgroup (
+  layer INTEGER NOT NULL,
+  grp INTEGER NOT NULL,
+  ino INTEGER NOT NULL,
+  PRIMARY KEY (layer, grp)
+) WITHOUT ROWID;
+
+CREATE TABLE checkpoint (
+  id INTEGER PRIMARY KEY,
+  workspace INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  root BLOB NOT NULL,
+  parent INTEGER,
+  created_at_ns INTEGER NOT NULL,
+  origin TEXT NOT NULL,
+  message TEXT,
+  UNIQUE (workspace, name)
+);
+
+-- Append-only, hash-chained.
+CREATE TABLE audit (
+  id INTEGER PRIMARY KEY,
+  ts_ns INTEGER NOT NULL,
+  workspace TEXT,
+  actor TEXT NOT NULL,
+  action TEXT NOT NULL,
+  detail TEXT NOT NULL,
+  prev_hash BLOB NOT NULL,
+  hash BLOB NOT NULL
+);
+"#;

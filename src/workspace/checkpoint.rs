@@ -1,0 +1,198 @@
+//! Checkpoints, restore and fork.
+
+use rusqlite::{params, OptionalExtension, Row};
+use serde::Serialize;
+
+use super::{create_workspace, flush::entry_at, new_layer, path, Workspace, WorkspaceInfo};
+use crate::error::{Error, Result};
+use crate::store::now_ns;
+use crate::store::objects::{Hash, Kind};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Checkpoint {
+    pub id: i64,
+    pub name: String,
+    pub workspace: String,
+    #[serde(serialize_with = "super::ser_hash")]
+    pub root: Hash,
+    pub parent: Option<String>,
+    pub created_at_ns: i64,
+    pub origin: String,
+    pub message: Option<String>,
+}
+
+/// What `save` did, for reporting.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckpointSummary {
+    pub checkpoint: Checkpoint,
+    /// False when the live state equalled the previous checkpoint.
+    pub changed: bool,
+}
+
+const CP_COLS: &str = "c.id, c.name, w.name, c.root, (SELECT p.name FROM checkpoint p WHERE p.id = c.parent), c.created_at_ns, c.origin, c.message";
+
+fn cp_from_row(r: &Row) -> rusqlite::Result<Checkpoint> {
+    let root: Vec<u8> = r.get(3)?;
+    Ok(Checkpoint {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        workspace: r.get(2)?,
+        root: Hash::from_slice(&root).unwrap_or(crate::store::objects::HOLE),
+        parent: r.get(4)?,
+        created_at_ns: r.get(5)?,
+        origin: r.get(6)?,
+        message: r.get(7)?,
+    })
+}
+
+pub fn validate_checkpoint_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 200 || name.chars().any(|c| c.is_control() || c == '/') {
+        return Err(Error::InvalidArgument(name.into(), "checkpoint names are 1-200 characters, no '/' or control characters".into()));
+    }
+    Ok(())
+}
+
+fn generated_name(db: &rusqlite::Connection) -> Result<String> {
+    let next: i64 = db.query_row("SELECT COALESCE(MAX(id), 0) + 1 FROM checkpoint", [], |r| r.get(0))?;
+    let secs = now_ns() / 1_000_000_000;
+    let (y, mo, d, h, mi, s) = crate::util::civil_from_unix(secs);
+    Ok(format!("cp-{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{next}"))
+}
+
+impl Workspace<'_> {
+    pub fn checkpoints(&self) -> Result<Vec<Checkpoint>> {
+        let mut stmt = self.db.prepare_cached(&format!(
+            "SELECT {CP_COLS} FROM checkpoint c JOIN workspace w ON w.id = c.workspace WHERE c.workspace = ?1 ORDER BY c.id"
+        ))?;
+        let rows = stmt.query_map([self.info.id], cp_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    pub fn find_checkpoint(&self, name: &str) -> Result<Checkpoint> {
+        self.db
+            .prepare_cached(&format!(
+                "SELECT {CP_COLS} FROM checkpoint c JOIN workspace w ON w.id = c.workspace WHERE c.workspace = ?1 AND c.name = ?2"
+            ))?
+            .query_row(params![self.info.id, name], cp_from_row)
+            .optional()?
+            .ok_or_else(|| Error::NoSuchCheckpoint(name.into()))
+    }
+
+    /// The checkpoint the live state descends from: the last saved or restored one, or
+    /// for a fork the checkpoint it was forked from.
+    pub fn head(&self) -> Result<Option<Checkpoint>> {
+        Ok(self
+            .db
+            .prepare_cached(&format!(
+                "SELECT {CP_COLS} FROM checkpoint c JOIN workspace w ON w.id = c.workspace
+                 WHERE c.id = (SELECT head FROM workspace WHERE id = ?1)"
+            ))?
+            .query_row([self.info.id], cp_from_row)
+            .optional()?)
+    }
+
+    /// Saves the live state as a named checkpoint. Costs what changed since the last flush.
+    pub fn checkpoint(&mut self, name: Option<&str>, message: Option<&str>, origin: &str) -> Result<CheckpointSummary> {
+        let name = match name {
+            Some(n) => {
+                validate_checkpoint_name(n)?;
+                n.to_string()
+            }
+            None => generated_name(self.db)?,
+        };
+        if self.find_checkpoint(&name).is_ok() {
+            return Err(Error::CheckpointExists(name));
+        }
+        let root = self.flush()?;
+        let head = self.head()?;
+        let changed = head.as_ref().is_none_or(|h| h.root != root);
+        self.db
+            .prepare_cached(
+                "INSERT INTO checkpoint (workspace, name, root, parent, created_at_ns, origin, message) VALUES (?1,?2,?3,?4,?5,?6,?7)",
+            )?
+            .execute(params![self.info.id, name, &root.0[..], head.as_ref().map(|h| h.id), now_ns(), origin, message])?;
+        let id = self.db.last_insert_rowid();
+        self.db.prepare_cached("UPDATE workspace SET head = ?1 WHERE id = ?2")?.execute(params![id, self.info.id])?;
+        Ok(CheckpointSummary { checkpoint: self.find_checkpoint(&name)?, changed })
+    }
+
+    pub fn delete_checkpoint(&self, name: &str) -> Result<Checkpoint> {
+        let cp = self.find_checkpoint(name)?;
+        self.db.execute("UPDATE checkpoint SET parent = (SELECT parent FROM checkpoint WHERE id = ?1) WHERE parent = ?1", [cp.id])?;
+        self.db.execute("UPDATE workspace SET head = (SELECT parent FROM checkpoint WHERE id = ?1) WHERE head = ?1", [cp.id])?;
+        self.db.execute("DELETE FROM checkpoint WHERE id = ?1", [cp.id])?;
+        Ok(cp)
+    }
+
+    /// Has the live state changed since the head checkpoint?
+    pub fn is_modified(&mut self) -> Result<bool> {
+        let root = self.flush()?;
+        Ok(self.head()?.is_none_or(|h| h.root != root))
+    }
+
+    /// Makes `cp` the live state in O(1): a new, empty live layer on its root. The old
+    /// layer's rows are dropped; inode numbers are never reused, so stale handles fail.
+    pub fn restore(&mut self, cp: &Checkpoint) -> Result<()> {
+        let old = self.info.layer;
+        let layer = new_layer(self.db, self.info.id, &cp.root)?;
+        self.db
+            .prepare_cached("UPDATE workspace SET layer = ?1, base_root = ?2, head = ?3 WHERE id = ?4")?
+            .execute(params![layer, &cp.root.0[..], cp.id, self.info.id])?;
+        self.db.prepare_cached("UPDATE layer SET dead = 1 WHERE id = ?1")?.execute([old])?;
+        self.info.layer = layer;
+        self.info.base_root = cp.root;
+        super::purge_dead_layers(self.db)?;
+        Ok(())
+    }
+
+    /// Restores one path (file or subtree) to its state in `cp`; a path absent there is removed.
+    pub fn restore_path(&mut self, comps: &[Vec<u8>], cp: &Checkpoint) -> Result<bool> {
+        let Some((name, parents)) = comps.split_last() else {
+            self.restore(cp)?;
+            return Ok(true);
+        };
+        let entry = entry_at(self.db, &cp.root, comps)?;
+        let mut dir = self.get(super::ROOT_INO)?;
+        for c in parents {
+            dir = match self.lookup(&dir, c)? {
+                Some(d) if d.kind == Kind::Dir => d,
+                Some(_) => return Err(Error::NotADirectory(path::display(comps))),
+                None => match &entry {
+                    Some(_) => self.create(&dir, c, super::NewNode::new(Kind::Dir, 0o755))?,
+                    None => return Ok(false),
+                },
+            };
+        }
+        let existed = self.lookup(&dir, name)?.is_some();
+        if existed {
+            self.remove_tree(&dir, name)?;
+            dir = self.get(dir.ino)?;
+        }
+        match entry {
+            Some(e) => {
+                self.graft(&dir, name, &e)?;
+                Ok(true)
+            }
+            None => Ok(existed),
+        }
+    }
+
+    /// Creates a workspace sharing all content with this one, in O(1) of its size.
+    pub fn fork(&mut self, new_name: &str, from: Option<&Checkpoint>) -> Result<WorkspaceInfo> {
+        let base = match from {
+            Some(cp) => cp.clone(),
+            None => {
+                if self.is_modified()? || self.head()?.is_none() {
+                    let name = format!("fork-{new_name}");
+                    let name = if self.find_checkpoint(&name).is_ok() { generated_name(self.db)? } else { name };
+                    self.checkpoint(Some(&name), Some(&format!("taken to fork {new_name}")), "fork")?.checkpoint
+                } else {
+                    self.head()?.unwrap()
+                }
+            }
+        };
+        let info = create_workspace(self.db, new_name, Some(base.root), Some((&self.info, Some(&base.name))))?;
+        self.db.prepare_cached("UPDATE workspace SET head = ?1 WHERE id = ?2")?.execute(params![base.id, info.id])?;
+        Ok(info)
+    }
+}

@@ -1,0 +1,228 @@
+//! Turning the live layer into trees (flush) and grafting trees into it.
+
+use std::collections::HashMap;
+
+use rusqlite::params;
+
+use super::{Inode, Workspace, ROOT_INO};
+use crate::error::{Error, Result};
+use crate::store::objects::{get_tree, put_tree, DirAttrs, Entry, Hash, Kind, Tree};
+use crate::store::{counter_take, now_ns};
+
+fn entry_of(name: Vec<u8>, i: &Inode, hash: Option<Hash>, link_group: u64, has_links: bool, xattrs: Vec<(Vec<u8>, Vec<u8>)>) -> Entry {
+    Entry {
+        name,
+        kind: i.kind,
+        mode: i.mode,
+        uid: i.uid,
+        gid: i.gid,
+        mtime_ns: i.mtime_ns,
+        size: if i.kind == Kind::Dir { 0 } else { i.size },
+        hash,
+        target: i.target.clone(),
+        rdev: i.rdev,
+        link_group,
+        has_links,
+        xattrs,
+    }
+}
+
+impl Workspace<'_> {
+    /// Hashes every dirty directory bottom-up, stores the new trees, marks them clean and
+    /// makes the result the workspace's base root. Costs O(dirty directories × entries).
+    pub fn flush(&mut self) -> Result<Hash> {
+        let root = self.get(ROOT_INO)?;
+        let (hash, _) = if root.dirty || root.hash.is_none() {
+            let mut groups = HashMap::new();
+            self.flush_dir(root, &mut groups)?
+        } else {
+            (root.hash.unwrap(), root.has_links)
+        };
+        if hash != self.info.base_root {
+            self.db
+                .prepare_cached("UPDATE workspace SET base_root = ?1 WHERE id = ?2")?
+                .execute(params![&hash.0[..], self.info.id])?;
+            self.info.base_root = hash;
+        }
+        Ok(hash)
+    }
+
+    fn flush_dir(&self, dir: Inode, groups: &mut HashMap<u64, u64>) -> Result<(Hash, bool)> {
+        let children = self.children(dir.ino)?;
+        let mut xattrs: HashMap<u64, Vec<(Vec<u8>, Vec<u8>)>> = HashMap::new();
+        {
+            let mut stmt = self.db.prepare_cached(
+                "SELECT x.ino, x.name, x.value FROM dentry d JOIN xattr x ON x.layer = d.layer AND x.ino = d.ino
+                 WHERE d.layer = ?1 AND d.parent = ?2 ORDER BY x.ino, x.name",
+            )?;
+            let mut rows = stmt.query(params![self.layer(), dir.ino as i64])?;
+            while let Some(r) = rows.next()? {
+                xattrs.entry(r.get::<_, i64>(0)? as u64).or_default().push((r.get(1)?, r.get(2)?));
+            }
+        }
+        let mut entries = Vec::with_capacity(children.len());
+        let mut any_links = false;
+        for (name, child) in children {
+            let x = xattrs.get(&child.ino).cloned().unwrap_or_default();
+            let entry = match child.kind {
+                Kind::Dir => {
+                    let (h, links) = if child.dirty || child.hash.is_none() {
+                        self.flush_dir(child.clone(), groups)?
+                    } else {
+                        (child.hash.unwrap(), child.has_links)
+                    };
+                    entry_of(name, &child, Some(h), 0, links, x)
+                }
+                _ => {
+                    let group = if child.nlink > 1 {
+                        match groups.get(&child.ino) {
+                            Some(g) => *g,
+                            None => {
+                                let g = if child.link_group != 0 {
+                                    child.link_group
+                                } else {
+                                    let g = counter_take(self.db, "next_link_group", 1)? as u64;
+                                    self.db
+                                        .prepare_cached("UPDATE inode SET link_group = ?3 WHERE layer = ?1 AND ino = ?2")?
+                                        .execute(params![self.layer(), child.ino as i64, g as i64])?;
+                                    self.db
+                                        .prepare_cached("INSERT OR REPLACE INTO linkgroup (layer, grp, ino) VALUES (?1, ?2, ?3)")?
+                                        .execute(params![self.layer(), g as i64, child.ino as i64])?;
+                                    g
+                                };
+                                groups.insert(child.ino, g);
+                                g
+                            }
+                        }
+                    } else {
+                        0
+                    };
+                    entry_of(name, &child, child.hash, group, false, x)
+                }
+            };
+            any_links |= entry.link_group != 0 || entry.has_links;
+            entries.push(entry);
+        }
+        let root_attrs = if dir.ino == ROOT_INO {
+            Some(DirAttrs { mode: dir.mode, uid: dir.uid, gid: dir.gid, mtime_ns: dir.mtime_ns, xattrs: self.xattrs(ROOT_INO)? })
+        } else {
+            None
+        };
+        let hash = put_tree(self.db, &Tree { root_attrs, entries })?;
+        self.db
+            .prepare_cached("UPDATE inode SET hash = ?3, dirty = 0, has_links = ?4 WHERE layer = ?1 AND ino = ?2")?
+            .execute(params![self.layer(), dir.ino as i64, &hash.0[..], any_links])?;
+        Ok((hash, any_links))
+    }
+
+    /// Inserts a stored tree entry under `parent` as `name` (import, copy, per-path
+    /// restore). Directories arrive unmaterialized, so grafting a whole tree costs O(1)
+    /// unless it holds hard links, whose groups are renumbered to stay unique.
+    pub fn graft(&self, parent: &Inode, name: &[u8], entry: &Entry) -> Result<Inode> {
+        super::nodes::check_name(name)?;
+        if self.lookup(parent, name)?.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        let mut entry = entry.clone();
+        entry.name = name.to_vec();
+        if entry.link_group != 0 || entry.has_links {
+            let mut map = HashMap::new();
+            entry = renumber_links(self.db, &entry, &mut map)?;
+            self.reopen_links()?;
+        }
+        let ino = self.alloc_inos(1)?;
+        let mut inode = Inode::from_entry(ino, &entry);
+        inode.link_group = 0;
+        inode.ctime_ns = now_ns();
+        super::insert_inode(self.db, self.layer(), &inode)?;
+        for (xn, xv) in &entry.xattrs {
+            self.set_xattr_raw(ino, xn, xv)?;
+        }
+        self.insert_dentry(parent.ino, name, ino)?;
+        self.mark_dirty(parent.ino)?;
+        Ok(inode)
+    }
+
+    fn set_xattr_raw(&self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
+        self.db
+            .prepare_cached("INSERT OR REPLACE INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![self.layer(), ino as i64, name, value])?;
+        Ok(())
+    }
+
+    /// The entry a live inode would have in a tree, flushing it first if it is a dirty dir.
+    pub fn entry_for(&self, name: &[u8], inode: &Inode) -> Result<Entry> {
+        let x = self.xattrs(inode.ino)?;
+        if inode.kind == Kind::Dir {
+            let (h, links) = if inode.dirty || inode.hash.is_none() {
+                self.flush_dir(inode.clone(), &mut HashMap::new())?
+            } else {
+                (inode.hash.unwrap(), inode.has_links)
+            };
+            return Ok(entry_of(name.to_vec(), inode, Some(h), 0, links, x));
+        }
+        // A copy of one hard link is a separate file: no group.
+        Ok(entry_of(name.to_vec(), inode, inode.hash, 0, false, x))
+    }
+}
+
+/// Gives every link group inside `entry` a fresh vault-wide number (shared via `map`), so
+/// a copied or restored subtree never joins links that live elsewhere in the tree.
+pub fn renumber_links(db: &rusqlite::Connection, entry: &Entry, map: &mut HashMap<u64, u64>) -> Result<Entry> {
+    let mut e = entry.clone();
+    if e.link_group != 0 {
+        let next = match map.get(&e.link_group) {
+            Some(g) => *g,
+            None => {
+                let g = counter_take(db, "next_link_group", 1)? as u64;
+                map.insert(e.link_group, g);
+                g
+            }
+        };
+        e.link_group = next;
+    }
+    if e.kind == Kind::Dir && e.has_links {
+        let hash = e.hash.ok_or_else(|| Error::Internal("directory entry without tree".into()))?;
+        let mut tree = get_tree(db, &hash)?;
+        for child in tree.entries.iter_mut() {
+            *child = renumber_links(db, child, map)?;
+        }
+        e.hash = Some(put_tree(db, &tree)?);
+    }
+    Ok(e)
+}
+
+/// Follows `path` components through stored trees from `root`; `None` if absent.
+pub fn entry_at(db: &rusqlite::Connection, root: &Hash, comps: &[Vec<u8>]) -> Result<Option<Entry>> {
+    let mut tree = get_tree(db, root)?;
+    for (i, c) in comps.iter().enumerate() {
+        let Ok(pos) = tree.entries.binary_search_by(|e| e.name.as_slice().cmp(c)) else {
+            return Ok(None);
+        };
+        let e = tree.entries.swap_remove(pos);
+        if i + 1 == comps.len() {
+            return Ok(Some(e));
+        }
+        if e.kind != Kind::Dir {
+            return Ok(None);
+        }
+        tree = get_tree(db, e.hash.as_ref().unwrap())?;
+    }
+    // The root itself, described as a directory entry.
+    let a = tree.root_attrs.clone().unwrap_or(DirAttrs { mode: 0o755, uid: 0, gid: 0, mtime_ns: 0, xattrs: vec![] });
+    Ok(Some(Entry {
+        name: vec![],
+        kind: Kind::Dir,
+        mode: a.mode,
+        uid: a.uid,
+        gid: a.gid,
+        mtime_ns: a.mtime_ns,
+        size: 0,
+        hash: Some(*root),
+        target: None,
+        rdev: 0,
+        link_group: 0,
+        has_links: tree.entries.iter().any(|e| e.link_group != 0 || e.has_links),
+        xattrs: a.xattrs,
+    }))
+}

@@ -1,0 +1,345 @@
+//! Creating, linking, unlinking, renaming and changing attributes of live inodes.
+
+use rusqlite::params;
+
+use super::{Inode, Workspace};
+use crate::error::{Error, Result};
+use crate::store::now_ns;
+use crate::store::objects::{self, validate_name, Hash, Kind};
+
+/// What to create.
+#[derive(Clone, Debug)]
+pub struct NewNode {
+    pub kind: Kind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Content hash and size of a file.
+    pub content: Option<(Hash, u64)>,
+    pub target: Option<Vec<u8>>,
+    pub rdev: u64,
+    pub mtime_ns: Option<i64>,
+}
+
+impl NewNode {
+    pub fn new(kind: Kind, mode: u32) -> NewNode {
+        let (uid, gid) = super::current_uid_gid();
+        NewNode { kind, mode, uid, gid, content: None, target: None, rdev: 0, mtime_ns: None }
+    }
+}
+
+/// Attribute changes; `None` leaves a field alone.
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub mtime_ns: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+pub fn check_name(name: &[u8]) -> Result<()> {
+    validate_name(name).map_err(|why| {
+        let shown = String::from_utf8_lossy(name).into_owned();
+        if name.len() > 255 {
+            Error::NameTooLong(shown)
+        } else {
+            Error::InvalidName(format!("{shown} ({why})"))
+        }
+    })
+}
+
+impl Workspace<'_> {
+    /// Updates a directory's mtime/ctime after its entries changed and marks it dirty.
+    fn touch_dir(&self, dir: u64) -> Result<()> {
+        let now = now_ns();
+        self.db
+            .prepare_cached("UPDATE inode SET mtime_ns = ?3, ctime_ns = ?3 WHERE layer = ?1 AND ino = ?2")?
+            .execute(params![self.layer(), dir as i64, now])?;
+        // A dirty directory's ancestors are dirty too, so its own entry gets re-hashed.
+        self.mark_dirty(dir)
+    }
+
+    pub fn create(&self, parent: &Inode, name: &[u8], node: NewNode) -> Result<Inode> {
+        check_name(name)?;
+        if self.lookup(parent, name)?.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        let now = now_ns();
+        let ino = self.alloc_inos(1)?;
+        let (hash, size) = match (node.kind, node.content) {
+            (Kind::File, Some((h, s))) => (Some(h), s),
+            (Kind::File, None) => (Some(objects::put_content(self.db, b"")?), 0),
+            (Kind::Symlink, _) => (None, node.target.as_ref().map_or(0, |t| t.len() as u64)),
+            _ => (None, 0),
+        };
+        let inode = Inode {
+            ino,
+            kind: node.kind,
+            mode: node.mode & 0o7777,
+            uid: node.uid,
+            gid: node.gid,
+            size,
+            mtime_ns: node.mtime_ns.unwrap_or(now),
+            ctime_ns: now,
+            nlink: 1,
+            rdev: node.rdev,
+            link_group: 0,
+            hash,
+            target: node.target,
+            materialized: node.kind == Kind::Dir,
+            dirty: node.kind == Kind::Dir,
+            has_links: false,
+        };
+        super::insert_inode(self.db, self.layer(), &inode)?;
+        self.insert_dentry(parent.ino, name, ino)?;
+        self.touch_dir(parent.ino)?;
+        Ok(inode)
+    }
+
+    /// Adds another name for an existing non-directory inode.
+    pub fn link(&self, ino: u64, parent: &Inode, name: &[u8]) -> Result<Inode> {
+        check_name(name)?;
+        let mut inode = self.get(ino)?;
+        if inode.kind == Kind::Dir {
+            return Err(Error::Refused("hard links to directories are not allowed".into()));
+        }
+        if self.lookup(parent, name)?.is_some() {
+            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+        }
+        self.insert_dentry(parent.ino, name, ino)?;
+        inode.nlink += 1;
+        inode.ctime_ns = now_ns();
+        self.put_inode(&inode)?;
+        self.entry_changed(ino)?;
+        self.touch_dir(parent.ino)?;
+        Ok(inode)
+    }
+
+    /// Removes a non-directory name; the inode goes when its last name does.
+    pub fn unlink(&self, parent: &Inode, name: &[u8]) -> Result<()> {
+        let child = self.lookup(parent, name)?.ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into()))?;
+        if child.kind == Kind::Dir {
+            return Err(Error::IsADirectory(String::from_utf8_lossy(name).into()));
+        }
+        self.delete_dentry(parent.ino, name)?;
+        self.drop_name(child)?;
+        self.touch_dir(parent.ino)
+    }
+
+    fn drop_name(&self, mut child: Inode) -> Result<()> {
+        if child.nlink <= 1 {
+            self.delete_inode(child.ino)?;
+        } else {
+            child.nlink -= 1;
+            child.ctime_ns = now_ns();
+            self.put_inode(&child)?;
+            self.entry_changed(child.ino)?;
+        }
+        Ok(())
+    }
+
+    fn delete_inode(&self, ino: u64) -> Result<()> {
+        for sql in [
+            "DELETE FROM inode WHERE layer = ?1 AND ino = ?2",
+            "DELETE FROM xattr WHERE layer = ?1 AND ino = ?2",
+            "DELETE FROM linkgroup WHERE layer = ?1 AND ino = ?2",
+        ] {
+            self.db.prepare_cached(sql)?.execute(params![self.layer(), ino as i64])?;
+        }
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: &Inode, name: &[u8]) -> Result<()> {
+        let shown = || String::from_utf8_lossy(name).into_owned();
+        let child = self.lookup(parent, name)?.ok_or_else(|| Error::NotFound(shown()))?;
+        if child.kind != Kind::Dir {
+            return Err(Error::NotADirectory(shown()));
+        }
+        if !self.readdir(&child)?.is_empty() {
+            return Err(Error::NotEmpty(shown()));
+        }
+        self.delete_dentry(parent.ino, name)?;
+        self.delete_inode(child.ino)?;
+        self.touch_dir(parent.ino)
+    }
+
+    /// Removes a name and, for a directory, everything below it.
+    pub fn remove_tree(&self, parent: &Inode, name: &[u8]) -> Result<()> {
+        let child = self
+            .lookup(parent, name)?
+            .ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into()))?;
+        if child.kind != Kind::Dir {
+            return self.unlink(parent, name);
+        }
+        if child.has_links {
+            // Members outside this subtree must lose a link count.
+            self.close_links()?;
+        }
+        self.delete_dentry(parent.ino, name)?;
+        self.delete_subtree(child)?;
+        self.touch_dir(parent.ino)
+    }
+
+    fn delete_subtree(&self, dir: Inode) -> Result<()> {
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            if d.materialized {
+                for (n, c) in self.children(d.ino)? {
+                    self.delete_dentry(d.ino, &n)?;
+                    if c.kind == Kind::Dir {
+                        stack.push(c);
+                    } else {
+                        let fresh = self.get(c.ino)?;
+                        self.drop_name(fresh)?;
+                    }
+                }
+            }
+            self.delete_inode(d.ino)?;
+        }
+        Ok(())
+    }
+
+    fn is_ancestor(&self, maybe_ancestor: u64, mut of: u64) -> Result<bool> {
+        loop {
+            if of == maybe_ancestor {
+                return Ok(true);
+            }
+            match self.parent_of(of)? {
+                Some(p) => of = p,
+                None => return Ok(false),
+            }
+        }
+    }
+
+    pub fn rename(&self, parent: &Inode, name: &[u8], newparent: &Inode, newname: &[u8], flags: RenameFlags) -> Result<()> {
+        check_name(newname)?;
+        let shown = |n: &[u8]| String::from_utf8_lossy(n).into_owned();
+        let src = self.lookup(parent, name)?.ok_or_else(|| Error::NotFound(shown(name)))?;
+        if newparent.kind != Kind::Dir {
+            return Err(Error::NotADirectory(shown(newname)));
+        }
+        if src.kind == Kind::Dir && self.is_ancestor(src.ino, newparent.ino)? {
+            return Err(Error::InvalidArgument(shown(newname), "cannot move a directory into itself".into()));
+        }
+        let dst = self.lookup(newparent, newname)?;
+        if parent.ino == newparent.ino && name == newname {
+            return Ok(());
+        }
+        let now = now_ns();
+        if flags.exchange {
+            let dst = dst.ok_or_else(|| Error::NotFound(shown(newname)))?;
+            if dst.kind == Kind::Dir && self.is_ancestor(dst.ino, parent.ino)? {
+                return Err(Error::InvalidArgument(shown(name), "cannot move a directory into itself".into()));
+            }
+            self.delete_dentry(parent.ino, name)?;
+            self.delete_dentry(newparent.ino, newname)?;
+            self.insert_dentry(parent.ino, name, dst.ino)?;
+            self.insert_dentry(newparent.ino, newname, src.ino)?;
+        } else {
+            if let Some(dst) = dst {
+                if flags.noreplace {
+                    return Err(Error::Exists(shown(newname)));
+                }
+                if dst.ino == src.ino {
+                    return Ok(());
+                }
+                match (src.kind == Kind::Dir, dst.kind == Kind::Dir) {
+                    (false, true) => return Err(Error::IsADirectory(shown(newname))),
+                    (true, false) => return Err(Error::NotADirectory(shown(newname))),
+                    (true, true) => {
+                        if !self.readdir(&dst)?.is_empty() {
+                            return Err(Error::NotEmpty(shown(newname)));
+                        }
+                        self.delete_dentry(newparent.ino, newname)?;
+                        self.delete_inode(dst.ino)?;
+                    }
+                    (false, false) => {
+                        self.delete_dentry(newparent.ino, newname)?;
+                        self.drop_name(dst)?;
+                    }
+                }
+            }
+            self.delete_dentry(parent.ino, name)?;
+            self.insert_dentry(newparent.ino, newname, src.ino)?;
+        }
+        self.db
+            .prepare_cached("UPDATE inode SET ctime_ns = ?3 WHERE layer = ?1 AND ino = ?2")?
+            .execute(params![self.layer(), src.ino as i64, now])?;
+        self.touch_dir(parent.ino)?;
+        if newparent.ino != parent.ino {
+            self.touch_dir(newparent.ino)?;
+        }
+        Ok(())
+    }
+
+    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Inode> {
+        let mut i = self.get(ino)?;
+        if let Some(m) = set.mode {
+            i.mode = m & 0o7777;
+        }
+        if let Some(u) = set.uid {
+            i.uid = u;
+        }
+        if let Some(g) = set.gid {
+            i.gid = g;
+        }
+        let now = now_ns();
+        if let Some(size) = set.size {
+            if i.kind != Kind::File {
+                return Err(Error::InvalidArgument(format!("inode {ino}"), "not a regular file".into()));
+            }
+            let hash = i.hash.ok_or_else(|| Error::Internal("file without content".into()))?;
+            i.hash = Some(objects::resize_content(self.db, &hash, i.size, size)?);
+            i.size = size;
+            i.mtime_ns = now;
+        }
+        if let Some(t) = set.mtime_ns {
+            i.mtime_ns = t;
+        }
+        i.ctime_ns = now;
+        self.put_inode(&i)?;
+        self.entry_changed(ino)?;
+        Ok(i)
+    }
+
+    /// Replaces a file's whole content.
+    pub fn set_content(&self, ino: u64, hash: Hash, size: u64) -> Result<Inode> {
+        let mut i = self.get(ino)?;
+        if i.kind != Kind::File {
+            return Err(Error::InvalidArgument(format!("inode {ino}"), "not a regular file".into()));
+        }
+        let now = now_ns();
+        i.hash = Some(hash);
+        i.size = size;
+        i.mtime_ns = now;
+        i.ctime_ns = now;
+        self.put_inode(&i)?;
+        self.entry_changed(ino)?;
+        Ok(i)
+    }
+
+    pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
+        self.db
+            .prepare_cached("INSERT OR REPLACE INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![self.layer(), ino as i64, name, value])?;
+        self.entry_changed(ino)
+    }
+
+    pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<bool> {
+        let n = self
+            .db
+            .prepare_cached("DELETE FROM xattr WHERE layer = ?1 AND ino = ?2 AND name = ?3")?
+            .execute(params![self.layer(), ino as i64, name])?;
+        if n > 0 {
+            self.entry_changed(ino)?;
+        }
+        Ok(n > 0)
+    }
+}
