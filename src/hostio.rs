@@ -1,0 +1,858 @@
+//! Importing a host directory tree into a workspace and exporting a workspace subtree to a
+//! host directory.
+//!
+//! Import never goes through the live layer file by file: a reader thread walks the host
+//! tree (never following symlinks), reads and hashes file contents, and hands the chunks to
+//! the calling thread, which stores them; then immutable tree objects are built bottom-up
+//! and grafted into the workspace in O(1) per grafted entry.
+//!
+//! Export walks the live layer and recreates every entry under a host directory. It never
+//! writes through a symlink: files are created with `O_CREAT | O_EXCL | O_NOFOLLOW`, a
+//! name that already exists is unlinked first (with `--force`), and only directories that
+//! are real directories (checked with `lstat`, or just created) are descended into.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CString, OsStr};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+
+use rusqlite::Connection;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::store::objects::{self, Entry, Hash, Kind, Tree, CHUNK_SIZE};
+use crate::store::{counter_take, now_ns};
+use crate::workspace::{path, Inode, NewNode, SetAttr, Workspace, ROOT_INO};
+
+/// How often (in files) the progress callback is called.
+const PROGRESS_EVERY: u64 = 1000;
+/// Chunks in flight between the reader thread and the thread that stores them (≤ 16 MiB).
+const CHANNEL_DEPTH: usize = 256;
+
+/// What an import did.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct ImportStats {
+    /// Regular files stored (a hard-linked file counts once).
+    pub files: u64,
+    /// Directories below the imported host directory.
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Extra names of a file (or symlink, FIFO, ...) already imported in this run.
+    pub hardlinks: u64,
+    /// Bytes of file content read from the host.
+    pub bytes: u64,
+    /// Host paths left out, each with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// What an export did.
+#[derive(Serialize, Debug, Clone, Default)]
+pub struct ExportStats {
+    /// Regular files written (a hard-linked file counts once).
+    pub files: u64,
+    /// Directories exported (including the top one).
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Names created as hard links to a file exported earlier in this run.
+    pub hardlinks: u64,
+    /// Bytes of file content written.
+    pub bytes: u64,
+    /// Workspace paths that could not be recreated on the host, each with the reason.
+    pub skipped: Vec<String>,
+}
+
+fn host_err(p: &Path, e: io::Error) -> Error {
+    Error::host(p.display(), e)
+}
+
+fn host_msg(p: &Path, message: impl Into<String>) -> Error {
+    Error::Host { what: p.display().to_string(), message: message.into() }
+}
+
+fn mtime_ns_of(m: &fs::Metadata) -> i64 {
+    m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec())
+}
+
+fn kind_of(ft: &fs::FileType) -> Kind {
+    if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_char_device() {
+        Kind::CharDev
+    } else if ft.is_block_device() {
+        Kind::BlockDev
+    } else {
+        Kind::File
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Import
+// ---------------------------------------------------------------------------------------
+
+/// One host entry seen by the walk. Nodes are numbered in walk order, so a node's
+/// children always have larger numbers than the node itself.
+struct Node {
+    name: Vec<u8>,
+    parent: usize,
+    kind: Kind,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    mtime_ns: i64,
+    rdev: u64,
+    dev: u64,
+    ino: u64,
+    nlink: u64,
+    target: Option<Vec<u8>>,
+    /// Directories: children sorted by name bytes.
+    children: Vec<usize>,
+}
+
+impl Node {
+    fn new(name: Vec<u8>, parent: usize, kind: Kind, m: &fs::Metadata) -> Node {
+        Node {
+            name,
+            parent,
+            kind,
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime_ns: mtime_ns_of(m),
+            rdev: if matches!(kind, Kind::CharDev | Kind::BlockDev) { m.rdev() } else { 0 },
+            dev: m.dev(),
+            ino: m.ino(),
+            nlink: m.nlink(),
+            target: None,
+            children: Vec::new(),
+        }
+    }
+}
+
+/// Reader thread -> storing thread.
+enum Msg {
+    Chunk(Hash, Vec<u8>),
+    File { idx: usize, chunks: Vec<Hash>, size: u64 },
+}
+
+struct Walk {
+    nodes: Vec<Node>,
+    skipped: Vec<String>,
+    bytes: u64,
+}
+
+fn cancelled() -> Error {
+    Error::Internal("import cancelled".into())
+}
+
+/// Reads one regular file in chunk-sized pieces, sending each hashed chunk on `tx`.
+fn read_file(path: &Path, m: &fs::Metadata, tx: &SyncSender<Msg>) -> Result<(Vec<Hash>, u64)> {
+    // O_NOFOLLOW and O_NONBLOCK: a file swapped for a symlink or a FIFO after the walk
+    // looked at it is neither followed nor waited on.
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| host_err(path, e))?;
+    let fm = f.metadata().map_err(|e| host_err(path, e))?;
+    if !fm.file_type().is_file() || fm.ino() != m.ino() || fm.dev() != m.dev() {
+        return Err(host_msg(path, "changed while it was being imported"));
+    }
+    // Read up to the size fstat reported: a file that grows meanwhile is cut there, and
+    // one that shrinks ends at its end of file.
+    let expect = fm.len();
+    let mut chunks = Vec::with_capacity(expect.div_ceil(CHUNK_SIZE as u64) as usize);
+    let mut total = 0u64;
+    while total < expect {
+        let want = (expect - total).min(CHUNK_SIZE as u64) as usize;
+        let mut buf = vec![0u8; want];
+        let mut got = 0;
+        while got < want {
+            match f.read(&mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(host_err(path, e)),
+            }
+        }
+        buf.truncate(got);
+        if got > 0 {
+            let h = Hash::of(&buf);
+            chunks.push(h);
+            total += got as u64;
+            tx.send(Msg::Chunk(h, buf)).map_err(|_| cancelled())?;
+        }
+        if got < want {
+            break;
+        }
+    }
+    Ok((chunks, total))
+}
+
+/// Walks the host tree (the reader thread): metadata, symlink targets and file contents.
+fn walk_host(root: &Path, exclude: &HashSet<(u64, u64)>, tx: &SyncSender<Msg>) -> Result<Walk> {
+    // The directory named on the command line is followed if it is a symlink; nothing
+    // below it is.
+    let meta = fs::metadata(root).map_err(|e| host_err(root, e))?;
+    if !meta.is_dir() {
+        return Err(host_msg(root, "not a directory"));
+    }
+    let mut nodes = vec![Node::new(Vec::new(), usize::MAX, Kind::Dir, &meta)];
+    let mut skipped = Vec::new();
+    let mut bytes = 0u64;
+    // Contents of files with more than one name, read once.
+    let mut linked: HashMap<(u64, u64), (Vec<Hash>, u64)> = HashMap::new();
+    let mut stack = vec![(0usize, root.to_path_buf())];
+    while let Some((idx, dir)) = stack.pop() {
+        let rd = fs::read_dir(&dir).map_err(|e| host_err(&dir, e))?;
+        let mut children = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| host_err(&dir, e))?;
+            let name = ent.file_name().into_vec();
+            let p = ent.path();
+            objects::validate_name(&name).map_err(|why| host_msg(&p, format!("invalid name ({why})")))?;
+            // Does not follow symlinks.
+            let m = ent.metadata().map_err(|e| host_err(&p, e))?;
+            let kind = kind_of(&m.file_type());
+            if kind == Kind::File && exclude.contains(&(m.dev(), m.ino())) {
+                skipped.push(format!("{} (the vault itself)", p.display()));
+                continue;
+            }
+            let child = nodes.len();
+            let mut node = Node::new(name, idx, kind, &m);
+            match kind {
+                Kind::Dir => stack.push((child, p)),
+                Kind::Symlink => {
+                    let t = fs::read_link(&p).map_err(|e| host_err(&p, e))?;
+                    node.target = Some(t.into_os_string().into_vec());
+                }
+                Kind::File => {
+                    let key = (m.dev(), m.ino());
+                    let (chunks, size) = match linked.get(&key) {
+                        Some(c) => c.clone(),
+                        None => {
+                            let c = read_file(&p, &m, tx)?;
+                            bytes += c.1;
+                            if m.nlink() > 1 {
+                                linked.insert(key, c.clone());
+                            }
+                            c
+                        }
+                    };
+                    tx.send(Msg::File { idx: child, chunks, size }).map_err(|_| cancelled())?;
+                }
+                _ => {}
+            }
+            nodes.push(node);
+            children.push(child);
+        }
+        children.sort_unstable_by(|a, b| nodes[*a].name.cmp(&nodes[*b].name));
+        nodes[idx].children = children;
+    }
+    Ok(Walk { nodes, skipped, bytes })
+}
+
+/// Stores what the reader thread sends (the calling thread); returns each file's content.
+fn store_contents(db: &Connection, rx: Receiver<Msg>, progress: &dyn Fn(u64)) -> Result<Vec<Option<(Hash, u64)>>> {
+    let mut contents: Vec<Option<(Hash, u64)>> = Vec::new();
+    let mut done = 0u64;
+    for msg in rx {
+        match msg {
+            Msg::Chunk(h, data) => objects::put_chunk_hashed(db, &h, &data)?,
+            Msg::File { idx, chunks, size } => {
+                let h = objects::put_chunk_list(db, &chunks, size)?;
+                if contents.len() <= idx {
+                    contents.resize(idx + 1, None);
+                }
+                contents[idx] = Some((h, size));
+                done += 1;
+                if done.is_multiple_of(PROGRESS_EVERY) {
+                    progress(done);
+                }
+            }
+        }
+    }
+    progress(done);
+    Ok(contents)
+}
+
+/// (dev, ino) of the vault file and its companions, so importing a directory that holds
+/// the vault does not try to copy the vault into itself.
+fn vault_files(db: &Connection) -> HashSet<(u64, u64)> {
+    let mut set = HashSet::new();
+    if let Some(p) = db.path().filter(|p| !p.is_empty()) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            if let Ok(m) = fs::metadata(format!("{p}{suffix}")) {
+                set.insert((m.dev(), m.ino()));
+            }
+        }
+    }
+    set
+}
+
+/// Where the import goes.
+enum Dest {
+    /// `dest` does not exist: graft the imported directory as `name` under `parent`.
+    New { parent: u64, name: Vec<u8> },
+    /// `dest` is an existing directory: merge into it.
+    Merge(u64),
+}
+
+/// Finds (and with `create`, makes) the destination. Without `create`, `Ok(None)` means
+/// some parent directories are missing and would be created.
+fn locate_dest(ws: &Workspace, dest: &[Vec<u8>], create: bool) -> Result<Option<Dest>> {
+    let mut cur = ROOT_INO;
+    for (i, comp) in dest.iter().enumerate() {
+        let last = i + 1 == dest.len();
+        let dir = ws.get(cur)?;
+        let found = match ws.lookup(&dir, comp)? {
+            Some(n) if n.kind == Kind::Symlink => Some(ws.resolve_existing(&dest[..=i], true)?),
+            other => other,
+        };
+        match found {
+            Some(n) if n.kind == Kind::Dir => cur = n.ino,
+            Some(_) => return Err(Error::NotADirectory(path::display(&dest[..=i]))),
+            None if last => return Ok(Some(Dest::New { parent: cur, name: comp.clone() })),
+            None if !create => return Ok(None),
+            None => {
+                let dir = ws.get(cur)?;
+                cur = ws.create(&dir, comp, NewNode::new(Kind::Dir, 0o755))?.ino;
+            }
+        }
+    }
+    Ok(Some(Dest::Merge(cur)))
+}
+
+/// Imports the contents of the host directory `host` into the workspace directory `dest`.
+///
+/// If `dest` does not exist it is created (with missing parents) as a copy of `host`,
+/// including `host`'s own mode, owner and mtime. If it is an existing directory, `host`'s
+/// entries are merged into it: same-named directories are merged recursively (and take the
+/// host directory's attributes), any other same-named entry is replaced.
+///
+/// Call it inside a write transaction: on error the caller must roll back.
+pub fn import(ws: &Workspace, host: &Path, dest: &[Vec<u8>], progress: &dyn Fn(u64)) -> Result<ImportStats> {
+    // Fail on a bad destination before reading anything.
+    locate_dest(ws, dest, false)?;
+    let exclude = vault_files(ws.db);
+    let (walk, contents) = std::thread::scope(|s| -> Result<_> {
+        let (tx, rx) = sync_channel::<Msg>(CHANNEL_DEPTH);
+        let exclude = &exclude;
+        let reader = s.spawn(move || walk_host(host, exclude, &tx));
+        let stored = store_contents(ws.db, rx, progress);
+        let walked = reader.join().map_err(|_| Error::Internal("the import reader thread panicked".into()))?;
+        // The storing side's error wins: it is why the reader was cancelled.
+        let contents = stored?;
+        Ok((walked?, contents))
+    })?;
+    let Walk { nodes, skipped, bytes } = walk;
+    let mut stats = ImportStats { bytes, skipped, ..Default::default() };
+
+    // Hard links: names inside the tree that share (dev, ino) form one link group. A file
+    // whose other names are all outside the tree is imported as a plain file.
+    let mut members: HashMap<(u64, u64), u32> = HashMap::new();
+    for n in nodes.iter().filter(|n| n.kind != Kind::Dir && n.nlink > 1) {
+        *members.entry((n.dev, n.ino)).or_default() += 1;
+    }
+    let mut group_of: HashMap<(u64, u64), u64> = HashMap::new();
+    let mut link_group = vec![0u64; nodes.len()];
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_index: HashMap<u64, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        if n.kind == Kind::Dir {
+            if i != 0 {
+                stats.dirs += 1;
+            }
+            continue;
+        }
+        let key = (n.dev, n.ino);
+        if n.nlink > 1 && members.get(&key).copied().unwrap_or(0) >= 2 {
+            if let Some(g) = group_of.get(&key) {
+                link_group[i] = *g;
+                groups[group_index[g]].push(i);
+                stats.hardlinks += 1;
+                continue;
+            }
+            let g = counter_take(ws.db, "next_link_group", 1)? as u64;
+            group_of.insert(key, g);
+            group_index.insert(g, groups.len());
+            groups.push(vec![i]);
+            link_group[i] = g;
+        }
+        match n.kind {
+            Kind::File => stats.files += 1,
+            Kind::Symlink => stats.symlinks += 1,
+            _ => {}
+        }
+    }
+
+    let target = locate_dest(ws, dest, true)?.ok_or_else(|| Error::Internal("import destination vanished".into()))?;
+    let merging = matches!(target, Dest::Merge(_));
+
+    // Tree objects, bottom-up (children have larger numbers than their parents).
+    let mut entries: Vec<Option<Entry>> = vec![None; nodes.len()];
+    for i in (0..nodes.len()).rev() {
+        let n = &nodes[i];
+        let (hash, size, has_links) = match n.kind {
+            Kind::Dir => {
+                let mut list = Vec::with_capacity(n.children.len());
+                for &c in &n.children {
+                    // A merge needs the entries of directories it descends into.
+                    let e = if merging { entries[c].clone() } else { entries[c].take() };
+                    list.push(e.ok_or_else(|| Error::Internal("import: child entry missing".into()))?);
+                }
+                let has_links = list.iter().any(|e| e.link_group != 0 || e.has_links);
+                let h = objects::put_tree(ws.db, &Tree { root_attrs: None, entries: list })?;
+                (Some(h), 0, has_links)
+            }
+            Kind::File => {
+                let (h, size) = contents
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| Error::Internal("import: file content missing".into()))?;
+                (Some(h), size, false)
+            }
+            Kind::Symlink => (None, n.target.as_ref().map_or(0, |t| t.len() as u64), false),
+            _ => (None, 0, false),
+        };
+        entries[i] = Some(Entry {
+            name: n.name.clone(),
+            kind: n.kind,
+            mode: n.mode,
+            uid: n.uid,
+            gid: n.gid,
+            mtime_ns: n.mtime_ns,
+            size,
+            hash,
+            target: n.target.clone(),
+            rdev: n.rdev,
+            link_group: link_group[i],
+            has_links,
+            xattrs: Vec::new(),
+        });
+    }
+
+    match target {
+        Dest::New { parent, name } => {
+            let root = entries[0].take().ok_or_else(|| Error::Internal("import: root entry missing".into()))?;
+            let parent = ws.get(parent)?;
+            ws.graft(&parent, &name, &root)?;
+        }
+        Dest::Merge(top) => {
+            merge(ws, top, &nodes, &entries)?;
+            if !groups.is_empty() {
+                relink(ws, top, &nodes, &groups)?;
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// Merges the imported tree into the existing workspace directory `top`.
+fn merge(ws: &Workspace, top: u64, nodes: &[Node], entries: &[Option<Entry>]) -> Result<()> {
+    enum Step {
+        Enter(u64, usize),
+        Exit(u64, usize),
+    }
+    let entry = |i: usize| entries[i].as_ref().ok_or_else(|| Error::Internal("import: entry missing".into()));
+    let mut stack = vec![Step::Enter(top, 0)];
+    while let Some(step) = stack.pop() {
+        match step {
+            Step::Enter(dir_ino, idx) => {
+                // Attributes are set after the contents: replacing entries touches the mtime.
+                stack.push(Step::Exit(dir_ino, idx));
+                for &c in &nodes[idx].children {
+                    let name = &nodes[c].name;
+                    // Always a fresh row: lookups materialize and change it.
+                    let dir = ws.get(dir_ino)?;
+                    match ws.lookup(&dir, name)? {
+                        Some(old) if old.kind == Kind::Dir && nodes[c].kind == Kind::Dir => {
+                            stack.push(Step::Enter(old.ino, c));
+                        }
+                        Some(_) => {
+                            ws.remove_tree(&dir, name)?;
+                            let dir = ws.get(dir_ino)?;
+                            ws.graft(&dir, name, entry(c)?)?;
+                        }
+                        None => {
+                            ws.graft(&dir, name, entry(c)?)?;
+                        }
+                    }
+                }
+            }
+            Step::Exit(dir_ino, 0) => {
+                // The destination keeps its own attributes; its entries changed now.
+                if !nodes[0].children.is_empty() {
+                    ws.setattr(dir_ino, &SetAttr { mtime_ns: Some(now_ns()), ..Default::default() })?;
+                }
+            }
+            Step::Exit(dir_ino, idx) => {
+                let n = &nodes[idx];
+                let set = SetAttr {
+                    mode: Some(n.mode),
+                    uid: Some(n.uid),
+                    gid: Some(n.gid),
+                    mtime_ns: Some(n.mtime_ns),
+                    size: None,
+                };
+                ws.setattr(dir_ino, &set)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The workspace inode at imported node `idx` (below `top`) and its parent's inode number.
+fn resolve_node(ws: &Workspace, top: u64, nodes: &[Node], idx: usize) -> Result<(u64, Inode)> {
+    let mut chain = Vec::new();
+    let mut i = idx;
+    while i != 0 {
+        chain.push(i);
+        i = nodes[i].parent;
+    }
+    let mut parent = top;
+    let mut cur = ws.get(top)?;
+    for &i in chain.iter().rev() {
+        let next = ws
+            .lookup(&cur, &nodes[i].name)?
+            .ok_or_else(|| Error::Internal(format!("import: {} vanished", String::from_utf8_lossy(&nodes[i].name))))?;
+        parent = cur.ino;
+        cur = next;
+    }
+    Ok((parent, cur))
+}
+
+/// A merge grafts each top-level entry separately, and every graft gives its link groups
+/// fresh numbers, so a group whose names landed in different grafts would split into
+/// separate files. Joins such names back into one inode.
+fn relink(ws: &Workspace, top: u64, nodes: &[Node], groups: &[Vec<usize>]) -> Result<()> {
+    for group in groups {
+        let (_, first) = resolve_node(ws, top, nodes, group[0])?;
+        for &m in &group[1..] {
+            let (parent, inode) = resolve_node(ws, top, nodes, m)?;
+            if inode.ino == first.ino {
+                continue;
+            }
+            let name = &nodes[m].name;
+            ws.unlink(&ws.get(parent)?, name)?;
+            ws.link(first.ino, &ws.get(parent)?, name)?;
+            let pidx = nodes[m].parent;
+            if pidx != 0 {
+                ws.setattr(parent, &SetAttr { mtime_ns: Some(nodes[pidx].mtime_ns), ..Default::default() })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Export
+// ---------------------------------------------------------------------------------------
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+fn timespec(ns: i64) -> libc::timespec {
+    // SAFETY: timespec is plain data; all-zero is a valid value.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    t.tv_sec = ns.div_euclid(1_000_000_000) as libc::time_t;
+    t.tv_nsec = ns.rem_euclid(1_000_000_000) as _;
+    t
+}
+
+/// Access time left alone (not tracked), modification time set.
+fn times(mtime_ns: i64) -> [libc::timespec; 2] {
+    let mut omit = timespec(0);
+    omit.tv_nsec = libc::UTIME_OMIT;
+    [omit, timespec(mtime_ns)]
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Sets the mtime of `p` itself, never of what a symlink points to.
+fn set_mtime_nofollow(p: &Path, mtime_ns: i64) -> io::Result<()> {
+    let c = cpath(p)?;
+    let t = times(mtime_ns);
+    // SAFETY: `c` is a valid NUL-terminated path and `t` holds two timespecs.
+    check(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
+}
+
+fn ignore_eperm(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        other => other,
+    }
+}
+
+struct Exporter<'w, 'a> {
+    ws: &'w Workspace<'a>,
+    root: bool,
+    stats: ExportStats,
+    /// First exported path of each inode with more than one name.
+    links: HashMap<u64, PathBuf>,
+    done: u64,
+    progress: &'w dyn Fn(u64),
+}
+
+impl Exporter<'_, '_> {
+    fn file_done(&mut self) {
+        self.done += 1;
+        if self.done.is_multiple_of(PROGRESS_EVERY) {
+            (self.progress)(self.done);
+        }
+    }
+
+    /// Makes `p` a real directory we can write into; true if it was created.
+    fn make_dir(&self, p: &Path, exists_check: bool) -> Result<bool> {
+        if exists_check {
+            match fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => return Ok(false),
+                Ok(_) => fs::remove_file(p).map_err(|e| host_err(p, e))?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(host_err(p, e)),
+            }
+        }
+        fs::DirBuilder::new().mode(0o700).create(p).map_err(|e| host_err(p, e))?;
+        Ok(true)
+    }
+
+    /// Clears the way for a new non-directory at `p` (only files, symlinks and the like
+    /// and empty directories are removed).
+    fn clear_slot(&self, p: &Path) -> Result<()> {
+        match fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => fs::remove_dir(p).map_err(|e| {
+                host_msg(p, format!("is a directory and cannot be replaced by a file ({e}); remove it first"))
+            }),
+            Ok(_) => fs::remove_file(p).map_err(|e| host_err(p, e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(host_err(p, e)),
+        }
+    }
+
+    fn set_owner(&self, p: &Path, i: &Inode) -> Result<()> {
+        if self.root {
+            ignore_eperm(std::os::unix::fs::lchown(p, Some(i.uid), Some(i.gid))).map_err(|e| host_err(p, e))?;
+        }
+        Ok(())
+    }
+
+    fn write_file(&mut self, i: &Inode, p: &Path) -> Result<()> {
+        let hash = i.hash.ok_or_else(|| Error::Internal(format!("inode {} is a file without content", i.ino)))?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+            .open(p)
+            .map_err(|e| host_err(p, e))?;
+        if i.size > 0 {
+            // One chunk in memory at a time, however large the file.
+            let chunks = objects::chunk_list(self.ws.db, &hash, i.size)?;
+            let mut off = 0u64;
+            for c in &chunks {
+                if off >= i.size {
+                    break;
+                }
+                let want = (i.size - off).min(CHUNK_SIZE as u64) as usize;
+                let mut data = objects::get_chunk(self.ws.db, c)?;
+                // A short stored chunk or a hole reads as zeros.
+                data.resize(want, 0);
+                f.write_all(&data).map_err(|e| host_err(p, e))?;
+                off += want as u64;
+            }
+            if off != i.size {
+                return Err(Error::Corrupt {
+                    path: Default::default(),
+                    reason: format!("content {} is shorter than its size {}", hash.to_hex(), i.size),
+                });
+            }
+        }
+        if self.root {
+            ignore_eperm(std::os::unix::fs::fchown(&f, Some(i.uid), Some(i.gid))).map_err(|e| host_err(p, e))?;
+        }
+        // After writing and chown, both of which may clear setuid/setgid bits.
+        f.set_permissions(fs::Permissions::from_mode(i.mode & 0o7777)).map_err(|e| host_err(p, e))?;
+        let t = times(i.mtime_ns);
+        // SAFETY: the descriptor is open and `t` holds two timespecs.
+        check(unsafe { libc::futimens(f.as_raw_fd(), t.as_ptr()) }).map_err(|e| host_err(p, e))?;
+        self.stats.files += 1;
+        self.stats.bytes += i.size;
+        Ok(())
+    }
+
+    /// Creates a FIFO, socket or device node; false if it must be skipped.
+    fn make_special(&mut self, i: &Inode, p: &Path, wpath: &str) -> Result<bool> {
+        let c = cpath(p).map_err(|e| host_err(p, e))?;
+        if i.kind == Kind::Fifo {
+            // SAFETY: `c` is a valid NUL-terminated path.
+            check(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }).map_err(|e| host_err(p, e))?;
+        } else {
+            if !self.root {
+                self.stats.skipped.push(format!("{wpath} ({}: only root can create it)", i.kind.name()));
+                return Ok(false);
+            }
+            let mode = (i.kind.ifmt() | (i.mode & 0o7777)) as libc::mode_t;
+            // SAFETY: `c` is a valid NUL-terminated path.
+            if let Err(e) = check(unsafe { libc::mknod(c.as_ptr(), mode, i.rdev as libc::dev_t) }) {
+                self.stats.skipped.push(format!("{wpath} ({}: {e})", i.kind.name()));
+                return Ok(false);
+            }
+        }
+        self.set_owner(p, i)?;
+        // A FIFO or device node is not opened (that could block or touch a device).
+        // SAFETY: `c` is a valid NUL-terminated path.
+        check(unsafe { libc::fchmodat(libc::AT_FDCWD, c.as_ptr(), (i.mode & 0o7777) as libc::mode_t, 0) })
+            .map_err(|e| host_err(p, e))?;
+        set_mtime_nofollow(p, i.mtime_ns).map_err(|e| host_err(p, e))?;
+        Ok(true)
+    }
+
+    /// Recreates one non-directory at `p`.
+    fn leaf(&mut self, i: &Inode, p: &Path, exists_check: bool, wpath: &dyn Fn() -> String) -> Result<()> {
+        if exists_check {
+            self.clear_slot(p)?;
+        }
+        if i.nlink > 1
+            && let Some(first) = self.links.get(&i.ino)
+        {
+            fs::hard_link(first, p).map_err(|e| host_err(p, e))?;
+            self.stats.hardlinks += 1;
+            if i.kind == Kind::File {
+                self.file_done();
+            }
+            return Ok(());
+        }
+        match i.kind {
+            Kind::File => {
+                self.write_file(i, p)?;
+                self.file_done();
+            }
+            Kind::Symlink => {
+                let target = i.target.as_deref().unwrap_or_default();
+                std::os::unix::fs::symlink(OsStr::from_bytes(target), p).map_err(|e| host_err(p, e))?;
+                self.set_owner(p, i)?;
+                set_mtime_nofollow(p, i.mtime_ns).map_err(|e| host_err(p, e))?;
+                self.stats.symlinks += 1;
+            }
+            Kind::Fifo | Kind::Socket | Kind::CharDev | Kind::BlockDev => {
+                if !self.make_special(i, p, &wpath())? {
+                    return Ok(());
+                }
+            }
+            Kind::Dir => return Err(Error::Internal("leaf called on a directory".into())),
+        }
+        if i.nlink > 1 {
+            self.links.insert(i.ino, p.to_path_buf());
+        }
+        Ok(())
+    }
+
+    /// Recreates the directory `ino` at `host`, depth first; attributes post-order.
+    fn tree(&mut self, ino: u64, host: &Path, wpath: Vec<Vec<u8>>) -> Result<()> {
+        enum Step {
+            Enter { ino: u64, host: PathBuf, wpath: Vec<Vec<u8>>, check: bool, top: bool },
+            Exit { inode: Inode, host: PathBuf },
+        }
+        let mut stack = vec![Step::Enter { ino, host: host.to_path_buf(), wpath, check: true, top: true }];
+        while let Some(step) = stack.pop() {
+            match step {
+                Step::Enter { ino, host, wpath, check, top } => {
+                    let created = self.make_dir(&host, check)?;
+                    self.stats.dirs += 1;
+                    // Always a fresh row: materializing elsewhere may have changed it.
+                    let dir = self.ws.get(ino)?;
+                    let children = self.ws.readdir(&dir)?;
+                    // A directory that existed before the export at the top keeps its
+                    // attributes; everything the export makes gets the workspace's.
+                    if created || !top {
+                        stack.push(Step::Exit { inode: dir, host: host.clone() });
+                    }
+                    for (name, child) in children {
+                        let p = host.join(OsStr::from_bytes(&name));
+                        if child.kind == Kind::Dir {
+                            let mut w = wpath.clone();
+                            w.push(name);
+                            stack.push(Step::Enter { ino: child.ino, host: p, wpath: w, check: !created, top: false });
+                        } else {
+                            let shown = || {
+                                let mut w = wpath.clone();
+                                w.push(name.clone());
+                                path::display(&w)
+                            };
+                            self.leaf(&child, &p, !created, &shown)?;
+                        }
+                    }
+                }
+                Step::Exit { inode, host } => {
+                    self.set_owner(&host, &inode)?;
+                    fs::set_permissions(&host, fs::Permissions::from_mode(inode.mode & 0o7777))
+                        .map_err(|e| host_err(&host, e))?;
+                    set_mtime_nofollow(&host, inode.mtime_ns).map_err(|e| host_err(&host, e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Exports the workspace directory (or single file) at `src` to the host path `host`.
+///
+/// Refuses, before writing anything, if `host` exists and is a non-empty directory or
+/// anything else, unless `force`: then the export writes into it, replacing same-named
+/// entries and keeping unrelated ones. Owners are set only when running as root; device
+/// nodes and sockets are recreated only by root and otherwise reported in `skipped`.
+/// A file exported into an existing directory keeps its name there.
+pub fn export(ws: &Workspace, src: &[Vec<u8>], host: &Path, force: bool, progress: &dyn Fn(u64)) -> Result<ExportStats> {
+    let (node, resolved) = ws.resolve_full(src, true)?.ok_or_else(|| Error::NotFound(path::display(src)))?;
+    let existing = match fs::symlink_metadata(host) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(host_err(host, e)),
+    };
+    match &existing {
+        Some(m) => {
+            let nonempty = !m.is_dir() || fs::read_dir(host).map_err(|e| host_err(host, e))?.next().is_some();
+            if nonempty && !force {
+                return Err(Error::Refused(format!(
+                    "{}: already exists and is not empty; pass --force to export into it \
+                     (same-named files are replaced, other files are kept)",
+                    host.display()
+                )));
+            }
+        }
+        None => {
+            if let Some(parent) = host.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fs::create_dir_all(parent).map_err(|e| host_err(parent, e))?;
+            }
+        }
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut ex = Exporter { ws, root, stats: ExportStats::default(), links: HashMap::new(), done: 0, progress };
+    if node.kind == Kind::Dir {
+        ex.tree(node.ino, host, resolved)?;
+    } else {
+        let target = match (&existing, resolved.last()) {
+            (Some(m), Some(name)) if m.is_dir() => host.join(OsStr::from_bytes(name)),
+            _ => host.to_path_buf(),
+        };
+        let shown = || path::display(&resolved);
+        ex.leaf(&node, &target, existing.is_some(), &shown)?;
+    }
+    progress(ex.done);
+    Ok(ex.stats)
+}

@@ -7,7 +7,7 @@
 //! only dirty directories.
 
 mod checkpoint;
-mod flush;
+pub mod flush;
 mod nodes;
 pub mod path;
 
@@ -516,4 +516,21 @@ impl<'a> Workspace<'a> {
 
 fn prefixed_cols(p: &str) -> String {
     INODE_COLS.split(", ").map(|c| format!("{p}.{c}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Removes a workspace (a fork) with its checkpoints and live layers. Content stays until
+/// `gc`; other workspaces never lose anything, since content is shared by hash.
+pub fn delete_workspace(db: &Connection, name: &str) -> Result<WorkspaceInfo> {
+    let info = find_workspace(db, name)?.ok_or_else(|| Error::NoSuchVault(name.into()))?;
+    db.execute("UPDATE layer SET dead = 1 WHERE workspace = ?1", [info.id])?;
+    // Checkpoints of other workspaces that descend from these keep a dangling parent name only.
+    db.execute(
+        "UPDATE checkpoint SET parent = NULL WHERE parent IN (SELECT id FROM checkpoint WHERE workspace = ?1) AND workspace != ?1",
+        [info.id],
+    )?;
+    db.execute("UPDATE workspace SET head = NULL WHERE head IN (SELECT id FROM checkpoint WHERE workspace = ?1) AND id != ?1", [info.id])?;
+    db.execute("DELETE FROM checkpoint WHERE workspace = ?1", [info.id])?;
+    db.execute("DELETE FROM workspace WHERE id = ?1", [info.id])?;
+    purge_dead_layers(db)?;
+    Ok(info)
 }

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh machine: installs what the tests need, then
+# runs every test against the real binary, real vault files and real processes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export AVFS_REQUIRE_FUSE="${AVFS_REQUIRE_FUSE:-1}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+missing=()
+need git || missing+=(git)
+need python3 || missing+=(python3)
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && need apt-get; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+  else
+    echo "missing tools: ${missing[*]} (install them and re-run)" >&2
+    exit 1
+  fi
+fi
+
+cargo build --release --locked --all-targets
+cargo test --release --locked -- --test-threads="${AVFS_TEST_THREADS:-2}"

@@ -1,0 +1,270 @@
+//! checkpoint save/list/restore/delete/diff, diff, log and per-path restore.
+
+use std::ffi::OsString;
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use serde_json::json;
+
+use super::output::human_size;
+use super::Ctx;
+use crate::diff::{add_patches, diff_roots, Change, ChangeSummary, PATCH_LIMIT};
+use crate::error::{Error, Result};
+use crate::store::objects::{self, Hash};
+use crate::util::rfc3339;
+use crate::workspace::flush::entry_at;
+use crate::workspace::path::{display, parse};
+use crate::workspace::{Checkpoint, Workspace};
+
+#[derive(Subcommand, Debug)]
+pub enum CheckpointCmd {
+    /// Save the live state (a name is generated when none is given).
+    Save {
+        name: Option<String>,
+        #[arg(short = 'm', long)]
+        message: Option<String>,
+    },
+    /// List this workspace's checkpoints, oldest first.
+    #[command(visible_alias = "ls")]
+    List,
+    /// Make a checkpoint the live state. Unsaved changes are kept in an automatic checkpoint first.
+    Restore { name: String },
+    /// Delete a checkpoint (its content goes at the next `avfs gc` unless still referenced).
+    #[command(visible_alias = "rm")]
+    Delete { name: String },
+    /// Compare two checkpoints (default: the last checkpoint and the live state).
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// From this checkpoint (default: the last checkpoint).
+    a: Option<String>,
+    /// To this checkpoint (default: the live state).
+    b: Option<String>,
+    /// Add unified diffs of text files.
+    #[arg(long, short = 'p')]
+    patch: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LogArgs {
+    path: OsString,
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    path: OsString,
+    /// The checkpoint to take the path from.
+    #[arg(long, value_name = "CHECKPOINT")]
+    from: String,
+}
+
+#[derive(Serialize)]
+struct CheckpointJson {
+    name: String,
+    workspace: String,
+    root: String,
+    parent: Option<String>,
+    created_at: String,
+    created_at_ns: i64,
+    origin: String,
+    message: Option<String>,
+}
+
+fn cp_json(c: &Checkpoint) -> CheckpointJson {
+    CheckpointJson {
+        name: c.name.clone(),
+        workspace: c.workspace.clone(),
+        root: c.root.to_hex(),
+        parent: c.parent.clone(),
+        created_at: rfc3339(c.created_at_ns),
+        created_at_ns: c.created_at_ns,
+        origin: c.origin.clone(),
+        message: c.message.clone(),
+    }
+}
+
+pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
+    match cmd {
+        CheckpointCmd::Save { name, message } => {
+            let detail = json!({"name": name, "message": message});
+            let s = ctx.mutate("checkpoint.save", detail, |ws| ws.checkpoint(name.as_deref(), message.as_deref(), "cli"))?;
+            ctx.out.emit(&json!({"checkpoint": cp_json(&s.checkpoint), "changed": s.changed}), || {
+                println!("saved checkpoint {}{}", s.checkpoint.name, if s.changed { "" } else { " (no changes since the last one)" });
+            });
+        }
+        CheckpointCmd::List => {
+            let (cps, head) = ctx.view(|ws| Ok((ws.checkpoints()?, ws.head()?.map(|h| h.name))))?;
+            let list: Vec<_> = cps.iter().map(cp_json).collect();
+            ctx.out.emit(&json!({"checkpoints": list, "head": head}), || {
+                for c in &cps {
+                    let mark = if head.as_deref() == Some(&c.name) { "*" } else { " " };
+                    println!("{mark} {:<32} {}  {:<8} {}", c.name, &rfc3339(c.created_at_ns)[..19], c.origin, c.message.as_deref().unwrap_or(""));
+                }
+            });
+        }
+        CheckpointCmd::Restore { name } => {
+            let (cp, saved) = ctx.mutate("checkpoint.restore", json!({"name": name}), |ws| {
+                let cp = ws.find_checkpoint(&name)?;
+                let mut saved = None;
+                if ws.is_modified()? {
+                    let auto = format!("auto-before-restore-{}", crate::store::now_ns() / 1_000_000);
+                    saved = Some(ws.checkpoint(Some(&auto), Some(&format!("unsaved changes before restoring {name}")), "auto")?.checkpoint.name);
+                }
+                ws.restore(&cp)?;
+                Ok((cp, saved))
+            })?;
+            ctx.out.emit(&json!({"restored": cp_json(&cp), "saved_unsaved_changes_as": saved}), || {
+                if let Some(s) = &saved {
+                    println!("unsaved changes kept in checkpoint {s}");
+                }
+                println!("restored checkpoint {}", cp.name);
+            });
+        }
+        CheckpointCmd::Delete { name } => {
+            let cp = ctx.mutate("checkpoint.delete", json!({"name": name}), |ws| ws.delete_checkpoint(&name))?;
+            ctx.out.emit(&json!({"deleted": cp_json(&cp)}), || println!("deleted checkpoint {}", cp.name));
+        }
+        CheckpointCmd::Diff(a) => return diff(ctx, a),
+    }
+    Ok(0)
+}
+
+/// The root a diff side names: a checkpoint, or the live state when `None`.
+fn side(ws: &mut Workspace, name: Option<&str>) -> Result<(String, Hash)> {
+    match name {
+        Some("live") | None => Ok(("live".into(), ws.flush()?)),
+        Some(n) => {
+            let cp = ws.find_checkpoint(n)?;
+            Ok((cp.name, cp.root))
+        }
+    }
+}
+
+/// The default "from" side: the head checkpoint, or an empty tree when there is none.
+fn base_side(ws: &mut Workspace, name: Option<&str>) -> Result<(String, Hash)> {
+    if name.is_some() {
+        return side(ws, name);
+    }
+    match ws.head()? {
+        Some(h) => Ok((h.name, h.root)),
+        None => {
+            let (uid, gid) = crate::workspace::current_uid_gid();
+            let empty = objects::put_tree(ws.db, &objects::empty_root(uid, gid, 0))?;
+            Ok(("(empty)".into(), empty))
+        }
+    }
+}
+
+pub fn print_changes(changes: &[Change]) {
+    for c in changes {
+        let sizes = match (c.size_before, c.size_after) {
+            (Some(a), Some(b)) if a != b => format!("  {} -> {}", human_size(a), human_size(b)),
+            (Some(a), None) => format!("  {}", human_size(a)),
+            (None, Some(b)) => format!("  {}", human_size(b)),
+            _ => String::new(),
+        };
+        let extra = match c.kind {
+            crate::diff::ChangeKind::ModeChanged => format!("  {} -> {}", c.mode_before.as_deref().unwrap_or("?"), c.mode_after.as_deref().unwrap_or("?")),
+            crate::diff::ChangeKind::TypeChanged => format!("  {} -> {}", c.type_before.unwrap_or("?"), c.type_after.unwrap_or("?")),
+            _ => String::new(),
+        };
+        println!("{} {}{}{}", c.kind.sigil(), c.path, sizes, extra);
+        if let Some(p) = &c.patch {
+            print!("{p}");
+        }
+    }
+}
+
+pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
+    let (from, to, changes) = ctx.view(|ws| {
+        let (from, ra) = base_side(ws, a.a.as_deref())?;
+        let (to, rb) = side(ws, a.b.as_deref())?;
+        let mut changes = diff_roots(ws.db, &ra, &rb)?;
+        if a.patch {
+            add_patches(ws.db, &mut changes, PATCH_LIMIT)?;
+        }
+        Ok((from, to, changes))
+    })?;
+    let summary = ChangeSummary::of(&changes);
+    ctx.out.emit(&json!({"from": from, "to": to, "summary": summary, "changes": changes}), || {
+        if changes.is_empty() {
+            println!("no changes between {from} and {to}");
+        } else {
+            print_changes(&changes);
+        }
+    });
+    Ok(0)
+}
+
+#[derive(Serialize)]
+struct Version {
+    /// Checkpoint name, or "live".
+    at: String,
+    created_at: Option<String>,
+    exists: bool,
+    #[serde(rename = "type")]
+    kind: Option<&'static str>,
+    size: Option<u64>,
+    mode: Option<String>,
+    content_hash: Option<String>,
+    /// Differs from the previous version listed.
+    changed: bool,
+}
+
+pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
+    let comps = parse(&a.path)?;
+    let versions = ctx.view(|ws| {
+        let mut roots: Vec<(String, Option<i64>, Hash)> =
+            ws.checkpoints()?.into_iter().map(|c| (c.name, Some(c.created_at_ns), c.root)).collect();
+        roots.push(("live".into(), None, ws.flush()?));
+        let mut out: Vec<Version> = Vec::new();
+        let mut prev: Option<(Option<Hash>, Option<Vec<u8>>, u32, bool)> = None;
+        for (name, at, root) in roots {
+            let e = entry_at(ws.db, &root, &comps)?;
+            let key = (e.as_ref().and_then(|e| e.hash), e.as_ref().and_then(|e| e.target.clone()), e.as_ref().map_or(0, |e| e.mode), e.is_some());
+            let changed = prev.as_ref() != Some(&key);
+            prev = Some(key);
+            out.push(Version {
+                at: name,
+                created_at: at.map(rfc3339),
+                exists: e.is_some(),
+                kind: e.as_ref().map(|e| e.kind.name()),
+                size: e.as_ref().map(|e| e.size),
+                mode: e.as_ref().map(|e| format!("{:04o}", e.mode)),
+                content_hash: e.as_ref().and_then(|e| e.hash).map(|h| h.to_hex()),
+                changed,
+            });
+        }
+        Ok(out)
+    })?;
+    if versions.iter().all(|v| !v.exists) {
+        return Err(Error::NotFound(format!("{} (in no checkpoint and not live)", display(&comps))));
+    }
+    ctx.out.emit(&json!({"path": display(&comps), "versions": versions}), || {
+        for v in &versions {
+            let what = if !v.exists {
+                "(absent)".to_string()
+            } else {
+                format!("{} {} bytes {}", v.kind.unwrap_or("?"), v.size.unwrap_or(0), v.content_hash.as_deref().map(|h| &h[..12]).unwrap_or(""))
+            };
+            println!("{} {:<32} {:<20} {}", if v.changed { "*" } else { " " }, v.at, v.created_at.as_deref().map(|t| &t[..19]).unwrap_or("now"), what);
+        }
+    });
+    Ok(0)
+}
+
+pub fn restore_path(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
+    let comps = parse(&a.path)?;
+    let shown = display(&comps);
+    let detail = json!({"path": shown, "from": a.from});
+    let changed = ctx.mutate("restore", detail, |ws| {
+        let cp = ws.find_checkpoint(&a.from)?;
+        ws.restore_path(&comps, &cp)
+    })?;
+    ctx.out.emit(&json!({"path": shown, "from": a.from, "changed": changed}), || {
+        println!("restored {shown} from {}", a.from);
+    });
+    Ok(0)
+}

@@ -1,0 +1,209 @@
+//! The `avfs` command line: parses, calls the library, prints. One file per command group.
+
+mod checkpoint;
+mod fs;
+mod output;
+mod upkeep;
+mod vault;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::Result;
+use crate::registry::{Registry, VaultRef, DEFAULT_VAULT};
+use crate::store::{audit, Store};
+use crate::workspace::{create_workspace, Workspace, MAIN};
+pub use output::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
+use output::Out;
+
+#[derive(Parser, Debug)]
+#[command(name = "avfs", version, about = "Forkable, versioned workspaces for AI agents, in one file", propagate_version = true)]
+pub struct Cli {
+    /// Print exactly one JSON document on stdout (errors too).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Vault or fork to use: a registered name or a path to a .avfs file.
+    #[arg(long, global = true, env = "AVFS_VAULT", value_name = "NAME|PATH")]
+    pub vault: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create, list, fork, export and delete vaults.
+    #[command(subcommand)]
+    Vault(vault::VaultCmd),
+    /// List a directory.
+    Ls(fs::LsArgs),
+    /// Print a file (live, or as it was at a checkpoint).
+    Cat(fs::CatArgs),
+    /// Write a file from an argument or stdin.
+    Write(fs::WriteArgs),
+    /// Create directories.
+    Mkdir(fs::MkdirArgs),
+    /// Remove files or directories.
+    Rm(fs::RmArgs),
+    /// Move or rename.
+    Mv(fs::MvArgs),
+    /// Copy files or directories (keeps modes and times; O(1) for untouched subtrees).
+    Cp(fs::CpArgs),
+    /// Show a directory tree.
+    Tree(fs::TreeArgs),
+    /// Show a path's attributes.
+    Stat(fs::StatArgs),
+    /// Make a hard link, or a symbolic link with -s.
+    Ln(fs::LnArgs),
+    /// Change permission bits (octal like 755, or symbolic like u+x,go-w).
+    Chmod(fs::ChmodArgs),
+    /// Copy a host directory into the workspace.
+    Import(fs::ImportArgs),
+    /// Copy a workspace directory out to the host.
+    Export(fs::ExportArgs),
+    /// Save, list, restore, delete and compare checkpoints.
+    #[command(subcommand, visible_alias = "snapshot")]
+    Checkpoint(checkpoint::CheckpointCmd),
+    /// Show what changed between two checkpoints, or a checkpoint and the live state.
+    Diff(checkpoint::DiffArgs),
+    /// List the versions of one file across checkpoints and the live state.
+    Log(checkpoint::LogArgs),
+    /// Restore one path from a checkpoint.
+    Restore(checkpoint::RestoreArgs),
+    /// Show the audit log, or verify its hash chain.
+    Audit(upkeep::AuditArgs),
+    /// Remove content nothing references any more.
+    Gc,
+    /// Show sizes and counts.
+    Stats,
+}
+
+/// Everything a command needs to find and open its vault.
+pub struct Ctx {
+    pub out: Out,
+    pub vault_sel: Option<String>,
+    pub home: PathBuf,
+}
+
+impl Ctx {
+    pub fn registry(&self) -> Result<Registry> {
+        Registry::open(&self.home)
+    }
+
+    /// The selected vault; with no selection and no vaults yet, creates `default`.
+    pub fn target(&self) -> Result<(Registry, VaultRef)> {
+        let reg = self.registry()?;
+        if let Some(v) = reg.resolve(self.vault_sel.as_deref())? {
+            return Ok((reg, v));
+        }
+        let v = match reg.get(DEFAULT_VAULT)? {
+            Some(v) => v,
+            None => {
+                let path = reg.default_path_for(DEFAULT_VAULT);
+                let v = VaultRef { name: DEFAULT_VAULT.into(), path: path.clone(), workspace: MAIN.into() };
+                if !path.exists() {
+                    create_vault_file(&path)?;
+                }
+                reg.add(&v)?;
+                v
+            }
+        };
+        reg.set_current(&v.name)?;
+        Ok((reg, v))
+    }
+
+    pub fn open(&self) -> Result<(VaultRef, Store)> {
+        let (_, v) = self.target()?;
+        let store = Store::open(&v.path)?;
+        Ok((v, store))
+    }
+
+    /// Runs a mutating command on the selected workspace in one transaction, with its audit row.
+    pub fn mutate<T>(&self, action: &str, detail: serde_json::Value, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
+        let (v, mut store) = self.open()?;
+        store.write(|db| {
+            let mut ws = Workspace::open(db, &v.workspace)?;
+            let r = f(&mut ws)?;
+            audit::append(db, Some(&v.workspace), "cli", action, &detail)?;
+            Ok(r)
+        })
+    }
+
+    /// Runs a read-only command on one consistent snapshot. Reads may materialize
+    /// directories, which is a write to the live layer, so this is a write transaction
+    /// that is committed (the view itself never changes).
+    pub fn view<T>(&self, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
+        let (v, mut store) = self.open()?;
+        store.write(|db| {
+            let mut ws = Workspace::open(db, &v.workspace)?;
+            f(&mut ws)
+        })
+    }
+}
+
+/// Creates a vault file with its `main` workspace.
+pub fn create_vault_file(path: &std::path::Path) -> Result<()> {
+    let mut store = Store::create(path)?;
+    store.write(|db| {
+        create_workspace(db, MAIN, None, None)?;
+        audit::append(db, Some(MAIN), "cli", "vault.create", &serde_json::json!({"path": path}))?;
+        Ok(())
+    })
+}
+
+fn wants_json(args: &[OsString]) -> bool {
+    args.iter().take_while(|a| *a != "--").any(|a| a == "--json")
+}
+
+pub fn main() -> i32 {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return EXIT_OK;
+            }
+            if wants_json(&args) {
+                let v = serde_json::json!({"error": {"kind": "usage", "message": e.to_string().trim(), "exit_code": EXIT_USAGE}});
+                println!("{}", serde_json::to_string_pretty(&v).unwrap());
+            } else {
+                let _ = e.print();
+            }
+            return EXIT_USAGE;
+        }
+    };
+    let ctx = Ctx { out: Out { json: cli.json }, vault_sel: cli.vault.clone(), home: crate::registry::default_home() };
+    match run(&ctx, cli.command) {
+        Ok(code) => code,
+        Err(e) => ctx.out.error(&e),
+    }
+}
+
+fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::Vault(c) => vault::run(ctx, c),
+        Command::Ls(a) => fs::ls(ctx, a),
+        Command::Cat(a) => fs::cat(ctx, a),
+        Command::Write(a) => fs::write(ctx, a),
+        Command::Mkdir(a) => fs::mkdir(ctx, a),
+        Command::Rm(a) => fs::rm(ctx, a),
+        Command::Mv(a) => fs::mv(ctx, a),
+        Command::Cp(a) => fs::cp(ctx, a),
+        Command::Tree(a) => fs::tree(ctx, a),
+        Command::Stat(a) => fs::stat(ctx, a),
+        Command::Ln(a) => fs::ln(ctx, a),
+        Command::Chmod(a) => fs::chmod(ctx, a),
+        Command::Import(a) => fs::import(ctx, a),
+        Command::Export(a) => fs::export(ctx, a),
+        Command::Checkpoint(c) => checkpoint::run(ctx, c),
+        Command::Diff(a) => checkpoint::diff(ctx, a),
+        Command::Log(a) => checkpoint::log(ctx, a),
+        Command::Restore(a) => checkpoint::restore_path(ctx, a),
+        Command::Audit(a) => upkeep::audit(ctx, a),
+        Command::Gc => upkeep::gc(ctx),
+        Command::Stats => upkeep::stats(ctx),
+    }
+}
