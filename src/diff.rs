@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::store::objects::{self, get_tree, Entry, Hash, Kind};
+use crate::store::objects::{self, Entry, Hash, Kind, get_tree};
 use crate::workspace::path::display;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -100,22 +100,28 @@ pub fn diff_roots(db: &Connection, a: &Hash, b: &Hash) -> Result<Vec<Change>> {
     if a != b {
         let ta = get_tree(db, a)?;
         let tb = get_tree(db, b)?;
-        if let (Some(ra), Some(rb)) = (&ta.root_attrs, &tb.root_attrs) {
-            if ra.mode != rb.mode || ra.uid != rb.uid || ra.gid != rb.gid {
-                let mut c = change("/".into(), ChangeKind::ModeChanged, None, None);
-                c.type_before = Some("dir");
-                c.type_after = Some("dir");
-                c.mode_before = Some(format!("{:04o}", ra.mode));
-                c.mode_after = Some(format!("{:04o}", rb.mode));
-                out.push(c);
-            }
+        if let (Some(ra), Some(rb)) = (&ta.root_attrs, &tb.root_attrs)
+            && (ra.mode != rb.mode || ra.uid != rb.uid || ra.gid != rb.gid)
+        {
+            let mut c = change("/".into(), ChangeKind::ModeChanged, None, None);
+            c.type_before = Some("dir");
+            c.type_after = Some("dir");
+            c.mode_before = Some(format!("{:04o}", ra.mode));
+            c.mode_after = Some(format!("{:04o}", rb.mode));
+            out.push(c);
         }
         diff_entries(db, &mut Vec::new(), &ta.entries, &tb.entries, &mut out)?;
     }
     Ok(out)
 }
 
-fn diff_entries(db: &Connection, prefix: &mut Vec<Vec<u8>>, a: &[Entry], b: &[Entry], out: &mut Vec<Change>) -> Result<()> {
+fn diff_entries(
+    db: &Connection,
+    prefix: &mut Vec<Vec<u8>>,
+    a: &[Entry],
+    b: &[Entry],
+    out: &mut Vec<Change>,
+) -> Result<()> {
     let (mut i, mut j) = (0, 0);
     while i < a.len() || j < b.len() {
         let order = match (a.get(i), b.get(j)) {
@@ -150,7 +156,13 @@ fn path_of(prefix: &mut Vec<Vec<u8>>, name: &[u8]) -> String {
 }
 
 /// An entry added or deleted with everything below it.
-fn whole(db: &Connection, prefix: &mut Vec<Vec<u8>>, e: &Entry, kind: ChangeKind, out: &mut Vec<Change>) -> Result<()> {
+fn whole(
+    db: &Connection,
+    prefix: &mut Vec<Vec<u8>>,
+    e: &Entry,
+    kind: ChangeKind,
+    out: &mut Vec<Change>,
+) -> Result<()> {
     let p = path_of(prefix, &e.name);
     out.push(match kind {
         ChangeKind::Deleted => change(p, kind, Some(e), None),
@@ -167,7 +179,13 @@ fn whole(db: &Connection, prefix: &mut Vec<Vec<u8>>, e: &Entry, kind: ChangeKind
     Ok(())
 }
 
-fn pair(db: &Connection, prefix: &mut Vec<Vec<u8>>, a: &Entry, b: &Entry, out: &mut Vec<Change>) -> Result<()> {
+fn pair(
+    db: &Connection,
+    prefix: &mut Vec<Vec<u8>>,
+    a: &Entry,
+    b: &Entry,
+    out: &mut Vec<Change>,
+) -> Result<()> {
     let p = path_of(prefix, &a.name);
     let attrs_differ = a.mode != b.mode || a.uid != b.uid || a.gid != b.gid;
     if a.kind != b.kind {
@@ -196,7 +214,8 @@ fn pair(db: &Connection, prefix: &mut Vec<Vec<u8>>, a: &Entry, b: &Entry, out: &
         }
         return Ok(());
     }
-    let content_differs = a.hash != b.hash || a.size != b.size || a.target != b.target || a.rdev != b.rdev;
+    let content_differs =
+        a.hash != b.hash || a.size != b.size || a.target != b.target || a.rdev != b.rdev;
     if content_differs {
         out.push(change(p, ChangeKind::Modified, Some(a), Some(b)));
     } else if attrs_differ {
@@ -209,7 +228,9 @@ fn pair(db: &Connection, prefix: &mut Vec<Vec<u8>>, a: &Entry, b: &Entry, out: &
 pub const PATCH_LIMIT: u64 = 1024 * 1024;
 
 fn text_of(db: &Connection, e: Option<&Entry>) -> Result<Option<String>> {
-    let Some(e) = e else { return Ok(Some(String::new())) };
+    let Some(e) = e else {
+        return Ok(Some(String::new()));
+    };
     if e.kind != Kind::File || e.size > PATCH_LIMIT {
         return Ok(None);
     }
@@ -223,17 +244,41 @@ fn text_of(db: &Connection, e: Option<&Entry>) -> Result<Option<String>> {
 /// Adds a unified diff to every change of a text file no larger than `limit` bytes.
 pub fn add_patches(db: &Connection, changes: &mut [Change], limit: u64) -> Result<()> {
     for c in changes.iter_mut() {
-        let sized = |e: &Option<Entry>| e.as_ref().is_none_or(|e| e.kind == Kind::File && e.size <= limit);
-        if !matches!(c.kind, ChangeKind::Added | ChangeKind::Modified | ChangeKind::Deleted) || !sized(&c.before) || !sized(&c.after) {
+        let sized = |e: &Option<Entry>| {
+            e.as_ref()
+                .is_none_or(|e| e.kind == Kind::File && e.size <= limit)
+        };
+        if !matches!(
+            c.kind,
+            ChangeKind::Added | ChangeKind::Modified | ChangeKind::Deleted
+        ) || !sized(&c.before)
+            || !sized(&c.after)
+        {
             continue;
         }
-        let (Some(old), Some(new)) = (text_of(db, c.before.as_ref())?, text_of(db, c.after.as_ref())?) else {
+        let (Some(old), Some(new)) = (
+            text_of(db, c.before.as_ref())?,
+            text_of(db, c.after.as_ref())?,
+        ) else {
             continue;
         };
-        let from = if c.before.is_some() { format!("a{}", c.path) } else { "/dev/null".into() };
-        let to = if c.after.is_some() { format!("b{}", c.path) } else { "/dev/null".into() };
+        let from = if c.before.is_some() {
+            format!("a{}", c.path)
+        } else {
+            "/dev/null".into()
+        };
+        let to = if c.after.is_some() {
+            format!("b{}", c.path)
+        } else {
+            "/dev/null".into()
+        };
         let d = similar::TextDiff::from_lines(&old, &new);
-        c.patch = Some(d.unified_diff().context_radius(3).header(&from, &to).to_string());
+        c.patch = Some(
+            d.unified_diff()
+                .context_radius(3)
+                .header(&from, &to)
+                .to_string(),
+        );
     }
     Ok(())
 }

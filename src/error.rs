@@ -10,8 +10,14 @@ pub enum Error {
     NotAVault { path: PathBuf, reason: String },
     #[error("{path}: vault is corrupt ({reason}); run `avfs vault verify` on a copy to see more")]
     Corrupt { path: PathBuf, reason: String },
-    #[error("{path}: vault format {found} is newer than this avfs understands ({supported}); upgrade avfs")]
-    TooNew { path: PathBuf, found: i64, supported: i64 },
+    #[error(
+        "{path}: vault format {found} is newer than this avfs understands ({supported}); upgrade avfs"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
     #[error("no such vault or workspace: {0} (see `avfs vault list`)")]
     NoSuchVault(String),
     #[error("a vault or workspace named {0:?} already exists")]
@@ -93,16 +99,22 @@ impl Error {
     }
 
     pub fn host(what: impl std::fmt::Display, e: std::io::Error) -> Error {
-        Error::Host { what: what.to_string(), message: e.to_string() }
+        Error::Host {
+            what: what.to_string(),
+            message: e.to_string(),
+        }
     }
 }
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        if let rusqlite::Error::SqliteFailure(f, _) = &e {
-            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) {
-                return Error::Busy;
-            }
+        if let rusqlite::Error::SqliteFailure(f, _) = &e
+            && matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            )
+        {
+            return Error::Busy;
         }
         Error::Internal(format!("sqlite: {e}"))
     }
@@ -110,6 +122,9 @@ impl From<rusqlite::Error> for Error {
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
-        Error::Host { what: "io".into(), message: e.to_string() }
+        Error::Host {
+            what: "io".into(),
+            message: e.to_string(),
+        }
     }
 }

@@ -19,15 +19,15 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::store::objects::{self, Entry, Hash, Kind, Tree, CHUNK_SIZE};
+use crate::store::objects::{self, CHUNK_SIZE, Entry, Hash, Kind, Tree};
 use crate::store::{counter_take, now_ns};
-use crate::workspace::{path, Inode, NewNode, SetAttr, Workspace, ROOT_INO};
+use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace, path};
 
 /// How often (in files) the progress callback is called.
 const PROGRESS_EVERY: u64 = 1000;
@@ -71,11 +71,16 @@ fn host_err(p: &Path, e: io::Error) -> Error {
 }
 
 fn host_msg(p: &Path, message: impl Into<String>) -> Error {
-    Error::Host { what: p.display().to_string(), message: message.into() }
+    Error::Host {
+        what: p.display().to_string(),
+        message: message.into(),
+    }
 }
 
 fn mtime_ns_of(m: &fs::Metadata) -> i64 {
-    m.mtime().saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec())
+    m.mtime()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(m.mtime_nsec())
 }
 
 fn kind_of(ft: &fs::FileType) -> Kind {
@@ -129,7 +134,11 @@ impl Node {
             uid: m.uid(),
             gid: m.gid(),
             mtime_ns: mtime_ns_of(m),
-            rdev: if matches!(kind, Kind::CharDev | Kind::BlockDev) { m.rdev() } else { 0 },
+            rdev: if matches!(kind, Kind::CharDev | Kind::BlockDev) {
+                m.rdev()
+            } else {
+                0
+            },
             dev: m.dev(),
             ino: m.ino(),
             nlink: m.nlink(),
@@ -142,7 +151,11 @@ impl Node {
 /// Reader thread -> storing thread.
 enum Msg {
     Chunk(Hash, Vec<u8>),
-    File { idx: usize, chunks: Vec<Hash>, size: u64 },
+    File {
+        idx: usize,
+        chunks: Vec<Hash>,
+        size: u64,
+    },
 }
 
 struct Walk {
@@ -220,7 +233,8 @@ fn walk_host(root: &Path, exclude: &HashSet<(u64, u64)>, tx: &SyncSender<Msg>) -
             let ent = ent.map_err(|e| host_err(&dir, e))?;
             let name = ent.file_name().into_vec();
             let p = ent.path();
-            objects::validate_name(&name).map_err(|why| host_msg(&p, format!("invalid name ({why})")))?;
+            objects::validate_name(&name)
+                .map_err(|why| host_msg(&p, format!("invalid name ({why})")))?;
             // Does not follow symlinks.
             let m = ent.metadata().map_err(|e| host_err(&p, e))?;
             let kind = kind_of(&m.file_type());
@@ -249,7 +263,12 @@ fn walk_host(root: &Path, exclude: &HashSet<(u64, u64)>, tx: &SyncSender<Msg>) -
                             c
                         }
                     };
-                    tx.send(Msg::File { idx: child, chunks, size }).map_err(|_| cancelled())?;
+                    tx.send(Msg::File {
+                        idx: child,
+                        chunks,
+                        size,
+                    })
+                    .map_err(|_| cancelled())?;
                 }
                 _ => {}
             }
@@ -259,11 +278,19 @@ fn walk_host(root: &Path, exclude: &HashSet<(u64, u64)>, tx: &SyncSender<Msg>) -
         children.sort_unstable_by(|a, b| nodes[*a].name.cmp(&nodes[*b].name));
         nodes[idx].children = children;
     }
-    Ok(Walk { nodes, skipped, bytes })
+    Ok(Walk {
+        nodes,
+        skipped,
+        bytes,
+    })
 }
 
 /// Stores what the reader thread sends (the calling thread); returns each file's content.
-fn store_contents(db: &Connection, rx: Receiver<Msg>, progress: &dyn Fn(u64)) -> Result<Vec<Option<(Hash, u64)>>> {
+fn store_contents(
+    db: &Connection,
+    rx: Receiver<Msg>,
+    progress: &dyn Fn(u64),
+) -> Result<Vec<Option<(Hash, u64)>>> {
     let mut contents: Vec<Option<(Hash, u64)>> = Vec::new();
     let mut done = 0u64;
     for msg in rx {
@@ -322,7 +349,12 @@ fn locate_dest(ws: &Workspace, dest: &[Vec<u8>], create: bool) -> Result<Option<
         match found {
             Some(n) if n.kind == Kind::Dir => cur = n.ino,
             Some(_) => return Err(Error::NotADirectory(path::display(&dest[..=i]))),
-            None if last => return Ok(Some(Dest::New { parent: cur, name: comp.clone() })),
+            None if last => {
+                return Ok(Some(Dest::New {
+                    parent: cur,
+                    name: comp.clone(),
+                }));
+            }
             None if !create => return Ok(None),
             None => {
                 let dir = ws.get(cur)?;
@@ -341,7 +373,12 @@ fn locate_dest(ws: &Workspace, dest: &[Vec<u8>], create: bool) -> Result<Option<
 /// host directory's attributes), any other same-named entry is replaced.
 ///
 /// Call it inside a write transaction: on error the caller must roll back.
-pub fn import(ws: &Workspace, host: &Path, dest: &[Vec<u8>], progress: &dyn Fn(u64)) -> Result<ImportStats> {
+pub fn import(
+    ws: &Workspace,
+    host: &Path,
+    dest: &[Vec<u8>],
+    progress: &dyn Fn(u64),
+) -> Result<ImportStats> {
     // Fail on a bad destination before reading anything.
     locate_dest(ws, dest, false)?;
     let exclude = vault_files(ws.db);
@@ -350,13 +387,23 @@ pub fn import(ws: &Workspace, host: &Path, dest: &[Vec<u8>], progress: &dyn Fn(u
         let exclude = &exclude;
         let reader = s.spawn(move || walk_host(host, exclude, &tx));
         let stored = store_contents(ws.db, rx, progress);
-        let walked = reader.join().map_err(|_| Error::Internal("the import reader thread panicked".into()))?;
+        let walked = reader
+            .join()
+            .map_err(|_| Error::Internal("the import reader thread panicked".into()))?;
         // The storing side's error wins: it is why the reader was cancelled.
         let contents = stored?;
         Ok((walked?, contents))
     })?;
-    let Walk { nodes, skipped, bytes } = walk;
-    let mut stats = ImportStats { bytes, skipped, ..Default::default() };
+    let Walk {
+        nodes,
+        skipped,
+        bytes,
+    } = walk;
+    let mut stats = ImportStats {
+        bytes,
+        skipped,
+        ..Default::default()
+    };
 
     // Hard links: names inside the tree that share (dev, ino) form one link group. A file
     // whose other names are all outside the tree is imported as a plain file.
@@ -396,7 +443,8 @@ pub fn import(ws: &Workspace, host: &Path, dest: &[Vec<u8>], progress: &dyn Fn(u
         }
     }
 
-    let target = locate_dest(ws, dest, true)?.ok_or_else(|| Error::Internal("import destination vanished".into()))?;
+    let target = locate_dest(ws, dest, true)?
+        .ok_or_else(|| Error::Internal("import destination vanished".into()))?;
     let merging = matches!(target, Dest::Merge(_));
 
     // Tree objects, bottom-up (children have larger numbers than their parents).
@@ -408,11 +456,23 @@ pub fn import(ws: &Workspace, host: &Path, dest: &[Vec<u8>], progress: &dyn Fn(u
                 let mut list = Vec::with_capacity(n.children.len());
                 for &c in &n.children {
                     // A merge needs the entries of directories it descends into.
-                    let e = if merging { entries[c].clone() } else { entries[c].take() };
-                    list.push(e.ok_or_else(|| Error::Internal("import: child entry missing".into()))?);
+                    let e = if merging {
+                        entries[c].clone()
+                    } else {
+                        entries[c].take()
+                    };
+                    list.push(
+                        e.ok_or_else(|| Error::Internal("import: child entry missing".into()))?,
+                    );
                 }
                 let has_links = list.iter().any(|e| e.link_group != 0 || e.has_links);
-                let h = objects::put_tree(ws.db, &Tree { root_attrs: None, entries: list })?;
+                let h = objects::put_tree(
+                    ws.db,
+                    &Tree {
+                        root_attrs: None,
+                        entries: list,
+                    },
+                )?;
                 (Some(h), 0, has_links)
             }
             Kind::File => {
@@ -445,7 +505,9 @@ pub fn import(ws: &Workspace, host: &Path, dest: &[Vec<u8>], progress: &dyn Fn(u
 
     match target {
         Dest::New { parent, name } => {
-            let root = entries[0].take().ok_or_else(|| Error::Internal("import: root entry missing".into()))?;
+            let root = entries[0]
+                .take()
+                .ok_or_else(|| Error::Internal("import: root entry missing".into()))?;
             let parent = ws.get(parent)?;
             ws.graft(&parent, &name, &root)?;
         }
@@ -465,7 +527,11 @@ fn merge(ws: &Workspace, top: u64, nodes: &[Node], entries: &[Option<Entry>]) ->
         Enter(u64, usize),
         Exit(u64, usize),
     }
-    let entry = |i: usize| entries[i].as_ref().ok_or_else(|| Error::Internal("import: entry missing".into()));
+    let entry = |i: usize| {
+        entries[i]
+            .as_ref()
+            .ok_or_else(|| Error::Internal("import: entry missing".into()))
+    };
     let mut stack = vec![Step::Enter(top, 0)];
     while let Some(step) = stack.pop() {
         match step {
@@ -480,12 +546,20 @@ fn merge(ws: &Workspace, top: u64, nodes: &[Node], entries: &[Option<Entry>]) ->
                         Some(old) if old.kind == Kind::Dir && nodes[c].kind == Kind::Dir => {
                             stack.push(Step::Enter(old.ino, c));
                         }
-                        Some(_) => {
+                        Some(old) => {
+                            if old.kind == Kind::Dir && old.has_links {
+                                // Work around remove_tree deciding what to delete from a
+                                // copy of the directory read before it materialized the
+                                // link members: materialize the directory first.
+                                ws.readdir(&old)?;
+                            }
                             ws.remove_tree(&dir, name)?;
                             let dir = ws.get(dir_ino)?;
                             ws.graft(&dir, name, entry(c)?)?;
                         }
                         None => {
+                            // `dir` was materialized by the lookup: fetch it again.
+                            let dir = ws.get(dir_ino)?;
                             ws.graft(&dir, name, entry(c)?)?;
                         }
                     }
@@ -494,7 +568,13 @@ fn merge(ws: &Workspace, top: u64, nodes: &[Node], entries: &[Option<Entry>]) ->
             Step::Exit(dir_ino, 0) => {
                 // The destination keeps its own attributes; its entries changed now.
                 if !nodes[0].children.is_empty() {
-                    ws.setattr(dir_ino, &SetAttr { mtime_ns: Some(now_ns()), ..Default::default() })?;
+                    ws.setattr(
+                        dir_ino,
+                        &SetAttr {
+                            mtime_ns: Some(now_ns()),
+                            ..Default::default()
+                        },
+                    )?;
                 }
             }
             Step::Exit(dir_ino, idx) => {
@@ -524,9 +604,12 @@ fn resolve_node(ws: &Workspace, top: u64, nodes: &[Node], idx: usize) -> Result<
     let mut parent = top;
     let mut cur = ws.get(top)?;
     for &i in chain.iter().rev() {
-        let next = ws
-            .lookup(&cur, &nodes[i].name)?
-            .ok_or_else(|| Error::Internal(format!("import: {} vanished", String::from_utf8_lossy(&nodes[i].name))))?;
+        let next = ws.lookup(&cur, &nodes[i].name)?.ok_or_else(|| {
+            Error::Internal(format!(
+                "import: {} vanished",
+                String::from_utf8_lossy(&nodes[i].name)
+            ))
+        })?;
         parent = cur.ino;
         cur = next;
     }
@@ -549,7 +632,13 @@ fn relink(ws: &Workspace, top: u64, nodes: &[Node], groups: &[Vec<usize>]) -> Re
             ws.link(first.ino, &ws.get(parent)?, name)?;
             let pidx = nodes[m].parent;
             if pidx != 0 {
-                ws.setattr(parent, &SetAttr { mtime_ns: Some(nodes[pidx].mtime_ns), ..Default::default() })?;
+                ws.setattr(
+                    parent,
+                    &SetAttr {
+                        mtime_ns: Some(nodes[pidx].mtime_ns),
+                        ..Default::default()
+                    },
+                )?;
             }
         }
     }
@@ -580,7 +669,11 @@ fn times(mtime_ns: i64) -> [libc::timespec; 2] {
 }
 
 fn check(r: libc::c_int) -> io::Result<()> {
-    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Sets the mtime of `p` itself, never of what a symlink points to.
@@ -588,7 +681,14 @@ fn set_mtime_nofollow(p: &Path, mtime_ns: i64) -> io::Result<()> {
     let c = cpath(p)?;
     let t = times(mtime_ns);
     // SAFETY: `c` is a valid NUL-terminated path and `t` holds two timespecs.
-    check(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
+    check(unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            t.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
 }
 
 fn ignore_eperm(r: io::Result<()>) -> io::Result<()> {
@@ -626,7 +726,10 @@ impl Exporter<'_, '_> {
                 Err(e) => return Err(host_err(p, e)),
             }
         }
-        fs::DirBuilder::new().mode(0o700).create(p).map_err(|e| host_err(p, e))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(p)
+            .map_err(|e| host_err(p, e))?;
         Ok(true)
     }
 
@@ -635,7 +738,12 @@ impl Exporter<'_, '_> {
     fn clear_slot(&self, p: &Path) -> Result<()> {
         match fs::symlink_metadata(p) {
             Ok(m) if m.is_dir() => fs::remove_dir(p).map_err(|e| {
-                host_msg(p, format!("is a directory and cannot be replaced by a file ({e}); remove it first"))
+                host_msg(
+                    p,
+                    format!(
+                        "is a directory and cannot be replaced by a file ({e}); remove it first"
+                    ),
+                )
             }),
             Ok(_) => fs::remove_file(p).map_err(|e| host_err(p, e)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -645,13 +753,16 @@ impl Exporter<'_, '_> {
 
     fn set_owner(&self, p: &Path, i: &Inode) -> Result<()> {
         if self.root {
-            ignore_eperm(std::os::unix::fs::lchown(p, Some(i.uid), Some(i.gid))).map_err(|e| host_err(p, e))?;
+            ignore_eperm(std::os::unix::fs::lchown(p, Some(i.uid), Some(i.gid)))
+                .map_err(|e| host_err(p, e))?;
         }
         Ok(())
     }
 
     fn write_file(&mut self, i: &Inode, p: &Path) -> Result<()> {
-        let hash = i.hash.ok_or_else(|| Error::Internal(format!("inode {} is a file without content", i.ino)))?;
+        let hash = i
+            .hash
+            .ok_or_else(|| Error::Internal(format!("inode {} is a file without content", i.ino)))?;
         let mut f = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -677,15 +788,21 @@ impl Exporter<'_, '_> {
             if off != i.size {
                 return Err(Error::Corrupt {
                     path: Default::default(),
-                    reason: format!("content {} is shorter than its size {}", hash.to_hex(), i.size),
+                    reason: format!(
+                        "content {} is shorter than its size {}",
+                        hash.to_hex(),
+                        i.size
+                    ),
                 });
             }
         }
         if self.root {
-            ignore_eperm(std::os::unix::fs::fchown(&f, Some(i.uid), Some(i.gid))).map_err(|e| host_err(p, e))?;
+            ignore_eperm(std::os::unix::fs::fchown(&f, Some(i.uid), Some(i.gid)))
+                .map_err(|e| host_err(p, e))?;
         }
         // After writing and chown, both of which may clear setuid/setgid bits.
-        f.set_permissions(fs::Permissions::from_mode(i.mode & 0o7777)).map_err(|e| host_err(p, e))?;
+        f.set_permissions(fs::Permissions::from_mode(i.mode & 0o7777))
+            .map_err(|e| host_err(p, e))?;
         let t = times(i.mtime_ns);
         // SAFETY: the descriptor is open and `t` holds two timespecs.
         check(unsafe { libc::futimens(f.as_raw_fd(), t.as_ptr()) }).map_err(|e| host_err(p, e))?;
@@ -702,27 +819,45 @@ impl Exporter<'_, '_> {
             check(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }).map_err(|e| host_err(p, e))?;
         } else {
             if !self.root {
-                self.stats.skipped.push(format!("{wpath} ({}: only root can create it)", i.kind.name()));
+                self.stats.skipped.push(format!(
+                    "{wpath} ({}: only root can create it)",
+                    i.kind.name()
+                ));
                 return Ok(false);
             }
             let mode = (i.kind.ifmt() | (i.mode & 0o7777)) as libc::mode_t;
             // SAFETY: `c` is a valid NUL-terminated path.
             if let Err(e) = check(unsafe { libc::mknod(c.as_ptr(), mode, i.rdev as libc::dev_t) }) {
-                self.stats.skipped.push(format!("{wpath} ({}: {e})", i.kind.name()));
+                self.stats
+                    .skipped
+                    .push(format!("{wpath} ({}: {e})", i.kind.name()));
                 return Ok(false);
             }
         }
         self.set_owner(p, i)?;
         // A FIFO or device node is not opened (that could block or touch a device).
         // SAFETY: `c` is a valid NUL-terminated path.
-        check(unsafe { libc::fchmodat(libc::AT_FDCWD, c.as_ptr(), (i.mode & 0o7777) as libc::mode_t, 0) })
-            .map_err(|e| host_err(p, e))?;
+        check(unsafe {
+            libc::fchmodat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                (i.mode & 0o7777) as libc::mode_t,
+                0,
+            )
+        })
+        .map_err(|e| host_err(p, e))?;
         set_mtime_nofollow(p, i.mtime_ns).map_err(|e| host_err(p, e))?;
         Ok(true)
     }
 
     /// Recreates one non-directory at `p`.
-    fn leaf(&mut self, i: &Inode, p: &Path, exists_check: bool, wpath: &dyn Fn() -> String) -> Result<()> {
+    fn leaf(
+        &mut self,
+        i: &Inode,
+        p: &Path,
+        exists_check: bool,
+        wpath: &dyn Fn() -> String,
+    ) -> Result<()> {
         if exists_check {
             self.clear_slot(p)?;
         }
@@ -743,7 +878,8 @@ impl Exporter<'_, '_> {
             }
             Kind::Symlink => {
                 let target = i.target.as_deref().unwrap_or_default();
-                std::os::unix::fs::symlink(OsStr::from_bytes(target), p).map_err(|e| host_err(p, e))?;
+                std::os::unix::fs::symlink(OsStr::from_bytes(target), p)
+                    .map_err(|e| host_err(p, e))?;
                 self.set_owner(p, i)?;
                 set_mtime_nofollow(p, i.mtime_ns).map_err(|e| host_err(p, e))?;
                 self.stats.symlinks += 1;
@@ -764,13 +900,34 @@ impl Exporter<'_, '_> {
     /// Recreates the directory `ino` at `host`, depth first; attributes post-order.
     fn tree(&mut self, ino: u64, host: &Path, wpath: Vec<Vec<u8>>) -> Result<()> {
         enum Step {
-            Enter { ino: u64, host: PathBuf, wpath: Vec<Vec<u8>>, check: bool, top: bool },
-            Exit { inode: Inode, host: PathBuf },
+            Enter {
+                ino: u64,
+                host: PathBuf,
+                wpath: Vec<Vec<u8>>,
+                check: bool,
+                top: bool,
+            },
+            Exit {
+                inode: Inode,
+                host: PathBuf,
+            },
         }
-        let mut stack = vec![Step::Enter { ino, host: host.to_path_buf(), wpath, check: true, top: true }];
+        let mut stack = vec![Step::Enter {
+            ino,
+            host: host.to_path_buf(),
+            wpath,
+            check: true,
+            top: true,
+        }];
         while let Some(step) = stack.pop() {
             match step {
-                Step::Enter { ino, host, wpath, check, top } => {
+                Step::Enter {
+                    ino,
+                    host,
+                    wpath,
+                    check,
+                    top,
+                } => {
                     let created = self.make_dir(&host, check)?;
                     self.stats.dirs += 1;
                     // Always a fresh row: materializing elsewhere may have changed it.
@@ -779,14 +936,23 @@ impl Exporter<'_, '_> {
                     // A directory that existed before the export at the top keeps its
                     // attributes; everything the export makes gets the workspace's.
                     if created || !top {
-                        stack.push(Step::Exit { inode: dir, host: host.clone() });
+                        stack.push(Step::Exit {
+                            inode: dir,
+                            host: host.clone(),
+                        });
                     }
                     for (name, child) in children {
                         let p = host.join(OsStr::from_bytes(&name));
                         if child.kind == Kind::Dir {
                             let mut w = wpath.clone();
                             w.push(name);
-                            stack.push(Step::Enter { ino: child.ino, host: p, wpath: w, check: !created, top: false });
+                            stack.push(Step::Enter {
+                                ino: child.ino,
+                                host: p,
+                                wpath: w,
+                                check: !created,
+                                top: false,
+                            });
                         } else {
                             let shown = || {
                                 let mut w = wpath.clone();
@@ -816,8 +982,16 @@ impl Exporter<'_, '_> {
 /// entries and keeping unrelated ones. Owners are set only when running as root; device
 /// nodes and sockets are recreated only by root and otherwise reported in `skipped`.
 /// A file exported into an existing directory keeps its name there.
-pub fn export(ws: &Workspace, src: &[Vec<u8>], host: &Path, force: bool, progress: &dyn Fn(u64)) -> Result<ExportStats> {
-    let (node, resolved) = ws.resolve_full(src, true)?.ok_or_else(|| Error::NotFound(path::display(src)))?;
+pub fn export(
+    ws: &Workspace,
+    src: &[Vec<u8>],
+    host: &Path,
+    force: bool,
+    progress: &dyn Fn(u64),
+) -> Result<ExportStats> {
+    let (node, resolved) = ws
+        .resolve_full(src, true)?
+        .ok_or_else(|| Error::NotFound(path::display(src)))?;
     let existing = match fs::symlink_metadata(host) {
         Ok(m) => Some(m),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -825,7 +999,11 @@ pub fn export(ws: &Workspace, src: &[Vec<u8>], host: &Path, force: bool, progres
     };
     match &existing {
         Some(m) => {
-            let nonempty = !m.is_dir() || fs::read_dir(host).map_err(|e| host_err(host, e))?.next().is_some();
+            let nonempty = !m.is_dir()
+                || fs::read_dir(host)
+                    .map_err(|e| host_err(host, e))?
+                    .next()
+                    .is_some();
             if nonempty && !force {
                 return Err(Error::Refused(format!(
                     "{}: already exists and is not empty; pass --force to export into it \
@@ -842,7 +1020,14 @@ pub fn export(ws: &Workspace, src: &[Vec<u8>], host: &Path, force: bool, progres
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    let mut ex = Exporter { ws, root, stats: ExportStats::default(), links: HashMap::new(), done: 0, progress };
+    let mut ex = Exporter {
+        ws,
+        root,
+        stats: ExportStats::default(),
+        links: HashMap::new(),
+        done: 0,
+        progress,
+    };
     if node.kind == Kind::Dir {
         ex.tree(node.ino, host, resolved)?;
     } else {
@@ -855,4 +1040,504 @@ pub fn export(ws: &Workspace, src: &[Vec<u8>], host: &Path, force: bool, progres
     }
     progress(ex.done);
     Ok(ex.stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use crate::workspace::create_workspace;
+    use std::os::unix::fs::symlink;
+
+    fn set_mtime(p: &Path, secs: i64, nsec: i64) {
+        set_mtime_nofollow(p, secs * 1_000_000_000 + nsec).unwrap();
+    }
+
+    fn mkfifo(p: &Path, mode: u32) {
+        let c = cpath(p).unwrap();
+        // SAFETY: valid path.
+        check(unsafe { libc::mkfifo(c.as_ptr(), mode as libc::mode_t) }).unwrap();
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Gives every entry below `dir` (and `dir`) a distinct mtime with nanoseconds, post-order.
+    fn stamp(dir: &Path, k: &mut i64) {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for p in names {
+            if fs::symlink_metadata(&p).unwrap().is_dir() {
+                stamp(&p, k);
+            } else {
+                *k += 1;
+                set_mtime(&p, 1_600_000_000 + *k, 123_456_789 + *k);
+            }
+        }
+        *k += 1;
+        set_mtime(dir, 1_600_000_000 + *k, 987_654_321 - *k);
+    }
+
+    fn odd_name() -> &'static OsStr {
+        OsStr::from_bytes(b"bad\xff\xfe name.bin")
+    }
+
+    fn make_host(root: &Path) {
+        fs::create_dir_all(root.join("a/b")).unwrap();
+        fs::write(root.join("a/b/c.txt"), "hello\n").unwrap();
+        fs::write(root.join("a/x.sh"), "#!/bin/sh\necho hi\n").unwrap();
+        fs::set_permissions(root.join("a/x.sh"), fs::Permissions::from_mode(0o751)).unwrap();
+        fs::write(root.join("a/suid"), "s").unwrap();
+        fs::set_permissions(root.join("a/suid"), fs::Permissions::from_mode(0o4755)).unwrap();
+        symlink("../outside", root.join("a/rel")).unwrap();
+        symlink("/nonexistent/dangling/target", root.join("abs")).unwrap();
+        fs::create_dir(root.join("d1")).unwrap();
+        fs::create_dir(root.join("d2")).unwrap();
+        fs::write(root.join("d1/h1"), "linked content").unwrap();
+        fs::hard_link(root.join("d1/h1"), root.join("d2/h2")).unwrap();
+        fs::create_dir(root.join("empty")).unwrap();
+        fs::write(root.join(odd_name()), b"raw bytes").unwrap();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        fs::write(root.join("big.bin"), &big).unwrap();
+        fs::write(root.join("exact.bin"), vec![9u8; CHUNK_SIZE]).unwrap();
+        fs::write(root.join("zero"), b"").unwrap();
+        mkfifo(&root.join("fifo"), 0o640);
+        fs::set_permissions(root.join("a"), fs::Permissions::from_mode(0o1755)).unwrap();
+        let mut k = 0;
+        stamp(root, &mut k);
+    }
+
+    /// Asserts that two host trees are equal: kinds, contents, targets, modes, owners, mtimes.
+    fn compare(a: &Path, b: &Path, top_attrs: bool) {
+        let ma = fs::symlink_metadata(a).unwrap();
+        let mb = fs::symlink_metadata(b).unwrap_or_else(|e| panic!("{}: {e}", b.display()));
+        assert_eq!(
+            kind_of(&ma.file_type()),
+            kind_of(&mb.file_type()),
+            "{}",
+            b.display()
+        );
+        if top_attrs {
+            if !ma.file_type().is_symlink() {
+                assert_eq!(
+                    ma.mode() & 0o7777,
+                    mb.mode() & 0o7777,
+                    "mode of {}",
+                    b.display()
+                );
+            }
+            assert_eq!(
+                (ma.uid(), ma.gid()),
+                (mb.uid(), mb.gid()),
+                "owner of {}",
+                b.display()
+            );
+            assert_eq!(
+                mtime_ns_of(&ma),
+                mtime_ns_of(&mb),
+                "mtime of {}",
+                b.display()
+            );
+        }
+        let ft = ma.file_type();
+        if ft.is_file() {
+            assert_eq!(
+                fs::read(a).unwrap(),
+                fs::read(b).unwrap(),
+                "content of {}",
+                b.display()
+            );
+        } else if ft.is_symlink() {
+            assert_eq!(
+                fs::read_link(a).unwrap(),
+                fs::read_link(b).unwrap(),
+                "target of {}",
+                b.display()
+            );
+        } else if ft.is_dir() {
+            let names = |d: &Path| {
+                let mut v: Vec<_> = fs::read_dir(d)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                v.sort();
+                v
+            };
+            let (na, nb) = (names(a), names(b));
+            assert_eq!(na, nb, "entries of {}", b.display());
+            for n in na {
+                compare(&a.join(&n), &b.join(&n), true);
+            }
+        }
+    }
+
+    fn assert_linked(out: &Path) {
+        let m1 = fs::symlink_metadata(out.join("d1/h1")).unwrap();
+        let m2 = fs::symlink_metadata(out.join("d2/h2")).unwrap();
+        assert_eq!(m1.ino(), m2.ino(), "hard-linked pair was split");
+        assert_eq!(m1.nlink(), 2);
+    }
+
+    fn new_vault(dir: &Path) -> Store {
+        let mut store = Store::create(&dir.join("v.avfs")).unwrap();
+        store
+            .write(|db| {
+                create_workspace(db, "main", None, None)?;
+                Ok(())
+            })
+            .unwrap();
+        store
+    }
+
+    fn comps(p: &str) -> Vec<Vec<u8>> {
+        path::components(p.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn round_trip_into_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        make_host(&host);
+        let mut store = new_vault(tmp.path());
+        let calls = std::cell::Cell::new(0);
+        let stats = store
+            .write(|db| {
+                let mut ws = Workspace::open(db, "main")?;
+                let st = import(&ws, &host, &[], &|_| calls.set(calls.get() + 1))?;
+                ws.checkpoint(Some("c1"), None, "test")?;
+                Ok(st)
+            })
+            .unwrap();
+        assert!(calls.get() >= 1);
+        // a, a/b, d1, d2, empty
+        assert_eq!(stats.dirs, 5);
+        // c.txt x.sh suid h1 odd big exact zero
+        assert_eq!(stats.files, 8);
+        assert_eq!(stats.symlinks, 2);
+        assert_eq!(stats.hardlinks, 1);
+        assert!(stats.skipped.is_empty(), "{:?}", stats.skipped);
+
+        // From the live layer the import built.
+        let out = tmp.path().join("out");
+        let st = store
+            .write(|db| export(&Workspace::open(db, "main")?, &[], &out, false, &|_| {}))
+            .unwrap();
+        assert_eq!(st.hardlinks, 1);
+        assert_eq!(st.symlinks, 2);
+        compare(&host, &out, false);
+        assert_linked(&out);
+
+        // From the stored trees alone: a fresh live layer on the checkpoint.
+        let out2 = tmp.path().join("out2");
+        store
+            .write(|db| {
+                let mut ws = Workspace::open(db, "main")?;
+                let cp = ws.find_checkpoint("c1")?;
+                ws.restore(&cp)?;
+                export(&ws, &[], &out2, false, &|_| {})
+            })
+            .unwrap();
+        compare(&host, &out2, false);
+        assert_linked(&out2);
+    }
+
+    #[test]
+    fn round_trip_into_new_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        make_host(&host);
+        let mut store = new_vault(tmp.path());
+        let out = tmp.path().join("deep/out");
+        store
+            .write(|db| {
+                let mut ws = Workspace::open(db, "main")?;
+                import(&ws, &host, &comps("/sub/dir"), &|_| {})?;
+                ws.checkpoint(Some("c1"), None, "test")?;
+                let cp = ws.find_checkpoint("c1")?;
+                ws.restore(&cp)?;
+                export(&ws, &comps("/sub/dir"), &out, false, &|_| {})
+            })
+            .unwrap();
+        // The import root took the host directory's own attributes.
+        compare(&host, &out, true);
+        assert_linked(&out);
+
+        // A single file, into a file path and into an existing empty directory.
+        let one = tmp.path().join("one.sh");
+        let into = tmp.path().join("into");
+        fs::create_dir(&into).unwrap();
+        store
+            .write(|db| {
+                let ws = Workspace::open(db, "main")?;
+                export(&ws, &comps("/sub/dir/a/x.sh"), &one, false, &|_| {})?;
+                export(&ws, &comps("/sub/dir/a/x.sh"), &into, false, &|_| {})
+            })
+            .unwrap();
+        compare(&host.join("a/x.sh"), &one, true);
+        compare(&host.join("a/x.sh"), &into.join("x.sh"), true);
+    }
+
+    #[test]
+    fn hard_link_change_reaches_both_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        make_host(&host);
+        let mut store = new_vault(tmp.path());
+        store
+            .write(|db| {
+                let mut ws = Workspace::open(db, "main")?;
+                import(&ws, &host, &[], &|_| {})?;
+                ws.checkpoint(Some("c1"), None, "test")?;
+                Ok(())
+            })
+            .unwrap();
+        let out = tmp.path().join("out");
+        store
+            .write(|db| {
+                let mut ws = Workspace::open(db, "main")?;
+                let ino = ws.resolve_existing(&comps("/d1/h1"), false)?.ino;
+                assert_eq!(ws.resolve_existing(&comps("/d2/h2"), false)?.ino, ino);
+                ws.set_content(ino, objects::put_content(db, b"new")?, 3)?;
+                ws.checkpoint(Some("c2"), None, "test")?;
+                let cp = ws.find_checkpoint("c2")?;
+                ws.restore(&cp)?;
+                export(&ws, &[], &out, false, &|_| {})
+            })
+            .unwrap();
+        assert_eq!(fs::read(out.join("d1/h1")).unwrap(), b"new");
+        assert_eq!(fs::read(out.join("d2/h2")).unwrap(), b"new");
+        assert_linked(&out);
+    }
+
+    #[test]
+    fn export_refuses_non_empty_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        make_host(&host);
+        let mut store = new_vault(tmp.path());
+        store
+            .write(|db| import(&Workspace::open(db, "main")?, &host, &[], &|_| {}))
+            .unwrap();
+
+        let out = tmp.path().join("out");
+        fs::create_dir(&out).unwrap();
+        fs::write(out.join("keep"), "mine").unwrap();
+        fs::write(out.join("zero"), "will be replaced").unwrap();
+        let file = tmp.path().join("file");
+        fs::write(&file, "a file").unwrap();
+        for target in [&out, &file] {
+            let err = store
+                .write(|db| export(&Workspace::open(db, "main")?, &[], target, false, &|_| {}))
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::Refused(ref m) if m.contains("--force")),
+                "{err}"
+            );
+        }
+        let mut names: Vec<_> = fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["keep", "zero"]);
+        assert_eq!(fs::read(out.join("zero")).unwrap(), b"will be replaced");
+        assert_eq!(fs::read(&file).unwrap(), b"a file");
+
+        // With force: same-named entries replaced, unrelated ones kept; a symlink in the
+        // way is replaced, never written through.
+        let victim = tmp.path().join("victim");
+        fs::create_dir(&victim).unwrap();
+        symlink(&victim, out.join("a")).unwrap();
+        store
+            .write(|db| export(&Workspace::open(db, "main")?, &[], &out, true, &|_| {}))
+            .unwrap();
+        assert_eq!(fs::read(out.join("keep")).unwrap(), b"mine");
+        assert_eq!(fs::read(out.join("zero")).unwrap(), b"");
+        assert!(fs::symlink_metadata(out.join("a")).unwrap().is_dir());
+        assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
+        fs::remove_file(out.join("keep")).unwrap();
+        compare(&host, &out, false);
+    }
+
+    #[test]
+    fn import_merges_into_existing_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        make_host(&host);
+        let mut store = new_vault(tmp.path());
+        store
+            .write(|db| {
+                let ws = Workspace::open(db, "main")?;
+                let root = ws.get(ROOT_INO)?;
+                let m = ws.create(&root, b"m", NewNode::new(Kind::Dir, 0o755))?;
+                // `a` is a file here and a directory on the host: replaced.
+                ws.create(&m, b"a", NewNode::new(Kind::File, 0o644))?;
+                let m = ws.get(m.ino)?;
+                let d1 = ws.create(&m, b"d1", NewNode::new(Kind::Dir, 0o700))?;
+                ws.create(&d1, b"old", NewNode::new(Kind::File, 0o644))?;
+                import(&ws, &host, &comps("/m"), &|_| {})?;
+                // Importing twice replaces everything with equal content.
+                import(&ws, &host, &comps("/m"), &|_| {})?;
+                Ok(())
+            })
+            .unwrap();
+        let out = tmp.path().join("out");
+        store
+            .write(|db| {
+                let mut ws = Workspace::open(db, "main")?;
+                ws.checkpoint(Some("c1"), None, "test")?;
+                let cp = ws.find_checkpoint("c1")?;
+                ws.restore(&cp)?;
+                export(&ws, &comps("/m"), &out, false, &|_| {})
+            })
+            .unwrap();
+        // The merged d1 keeps its extra file and takes the host's attributes.
+        fs::remove_file(out.join("d1/old")).unwrap();
+        set_mtime(&out.join("d1"), 0, 0);
+        set_mtime(&host.join("d1"), 0, 0);
+        compare(&host, &out, false);
+        assert_linked(&out);
+    }
+
+    #[test]
+    fn import_errors_name_the_host_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut store = new_vault(tmp.path());
+        let missing = tmp.path().join("missing");
+        let err = store
+            .write(|db| import(&Workspace::open(db, "main")?, &missing, &[], &|_| {}))
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Host { ref what, .. } if what.contains("missing")),
+            "{err}"
+        );
+        // Importing a directory that holds the vault leaves the vault out.
+        fs::write(tmp.path().join("f"), "x").unwrap();
+        let st = store
+            .write(|db| {
+                import(
+                    &Workspace::open(db, "main")?,
+                    tmp.path(),
+                    &comps("/t"),
+                    &|_| {},
+                )
+            })
+            .unwrap();
+        assert_eq!(st.files, 1);
+        assert!(
+            st.skipped.iter().any(|s| s.contains("v.avfs")),
+            "{:?}",
+            st.skipped
+        );
+    }
+
+    #[test]
+    fn merge_replacing_a_dir_with_links_keeps_counts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        fs::create_dir_all(host.join("x/d")).unwrap();
+        fs::create_dir_all(host.join("y")).unwrap();
+        fs::write(host.join("x/d/h1"), "l").unwrap();
+        fs::hard_link(host.join("x/d/h1"), host.join("y/h2")).unwrap();
+        let host2 = tmp.path().join("host2");
+        fs::create_dir_all(&host2).unwrap();
+        fs::write(host2.join("x"), "now a file").unwrap();
+        let mut store = new_vault(tmp.path());
+        store
+            .write(|db| {
+                let mut ws = Workspace::open(db, "main")?;
+                import(&ws, &host, &[], &|_| {})?;
+                ws.checkpoint(Some("c1"), None, "test")?;
+                let cp = ws.find_checkpoint("c1")?;
+                // A fresh live layer: /x is not materialized yet.
+                ws.restore(&cp)?;
+                import(&ws, &host2, &[], &|_| {})?;
+                let h2 = ws.resolve_existing(&comps("/y/h2"), false)?;
+                assert_eq!(h2.nlink, 1);
+                assert_eq!(ws.resolve_existing(&comps("/x"), false)?.kind, Kind::File);
+                let orphans: i64 = db.query_row(
+                    "SELECT COUNT(*) FROM dentry d WHERE d.parent != 1 AND NOT EXISTS
+                     (SELECT 1 FROM inode i WHERE i.layer = d.layer AND i.ino = d.parent)",
+                    [],
+                    |r| r.get(0),
+                )?;
+                assert_eq!(orphans, 0);
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// `cargo test --release --lib hostio::tests::import_speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn import_speed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let host = tmp.path().join("host");
+        let n_dirs = 100;
+        let per_dir = 1000;
+        for d in 0..n_dirs {
+            let dir = host.join(format!("dir{d:03}"));
+            fs::create_dir_all(&dir).unwrap();
+            for f in 0..per_dir {
+                fs::write(
+                    dir.join(format!("file{f:04}.txt")),
+                    format!("file {d} {f}\n").repeat(1 + f % 8),
+                )
+                .unwrap();
+            }
+        }
+        let mut store = new_vault(tmp.path());
+        let t = std::time::Instant::now();
+        let st = store
+            .write(|db| {
+                import(
+                    &Workspace::open(db, "main")?,
+                    &host,
+                    &comps("/imported"),
+                    &|_| {},
+                )
+            })
+            .unwrap();
+        let el = t.elapsed();
+        eprintln!(
+            "imported {} files in {:.2?}: {:.0} files/s",
+            st.files,
+            el,
+            st.files as f64 / el.as_secs_f64()
+        );
+        let t = std::time::Instant::now();
+        store
+            .write(|db| {
+                let ws = Workspace::open(db, "main")?;
+                let top = ws.resolve_existing(&comps("/imported"), false)?;
+                let mut n = 0;
+                for (_, d) in ws.readdir(&top)? {
+                    n += ws.readdir(&d)?.len();
+                }
+                eprintln!("PROBE readdir {n} {:?}", t.elapsed());
+                Err::<(), _>(Error::Busy)
+            })
+            .ok();
+        let out = tmp.path().join("out");
+        let t = std::time::Instant::now();
+        let st = store
+            .write(|db| {
+                export(
+                    &Workspace::open(db, "main")?,
+                    &comps("/imported"),
+                    &out,
+                    false,
+                    &|_| {},
+                )
+            })
+            .unwrap();
+        let el = t.elapsed();
+        eprintln!(
+            "exported {} files in {:.2?}: {:.0} files/s",
+            st.files,
+            el,
+            st.files as f64 / el.as_secs_f64()
+        );
+    }
 }

@@ -1,10 +1,10 @@
 //! agentvfs: versioned, forkable workspaces in one SQLite file.
 
+pub mod cli;
 pub mod diff;
 pub mod error;
-pub mod store;
 pub mod registry;
-pub mod cli;
+pub mod store;
 pub mod util;
 pub mod vaultcopy;
 pub mod workspace;

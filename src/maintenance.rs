@@ -17,12 +17,14 @@
 use std::collections::HashSet;
 
 use rusqlite::types::ValueRef;
-use rusqlite::{params, Connection, OptionalExtension, Statement};
+use rusqlite::{Connection, OptionalExtension, Statement, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::store::audit;
-use crate::store::objects::{self, content_hash, decode_chunk_list, Hash, Kind, Tree, CHUNK_SIZE, HOLE};
+use crate::store::objects::{
+    self, CHUNK_SIZE, HOLE, Hash, Kind, Tree, content_hash, decode_chunk_list,
+};
 
 // ---------------------------------------------------------------------------------------
 // gc
@@ -94,16 +96,23 @@ impl<'a> Marker<'a> {
         if !self.keep(h)? {
             return Ok(());
         }
-        let blob: Option<Vec<u8>> = self.content_chunks.query_row([&h.0[..]], |r| r.get(0)).optional()?;
+        let blob: Option<Vec<u8>> = self
+            .content_chunks
+            .query_row([&h.0[..]], |r| r.get(0))
+            .optional()?;
         match blob {
             Some(blob) => {
-                let chunks = decode_chunk_list(&blob).map_err(|e| gc_refused(format!("content {}: {e}", h.to_hex())))?;
+                let chunks = decode_chunk_list(&blob)
+                    .map_err(|e| gc_refused(format!("content {}: {e}", h.to_hex())))?;
                 for c in chunks {
                     self.keep(c)?;
                 }
             }
             None if size as usize > CHUNK_SIZE => {
-                return Err(gc_refused(format!("content {} of a {size}-byte file is missing", h.to_hex())));
+                return Err(gc_refused(format!(
+                    "content {} of a {size}-byte file is missing",
+                    h.to_hex()
+                )));
             }
             None => {}
         }
@@ -113,12 +122,16 @@ impl<'a> Marker<'a> {
     /// Reads every pending tree once and marks what its entries reference.
     fn drain(&mut self) -> Result<()> {
         while let Some(h) = self.pending.pop() {
-            let data: Option<Vec<u8>> = self.tree_data.query_row([&h.0[..]], |r| r.get(0)).optional()?;
+            let data: Option<Vec<u8>> = self
+                .tree_data
+                .query_row([&h.0[..]], |r| r.get(0))
+                .optional()?;
             let data = data.ok_or_else(|| gc_refused(format!("tree {} is missing", h.to_hex())))?;
             if Tree::hash_of(&data) != h {
                 return Err(gc_refused(format!("tree {} fails its hash", h.to_hex())));
             }
-            let tree = Tree::decode(&data).map_err(|e| gc_refused(format!("tree {}: {e}", h.to_hex())))?;
+            let tree =
+                Tree::decode(&data).map_err(|e| gc_refused(format!("tree {}: {e}", h.to_hex())))?;
             for e in tree.entries {
                 match (e.kind, e.hash) {
                     (Kind::Dir, Some(sub)) => self.tree(sub)?,
@@ -135,7 +148,8 @@ impl<'a> Marker<'a> {
 }
 
 fn stored_hash(blob: &[u8], what: impl FnOnce() -> String) -> Result<Hash> {
-    Hash::from_slice(blob).map_err(|_| gc_refused(format!("{} holds a {}-byte hash", what(), blob.len())))
+    Hash::from_slice(blob)
+        .map_err(|_| gc_refused(format!("{} holds a {}-byte hash", what(), blob.len())))
 }
 
 /// Marks everything reachable into `temp.gc_keep`; returns the number of distinct objects.
@@ -158,7 +172,9 @@ fn mark(db: &Connection) -> Result<u64> {
             "SELECT layer, ino, kind, size, hash FROM inode
              WHERE hash IS NOT NULL AND layer NOT IN (SELECT id FROM layer WHERE dead = 1)",
         )?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
         .collect::<rusqlite::Result<_>>()?;
     for (layer, ino, kind, size, blob) in live {
         let h = stored_hash(&blob, || format!("inode {ino} of layer {layer}"))?;
@@ -189,9 +205,18 @@ pub fn gc(db: &Connection) -> Result<GcReport> {
         [],
         |r| r.get(0),
     )?;
-    let chunks_removed = db.execute("DELETE FROM chunk WHERE hash NOT IN (SELECT hash FROM temp.gc_keep)", [])?;
-    let contents_removed = db.execute("DELETE FROM content WHERE hash NOT IN (SELECT hash FROM temp.gc_keep)", [])?;
-    let trees_removed = db.execute("DELETE FROM tree WHERE hash NOT IN (SELECT hash FROM temp.gc_keep)", [])?;
+    let chunks_removed = db.execute(
+        "DELETE FROM chunk WHERE hash NOT IN (SELECT hash FROM temp.gc_keep)",
+        [],
+    )?;
+    let contents_removed = db.execute(
+        "DELETE FROM content WHERE hash NOT IN (SELECT hash FROM temp.gc_keep)",
+        [],
+    )?;
+    let trees_removed = db.execute(
+        "DELETE FROM tree WHERE hash NOT IN (SELECT hash FROM temp.gc_keep)",
+        [],
+    )?;
     db.execute_batch("DROP TABLE IF EXISTS temp.gc_keep")?;
 
     Ok(GcReport {
@@ -255,7 +280,10 @@ fn hash_of_value(v: ValueRef) -> std::result::Result<Hash, String> {
         ValueRef::Blob(b) => <[u8; 32]>::try_from(b)
             .map(Hash)
             .map_err(|_| format!("stored hash has {} bytes, expected 32", b.len())),
-        other => Err(format!("stored hash is {}, expected a 32-byte blob", type_name(other))),
+        other => Err(format!(
+            "stored hash is {}, expected a 32-byte blob",
+            type_name(other)
+        )),
     }
 }
 
@@ -276,7 +304,10 @@ fn blob_of_value<'v>(v: ValueRef<'v>, what: &str) -> std::result::Result<&'v [u8
 fn int_of_value(v: ValueRef, what: &str) -> std::result::Result<i64, String> {
     match v {
         ValueRef::Integer(i) => Ok(i),
-        other => Err(format!("{what} is {}, expected an integer", type_name(other))),
+        other => Err(format!(
+            "{what} is {}, expected an integer",
+            type_name(other)
+        )),
     }
 }
 
@@ -312,7 +343,11 @@ struct Verifier<'a> {
 
 impl<'a> Verifier<'a> {
     fn problem(&mut self, kind: &str, object: impl Into<String>, message: impl Into<String>) {
-        self.problems.push(Problem { kind: kind.into(), object: object.into(), message: message.into() });
+        self.problems.push(Problem {
+            kind: kind.into(),
+            object: object.into(),
+            message: message.into(),
+        });
     }
 
     /// Runs one check; an error (other than a busy vault) becomes a problem and the next
@@ -322,7 +357,11 @@ impl<'a> Verifier<'a> {
             Ok(()) => Ok(true),
             Err(Error::Busy) => Err(Error::Busy),
             Err(e) => {
-                self.problem("check_failed", name, format!("this check stopped early: {e}"));
+                self.problem(
+                    "check_failed",
+                    name,
+                    format!("this check stopped early: {e}"),
+                );
                 Ok(false)
             }
         }
@@ -332,10 +371,16 @@ impl<'a> Verifier<'a> {
     fn content_problem(&self, h: &Hash, size: u64) -> Option<(&'static str, String)> {
         if size as usize <= CHUNK_SIZE {
             if *h != HOLE && self.chunks_complete && !self.chunks.contains(h) {
-                return Some(("missing_chunk", format!("chunk {} of a {size}-byte file is missing", h.to_hex())));
+                return Some((
+                    "missing_chunk",
+                    format!("chunk {} of a {size}-byte file is missing", h.to_hex()),
+                ));
             }
         } else if self.contents_complete && !self.contents.contains(h) {
-            return Some(("missing_content", format!("content {} of a {size}-byte file is missing", h.to_hex())));
+            return Some((
+                "missing_content",
+                format!("content {} of a {size}-byte file is missing", h.to_hex()),
+            ));
         }
         None
     }
@@ -378,10 +423,18 @@ impl<'a> Verifier<'a> {
                 Ok(data) => {
                     self.checked.chunk_bytes += data.len() as u64;
                     if data.len() > CHUNK_SIZE {
-                        self.problem("chunk_too_big", &obj, format!("{} bytes, at most {CHUNK_SIZE} allowed", data.len()));
+                        self.problem(
+                            "chunk_too_big",
+                            &obj,
+                            format!("{} bytes, at most {CHUNK_SIZE} allowed", data.len()),
+                        );
                     }
                     if Hash::of(data) != hash {
-                        self.problem("chunk_hash_mismatch", obj, "stored bytes do not match the chunk's hash");
+                        self.problem(
+                            "chunk_hash_mismatch",
+                            obj,
+                            "stored bytes do not match the chunk's hash",
+                        );
                     }
                 }
                 Err(e) => self.problem("chunk_malformed", obj, e),
@@ -430,27 +483,39 @@ impl<'a> Verifier<'a> {
                     continue;
                 }
             };
-            let chunks = match blob_of_value(r.get_ref(3)?, "chunk list").and_then(decode_chunk_list) {
-                Ok(c) => c,
-                Err(e) => {
-                    self.problem("content_malformed", obj, e);
-                    continue;
-                }
-            };
+            let chunks =
+                match blob_of_value(r.get_ref(3)?, "chunk list").and_then(decode_chunk_list) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.problem("content_malformed", obj, e);
+                        continue;
+                    }
+                };
             let want = size.div_ceil(CHUNK_SIZE as u64);
             if chunks.len() as u64 != want {
                 self.problem(
                     "content_chunk_count",
                     &obj,
-                    format!("{} chunks listed, a {size}-byte file needs {want}", chunks.len()),
+                    format!(
+                        "{} chunks listed, a {size}-byte file needs {want}",
+                        chunks.len()
+                    ),
                 );
             }
             if content_hash(&chunks, size) != hash {
-                self.problem("content_hash_mismatch", &obj, "chunk list and size do not match the content's hash");
+                self.problem(
+                    "content_hash_mismatch",
+                    &obj,
+                    "chunk list and size do not match the content's hash",
+                );
             }
             for (i, c) in chunks.iter().enumerate() {
                 if *c != HOLE && self.chunks_complete && !self.chunks.contains(c) {
-                    self.problem("missing_chunk", &obj, format!("chunk {i} ({}) is missing", c.to_hex()));
+                    self.problem(
+                        "missing_chunk",
+                        &obj,
+                        format!("chunk {i} ({}) is missing", c.to_hex()),
+                    );
                 }
             }
         }
@@ -481,7 +546,11 @@ impl<'a> Verifier<'a> {
             if let Some(h) = hash
                 && Tree::hash_of(data) != h
             {
-                self.problem("tree_hash_mismatch", &obj, "stored bytes do not match the tree's hash");
+                self.problem(
+                    "tree_hash_mismatch",
+                    &obj,
+                    "stored bytes do not match the tree's hash",
+                );
             }
             let tree = match Tree::decode(data) {
                 Ok(t) => t,
@@ -495,7 +564,11 @@ impl<'a> Verifier<'a> {
                 let name = String::from_utf8_lossy(&e.name);
                 match (e.kind, &e.hash) {
                     (Kind::Dir, Some(sub)) if self.tree_missing(sub) => {
-                        self.problem("missing_tree", &obj, format!("entry {name:?} names missing tree {}", sub.to_hex()));
+                        self.problem(
+                            "missing_tree",
+                            &obj,
+                            format!("entry {name:?} names missing tree {}", sub.to_hex()),
+                        );
                     }
                     (Kind::File, Some(c)) => {
                         if let Some((kind, msg)) = self.content_problem(c, e.size) {
@@ -522,27 +595,49 @@ impl<'a> Verifier<'a> {
             let id: i64 = r.get(0)?;
             let obj = format!("workspace {}", show_text(r.get_ref(1)?));
             match hash_of_value(r.get_ref(2)?) {
-                Ok(h) if self.tree_missing(&h) => {
-                    self.problem("missing_tree", &obj, format!("base root {} is missing", h.to_hex()))
-                }
+                Ok(h) if self.tree_missing(&h) => self.problem(
+                    "missing_tree",
+                    &obj,
+                    format!("base root {} is missing", h.to_hex()),
+                ),
                 Ok(_) => {}
                 Err(e) => self.problem("bad_hash", &obj, format!("base root: {e}")),
             }
             let layer = show_name(r.get_ref(3)?);
             if r.get_ref(4)? == ValueRef::Null {
-                self.problem("missing_layer", &obj, format!("its live layer {layer} does not exist"));
+                self.problem(
+                    "missing_layer",
+                    &obj,
+                    format!("its live layer {layer} does not exist"),
+                );
                 continue;
             }
             if matches!(r.get_ref(5)?, ValueRef::Integer(d) if d != 0) {
-                self.problem("dead_layer", &obj, format!("its live layer {layer} is marked dead"));
+                self.problem(
+                    "dead_layer",
+                    &obj,
+                    format!("its live layer {layer} is marked dead"),
+                );
             }
             if !matches!(r.get_ref(6)?, ValueRef::Integer(w) if w == id) {
-                self.problem("layer_owner", &obj, format!("its live layer {layer} belongs to another workspace"));
+                self.problem(
+                    "layer_owner",
+                    &obj,
+                    format!("its live layer {layer} belongs to another workspace"),
+                );
             }
             match r.get_ref(7)? {
                 ValueRef::Integer(2) => {}
-                ValueRef::Null => self.problem("missing_inode", &obj, format!("layer {layer} has no root inode")),
-                other => self.problem("root_not_dir", &obj, format!("root inode of layer {layer} has kind {}", show_name(other))),
+                ValueRef::Null => self.problem(
+                    "missing_inode",
+                    &obj,
+                    format!("layer {layer} has no root inode"),
+                ),
+                other => self.problem(
+                    "root_not_dir",
+                    &obj,
+                    format!("root inode of layer {layer} has kind {}", show_name(other)),
+                ),
             }
         }
         Ok(())
@@ -563,7 +658,11 @@ impl<'a> Verifier<'a> {
                 show_text(r.get_ref(2)?)
             );
             match hash_of_value(r.get_ref(3)?) {
-                Ok(h) if self.tree_missing(&h) => self.problem("missing_tree", &obj, format!("root {} is missing", h.to_hex())),
+                Ok(h) if self.tree_missing(&h) => self.problem(
+                    "missing_tree",
+                    &obj,
+                    format!("root {} is missing", h.to_hex()),
+                ),
                 Ok(_) => {}
                 Err(e) => self.problem("bad_hash", &obj, format!("root: {e}")),
             }
@@ -580,8 +679,14 @@ impl<'a> Verifier<'a> {
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             self.checked.inodes += 1;
-            let obj = format!("inode {} of layer {}", show_name(r.get_ref(1)?), show_name(r.get_ref(0)?));
-            let kind = match int_of_value(r.get_ref(2)?, "kind").and_then(|k| Kind::from_i64(k).map_err(|e| e.to_string())) {
+            let obj = format!(
+                "inode {} of layer {}",
+                show_name(r.get_ref(1)?),
+                show_name(r.get_ref(0)?)
+            );
+            let kind = match int_of_value(r.get_ref(2)?, "kind")
+                .and_then(|k| Kind::from_i64(k).map_err(|e| e.to_string()))
+            {
                 Ok(k) => k,
                 Err(e) => {
                     self.problem("inode_malformed", obj, e);
@@ -611,13 +716,17 @@ impl<'a> Verifier<'a> {
             let materialized = flag(r.get_ref(6)?);
             match kind {
                 Kind::Dir if !dirty => match hash {
-                    Some(h) if self.tree_missing(&h) => {
-                        self.problem("missing_tree", obj, format!("clean directory's tree {} is missing", h.to_hex()))
-                    }
+                    Some(h) if self.tree_missing(&h) => self.problem(
+                        "missing_tree",
+                        obj,
+                        format!("clean directory's tree {} is missing", h.to_hex()),
+                    ),
                     Some(_) => {}
-                    None if !materialized => {
-                        self.problem("missing_tree", obj, "clean, unmaterialized directory has no tree")
-                    }
+                    None if !materialized => self.problem(
+                        "missing_tree",
+                        obj,
+                        "clean, unmaterialized directory has no tree",
+                    ),
                     None => {}
                 },
                 Kind::File => match hash {
@@ -649,16 +758,31 @@ impl<'a> Verifier<'a> {
             let layer = show_name(r.get_ref(0)?);
             let parent = show_name(r.get_ref(1)?);
             let ino = show_name(r.get_ref(3)?);
-            let obj = format!("dentry {} in inode {parent} of layer {layer}", show_name(r.get_ref(2)?));
+            let obj = format!(
+                "dentry {} in inode {parent} of layer {layer}",
+                show_name(r.get_ref(2)?)
+            );
             if r.get::<_, bool>(4)? {
                 // The target exists.
             } else {
-                self.problem("dangling_dentry", &obj, format!("names inode {ino}, which does not exist in this layer"));
+                self.problem(
+                    "dangling_dentry",
+                    &obj,
+                    format!("names inode {ino}, which does not exist in this layer"),
+                );
             }
             if !r.get::<_, bool>(5)? {
-                self.problem("dentry_parent", obj, format!("parent inode {parent} does not exist in this layer"));
+                self.problem(
+                    "dentry_parent",
+                    obj,
+                    format!("parent inode {parent} does not exist in this layer"),
+                );
             } else if r.get_ref(6)? != ValueRef::Integer(Kind::Dir as i64) {
-                self.problem("dentry_parent", obj, format!("parent inode {parent} is not a directory"));
+                self.problem(
+                    "dentry_parent",
+                    obj,
+                    format!("parent inode {parent} is not a directory"),
+                );
             }
         }
         Ok(())
@@ -698,7 +822,11 @@ pub fn verify(db: &Connection) -> Result<VerifyReport> {
     v.run("inodes", Verifier::check_inodes)?;
     v.run("dentries", Verifier::check_dentries)?;
     v.run("audit log", Verifier::check_audit)?;
-    Ok(VerifyReport { ok: v.problems.is_empty(), checked: v.checked, problems: v.problems })
+    Ok(VerifyReport {
+        ok: v.problems.is_empty(),
+        checked: v.checked,
+        problems: v.problems,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -765,12 +893,21 @@ pub fn stats(db: &Connection, workspace: Option<&str>) -> Result<Stats> {
         None => None,
         Some(name) => Some(workspace_stats(db, name)?),
     };
-    let (chunks, stored_bytes): (i64, i64) =
-        db.query_row("SELECT COUNT(*), COALESCE(SUM(length(data)), 0) FROM chunk", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let (contents, chunk_list_bytes): (i64, i64) =
-        db.query_row("SELECT COUNT(*), COALESCE(SUM(length(chunks)), 0) FROM content", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let (trees, tree_bytes): (i64, i64) =
-        db.query_row("SELECT COUNT(*), COALESCE(SUM(length(data)), 0) FROM tree", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let (chunks, stored_bytes): (i64, i64) = db.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(length(data)), 0) FROM chunk",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let (contents, chunk_list_bytes): (i64, i64) = db.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(length(chunks)), 0) FROM content",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let (trees, tree_bytes): (i64, i64) = db.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(length(data)), 0) FROM tree",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let vault = VaultStats {
         stored_bytes: stored_bytes.max(0) as u64,
         chunks: chunks.max(0) as u64,
@@ -780,8 +917,14 @@ pub fn stats(db: &Connection, workspace: Option<&str>) -> Result<Stats> {
         chunk_list_bytes: chunk_list_bytes.max(0) as u64,
         checkpoints: count(db, "SELECT COUNT(*) FROM checkpoint")?,
         workspaces: count(db, "SELECT COUNT(*) FROM workspace")?,
-        forks: count(db, "SELECT COUNT(*) FROM workspace WHERE parent_id IS NOT NULL OR parent_name IS NOT NULL")?,
-        live_inodes: count(db, "SELECT COUNT(*) FROM inode WHERE layer NOT IN (SELECT id FROM layer WHERE dead = 1)")?,
+        forks: count(
+            db,
+            "SELECT COUNT(*) FROM workspace WHERE parent_id IS NOT NULL OR parent_name IS NOT NULL",
+        )?,
+        live_inodes: count(
+            db,
+            "SELECT COUNT(*) FROM inode WHERE layer NOT IN (SELECT id FROM layer WHERE dead = 1)",
+        )?,
     };
     Ok(Stats { vault, workspace })
 }
@@ -794,10 +937,13 @@ fn workspace_stats(db: &Connection, name: &str) -> Result<WorkspaceStats> {
         root: root.to_hex(),
         parent: ws.info.parent.clone(),
         head: ws.head()?.map(|c| c.name),
-        checkpoints: db.query_row("SELECT COUNT(*) FROM checkpoint WHERE workspace = ?1", params![ws.info.id], |r| {
-            r.get::<_, i64>(0)
-        })?
-        .max(0) as u64,
+        checkpoints: db
+            .query_row(
+                "SELECT COUNT(*) FROM checkpoint WHERE workspace = ?1",
+                params![ws.info.id],
+                |r| r.get::<_, i64>(0),
+            )?
+            .max(0) as u64,
         ..Default::default()
     };
     // Walk every path (equal subtrees at two paths are two copies in the workspace).
@@ -809,7 +955,9 @@ fn workspace_stats(db: &Connection, name: &str) -> Result<WorkspaceStats> {
             match e.kind {
                 Kind::Dir => {
                     s.dirs += 1;
-                    let sub = e.hash.ok_or_else(|| Error::Internal("directory entry without tree".into()))?;
+                    let sub = e
+                        .hash
+                        .ok_or_else(|| Error::Internal("directory entry without tree".into()))?;
                     stack.push(sub);
                 }
                 Kind::File => {
@@ -835,9 +983,9 @@ fn workspace_stats(db: &Connection, name: &str) -> Result<WorkspaceStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::objects::put_content;
     use crate::store::Store;
-    use crate::workspace::{create_workspace, Inode, NewNode, Workspace, ROOT_INO};
+    use crate::store::objects::put_content;
+    use crate::workspace::{Inode, NewNode, ROOT_INO, Workspace, create_workspace};
 
     fn vault() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
@@ -847,7 +995,14 @@ mod tests {
 
     fn put_file(ws: &Workspace, parent: &Inode, name: &[u8], data: &[u8]) -> Result<Inode> {
         let h = put_content(ws.db, data)?;
-        ws.create(parent, name, NewNode { content: Some((h, data.len() as u64)), ..NewNode::new(Kind::File, 0o644) })
+        ws.create(
+            parent,
+            name,
+            NewNode {
+                content: Some((h, data.len() as u64)),
+                ..NewNode::new(Kind::File, 0o644)
+            },
+        )
     }
 
     fn root(ws: &Workspace) -> Inode {
@@ -855,18 +1010,38 @@ mod tests {
     }
 
     fn has_chunk(db: &Connection, h: &Hash) -> bool {
-        db.query_row("SELECT COUNT(*) FROM chunk WHERE hash = ?1", [&h.0[..]], |r| r.get::<_, i64>(0)).unwrap() == 1
+        db.query_row(
+            "SELECT COUNT(*) FROM chunk WHERE hash = ?1",
+            [&h.0[..]],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+            == 1
     }
     fn has_content(db: &Connection, h: &Hash) -> bool {
-        db.query_row("SELECT COUNT(*) FROM content WHERE hash = ?1", [&h.0[..]], |r| r.get::<_, i64>(0)).unwrap() == 1
+        db.query_row(
+            "SELECT COUNT(*) FROM content WHERE hash = ?1",
+            [&h.0[..]],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+            == 1
     }
     fn has_tree(db: &Connection, h: &Hash) -> bool {
-        db.query_row("SELECT COUNT(*) FROM tree WHERE hash = ?1", [&h.0[..]], |r| r.get::<_, i64>(0)).unwrap() == 1
+        db.query_row(
+            "SELECT COUNT(*) FROM tree WHERE hash = ?1",
+            [&h.0[..]],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+            == 1
     }
 
     /// A multi-chunk payload whose chunks are unlike any other test data.
     fn big(seed: u8, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i as u64 * 7 + seed as u64 * 131 + (i / CHUNK_SIZE) as u64) as u8).collect()
+        (0..len)
+            .map(|i| (i as u64 * 7 + seed as u64 * 131 + (i / CHUNK_SIZE) as u64) as u8)
+            .collect()
     }
 
     fn kinds(r: &VerifyReport) -> Vec<&str> {
@@ -922,13 +1097,19 @@ mod tests {
             assert_eq!(report.contents_removed, 1, "{report:?}");
             // The empty root of the new workspace and cp1's root.
             assert_eq!(report.trees_removed, 2, "{report:?}");
-            assert_eq!(report.bytes_freed, (b"only in cp1".len() + big_b.len() + b"orphan bytes".len()) as u64);
+            assert_eq!(
+                report.bytes_freed,
+                (b"only in cp1".len() + big_b.len() + b"orphan bytes".len()) as u64
+            );
 
             assert!(!has_chunk(db, &Hash::of(b"only in cp1")));
-            assert!(!has_content(db, &objects::content_hash(
-                &big_b.chunks(CHUNK_SIZE).map(Hash::of).collect::<Vec<_>>(),
-                big_b.len() as u64
-            )));
+            assert!(!has_content(
+                db,
+                &objects::content_hash(
+                    &big_b.chunks(CHUNK_SIZE).map(Hash::of).collect::<Vec<_>>(),
+                    big_b.len() as u64
+                )
+            ));
             for c in big_b.chunks(CHUNK_SIZE) {
                 assert!(!has_chunk(db, &Hash::of(c)));
             }
@@ -964,12 +1145,23 @@ mod tests {
             // The restore dropped the live layer: z.txt and live.bin become garbage.
             let again = gc(db)?;
             assert_eq!(
-                (again.chunks_removed, again.contents_removed, again.trees_removed, again.layers_purged),
+                (
+                    again.chunks_removed,
+                    again.contents_removed,
+                    again.trees_removed,
+                    again.layers_purged
+                ),
                 (3, 1, 0, 0),
                 "{again:?}"
             );
             let third = gc(db)?;
-            assert_eq!(third, GcReport { objects_kept: third.objects_kept, ..Default::default() });
+            assert_eq!(
+                third,
+                GcReport {
+                    objects_kept: third.objects_kept,
+                    ..Default::default()
+                }
+            );
             assert!(verify(db)?.ok);
             Ok(())
         })
@@ -983,7 +1175,11 @@ mod tests {
             let mut ws = Workspace::open(db, "main")?;
             let mut dir = root(&ws);
             for level in 0..20 {
-                dir = ws.create(&dir, format!("l{level}").as_bytes(), NewNode::new(Kind::Dir, 0o755))?;
+                dir = ws.create(
+                    &dir,
+                    format!("l{level}").as_bytes(),
+                    NewNode::new(Kind::Dir, 0o755),
+                )?;
                 put_file(&ws, &dir, b"f", format!("file at {level}").as_bytes())?;
             }
             ws.checkpoint(Some("base"), None, "test")?;
@@ -1053,6 +1249,31 @@ mod tests {
         })
     }
 
+    #[test]
+    fn gc_after_deleting_a_fork_keeps_what_others_share() -> Result<()> {
+        let (_dir, mut store) = vault();
+        store.write(|db| {
+            create_workspace(db, "main", None, None)?;
+            let mut ws = Workspace::open(db, "main")?;
+            put_file(&ws, &root(&ws), b"shared", b"shared by both")?;
+            ws.checkpoint(Some("base"), None, "test")?;
+            ws.fork("f", None)?;
+            let mut f = Workspace::open(db, "f")?;
+            put_file(&f, &root(&f), b"mine", b"only in the fork")?;
+            f.checkpoint(Some("fork-cp"), None, "test")?;
+            put_file(&f, &root(&f), b"live", b"only in the fork's live layer")?;
+            crate::workspace::delete_workspace(db, "f")?;
+
+            let r = gc(db)?;
+            assert_eq!(r.chunks_removed, 2, "{r:?}");
+            assert!(!has_chunk(db, &Hash::of(b"only in the fork")));
+            assert!(!has_chunk(db, &Hash::of(b"only in the fork's live layer")));
+            assert!(has_chunk(db, &Hash::of(b"shared by both")));
+            assert!(verify(db)?.ok);
+            Ok(())
+        })
+    }
+
     /// A small vault with a file, a big file, a subdirectory, a checkpoint and a fork.
     fn populated(store: &mut Store) -> Result<(Hash, Hash, Hash)> {
         store.write(|db| {
@@ -1064,10 +1285,28 @@ mod tests {
             put_file(&ws, &d, b"inner", b"inner file")?;
             let cp = ws.checkpoint(Some("one"), None, "test")?.checkpoint;
             ws.fork("f", None)?;
-            audit::append(db, Some("main"), "test", "populate", &serde_json::json!({"n": 1}))?;
+            audit::append(
+                db,
+                Some("main"),
+                "test",
+                "populate",
+                &serde_json::json!({"n": 1}),
+            )?;
             let tree = objects::get_tree(db, &cp.root)?;
-            let sub = tree.entries.iter().find(|e| e.name == b"sub").unwrap().hash.unwrap();
-            let bigc = tree.entries.iter().find(|e| e.name == b"big").unwrap().hash.unwrap();
+            let sub = tree
+                .entries
+                .iter()
+                .find(|e| e.name == b"sub")
+                .unwrap()
+                .hash
+                .unwrap();
+            let bigc = tree
+                .entries
+                .iter()
+                .find(|e| e.name == b"big")
+                .unwrap()
+                .hash
+                .unwrap();
             Ok((cp.root, sub, bigc))
         })
     }
@@ -1078,8 +1317,19 @@ mod tests {
         populated(&mut store)?;
         let r = store.read(verify)?;
         assert!(r.ok, "{:?}", r.problems);
-        assert!(r.checked.chunks >= 5 && r.checked.contents == 1 && r.checked.trees >= 3, "{:?}", r.checked);
-        assert_eq!((r.checked.workspaces, r.checked.checkpoints, r.checked.audit_rows), (2, 1, 1));
+        assert!(
+            r.checked.chunks >= 5 && r.checked.contents == 1 && r.checked.trees >= 3,
+            "{:?}",
+            r.checked
+        );
+        assert_eq!(
+            (
+                r.checked.workspaces,
+                r.checked.checkpoints,
+                r.checked.audit_rows
+            ),
+            (2, 1, 1)
+        );
         assert!(r.checked.inodes >= 2 && r.checked.dentries >= 1);
         Ok(())
     }
@@ -1090,7 +1340,10 @@ mod tests {
         populated(&mut store)?;
         let h = Hash::of(b"small file");
         store.write(|db| {
-            db.execute("UPDATE chunk SET data = ?2 WHERE hash = ?1", params![&h.0[..], b"SMALL FILE"])?;
+            db.execute(
+                "UPDATE chunk SET data = ?2 WHERE hash = ?1",
+                params![&h.0[..], b"SMALL FILE"],
+            )?;
             Ok(())
         })?;
         let r = store.read(verify)?;
@@ -1110,10 +1363,22 @@ mod tests {
         })?;
         let r = store.read(verify)?;
         assert!(!r.ok);
-        let missing: Vec<&Problem> = r.problems.iter().filter(|p| p.kind == "missing_tree").collect();
+        let missing: Vec<&Problem> = r
+            .problems
+            .iter()
+            .filter(|p| p.kind == "missing_tree")
+            .collect();
         assert!(!missing.is_empty(), "{:?}", r.problems);
-        assert!(missing.iter().all(|p| p.message.contains(&sub.to_hex())), "{:?}", r.problems);
-        assert!(missing.iter().any(|p| p.object == format!("tree {}", root_hash.to_hex())));
+        assert!(
+            missing.iter().all(|p| p.message.contains(&sub.to_hex())),
+            "{:?}",
+            r.problems
+        );
+        assert!(
+            missing
+                .iter()
+                .any(|p| p.object == format!("tree {}", root_hash.to_hex()))
+        );
 
         // The root itself gone: every workspace and checkpoint that names it is reported.
         store.write(|db| {
@@ -1121,9 +1386,16 @@ mod tests {
             Ok(())
         })?;
         let r = store.read(verify)?;
-        let objs: Vec<&str> =
-            r.problems.iter().filter(|p| p.kind == "missing_tree").map(|p| p.object.as_str()).collect();
-        assert!(objs.contains(&"workspace main") && objs.contains(&"workspace f"), "{objs:?}");
+        let objs: Vec<&str> = r
+            .problems
+            .iter()
+            .filter(|p| p.kind == "missing_tree")
+            .map(|p| p.object.as_str())
+            .collect();
+        assert!(
+            objs.contains(&"workspace main") && objs.contains(&"workspace f"),
+            "{objs:?}"
+        );
         assert!(objs.contains(&"checkpoint main/one"), "{objs:?}");
         Ok(())
     }
@@ -1208,7 +1480,13 @@ mod tests {
         })?;
         let r = store.read(verify)?;
         assert!(!r.ok);
-        assert!(r.problems.iter().any(|p| p.kind == "check_failed" && p.object == "dentries"), "{:?}", r.problems);
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.kind == "check_failed" && p.object == "dentries"),
+            "{:?}",
+            r.problems
+        );
         assert!(r.checked.chunks > 0 && r.checked.trees > 0);
         Ok(())
     }
@@ -1225,7 +1503,14 @@ mod tests {
             put_file(&ws, &e, b"b", &big(4, CHUNK_SIZE + 100))?;
             put_file(&ws, &d, b"same", b"12345")?;
             ws.link(a.ino, &d, b"a-link")?;
-            ws.create(&root(&ws), b"l", NewNode { target: Some(b"a".to_vec()), ..NewNode::new(Kind::Symlink, 0o777) })?;
+            ws.create(
+                &root(&ws),
+                b"l",
+                NewNode {
+                    target: Some(b"a".to_vec()),
+                    ..NewNode::new(Kind::Symlink, 0o777)
+                },
+            )?;
             ws.create(&root(&ws), b"p", NewNode::new(Kind::Fifo, 0o644))?;
             ws.checkpoint(Some("c1"), None, "test")?;
             ws.fork("f", None)?;
@@ -1233,11 +1518,23 @@ mod tests {
 
             let s = stats(db, Some("main"))?;
             let w = s.workspace.clone().unwrap();
-            assert_eq!((w.files, w.dirs, w.symlinks, w.other, w.hard_links), (5, 2, 1, 1, 1), "{w:?}");
-            assert_eq!(w.logical_bytes, 5 + (CHUNK_SIZE as u64 + 100) + 5 + 3, "{w:?}");
+            assert_eq!(
+                (w.files, w.dirs, w.symlinks, w.other, w.hard_links),
+                (5, 2, 1, 1, 1),
+                "{w:?}"
+            );
+            assert_eq!(
+                w.logical_bytes,
+                5 + (CHUNK_SIZE as u64 + 100) + 5 + 3,
+                "{w:?}"
+            );
             assert_eq!(w.checkpoints, 1);
             assert_eq!(w.head.as_deref(), Some("c1"));
-            assert_eq!(w.root, Workspace::open(db, "main")?.info.base_root.to_hex(), "stats flushed");
+            assert_eq!(
+                w.root,
+                Workspace::open(db, "main")?.info.base_root.to_hex(),
+                "stats flushed"
+            );
 
             let v = &s.vault;
             assert_eq!((v.workspaces, v.forks, v.checkpoints), (2, 1, 1), "{v:?}");
@@ -1250,9 +1547,15 @@ mod tests {
             assert_eq!(v.trees, count(db, "SELECT COUNT(*) FROM tree")?);
 
             let f = stats(db, Some("f"))?.workspace.unwrap();
-            assert_eq!((f.files, f.logical_bytes, f.parent.as_deref(), f.checkpoints), (4, 5 + CHUNK_SIZE as u64 + 100 + 5, Some("main"), 0));
+            assert_eq!(
+                (f.files, f.logical_bytes, f.parent.as_deref(), f.checkpoints),
+                (4, 5 + CHUNK_SIZE as u64 + 100 + 5, Some("main"), 0)
+            );
             assert!(stats(db, None)?.workspace.is_none());
-            assert!(matches!(stats(db, Some("nope")), Err(Error::NoSuchVault(_))));
+            assert!(matches!(
+                stats(db, Some("nope")),
+                Err(Error::NoSuchVault(_))
+            ));
             Ok(())
         })
     }
@@ -1267,9 +1570,18 @@ mod tests {
             create_workspace(db, "main", None, None)?;
             let mut ws = Workspace::open(db, "main")?;
             for d in 0..1000 {
-                let dir = ws.create(&root(&ws), format!("d{d}").as_bytes(), NewNode::new(Kind::Dir, 0o755))?;
+                let dir = ws.create(
+                    &root(&ws),
+                    format!("d{d}").as_bytes(),
+                    NewNode::new(Kind::Dir, 0o755),
+                )?;
                 for f in 0..100 {
-                    put_file(&ws, &dir, format!("f{f}").as_bytes(), format!("{d}/{f}").as_bytes())?;
+                    put_file(
+                        &ws,
+                        &dir,
+                        format!("f{f}").as_bytes(),
+                        format!("{d}/{f}").as_bytes(),
+                    )?;
                 }
             }
             ws.checkpoint(Some("one"), None, "test")?;

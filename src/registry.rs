@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -33,7 +33,9 @@ pub fn default_home() -> PathBuf {
     if let Some(h) = std::env::var_os("AVFS_HOME").filter(|h| !h.is_empty()) {
         return PathBuf::from(h);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"));
     home.join(".avfs")
 }
 
@@ -42,7 +44,9 @@ pub fn validate_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if !ok {
         return Err(Error::InvalidArgument(
             name.into(),
@@ -62,7 +66,10 @@ impl Registry {
             "CREATE TABLE IF NOT EXISTS vault (name TEXT PRIMARY KEY, path TEXT NOT NULL, workspace TEXT NOT NULL, created_at_ns INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS setting (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         )?;
-        Ok(Registry { conn, home: home.to_path_buf() })
+        Ok(Registry {
+            conn,
+            home: home.to_path_buf(),
+        })
     }
 
     pub fn vault_dir(&self) -> PathBuf {
@@ -76,23 +83,42 @@ impl Registry {
     pub fn get(&self, name: &str) -> Result<Option<VaultRef>> {
         Ok(self
             .conn
-            .query_row("SELECT name, path, workspace FROM vault WHERE name = ?1", [name], |r| {
-                Ok(VaultRef { name: r.get(0)?, path: PathBuf::from(r.get::<_, String>(1)?), workspace: r.get(2)? })
-            })
+            .query_row(
+                "SELECT name, path, workspace FROM vault WHERE name = ?1",
+                [name],
+                |r| {
+                    Ok(VaultRef {
+                        name: r.get(0)?,
+                        path: PathBuf::from(r.get::<_, String>(1)?),
+                        workspace: r.get(2)?,
+                    })
+                },
+            )
             .optional()?)
     }
 
     pub fn list(&self) -> Result<Vec<VaultRef>> {
-        let mut stmt = self.conn.prepare("SELECT name, path, workspace FROM vault ORDER BY name")?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name, path, workspace FROM vault ORDER BY name")?;
         let rows = stmt.query_map([], |r| {
-            Ok(VaultRef { name: r.get(0)?, path: PathBuf::from(r.get::<_, String>(1)?), workspace: r.get(2)? })
+            Ok(VaultRef {
+                name: r.get(0)?,
+                path: PathBuf::from(r.get::<_, String>(1)?),
+                workspace: r.get(2)?,
+            })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     pub fn add(&self, v: &VaultRef) -> Result<()> {
         validate_name(&v.name)?;
-        let path = v.path.to_str().ok_or_else(|| Error::InvalidArgument(v.path.display().to_string(), "vault paths must be UTF-8".into()))?;
+        let path = v.path.to_str().ok_or_else(|| {
+            Error::InvalidArgument(
+                v.path.display().to_string(),
+                "vault paths must be UTF-8".into(),
+            )
+        })?;
         let n = self.conn.execute(
             "INSERT OR IGNORE INTO vault (name, path, workspace, created_at_ns) VALUES (?1, ?2, ?3, ?4)",
             params![v.name, path, v.workspace, crate::store::now_ns()],
@@ -104,22 +130,30 @@ impl Registry {
     }
 
     pub fn remove(&self, name: &str) -> Result<()> {
-        self.conn.execute("DELETE FROM vault WHERE name = ?1", [name])?;
+        self.conn
+            .execute("DELETE FROM vault WHERE name = ?1", [name])?;
         if self.current()?.as_deref() == Some(name) {
-            self.conn.execute("DELETE FROM setting WHERE key = 'current'", [])?;
+            self.conn
+                .execute("DELETE FROM setting WHERE key = 'current'", [])?;
         }
         Ok(())
     }
 
     /// All names that point into one vault file.
     pub fn names_in(&self, path: &Path) -> Result<Vec<VaultRef>> {
-        Ok(self.list()?.into_iter().filter(|v| v.path == path).collect())
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|v| v.path == path)
+            .collect())
     }
 
     pub fn current(&self) -> Result<Option<String>> {
         Ok(self
             .conn
-            .query_row("SELECT value FROM setting WHERE key = 'current'", [], |r| r.get(0))
+            .query_row("SELECT value FROM setting WHERE key = 'current'", [], |r| {
+                r.get(0)
+            })
             .optional()?)
     }
 
@@ -127,7 +161,10 @@ impl Registry {
         if self.get(name)?.is_none() {
             return Err(Error::NoSuchVault(name.into()));
         }
-        self.conn.execute("INSERT OR REPLACE INTO setting (key, value) VALUES ('current', ?1)", [name])?;
+        self.conn.execute(
+            "INSERT OR REPLACE INTO setting (key, value) VALUES ('current', ?1)",
+            [name],
+        )?;
         Ok(())
     }
 
@@ -137,11 +174,19 @@ impl Registry {
         match sel {
             Some(s) if s.contains('/') || s.ends_with(".avfs") => {
                 let path = std::path::absolute(s).map_err(|e| Error::host(s, e))?;
-                Ok(Some(VaultRef { name: s.to_string(), path, workspace: MAIN.into() }))
+                Ok(Some(VaultRef {
+                    name: s.to_string(),
+                    path,
+                    workspace: MAIN.into(),
+                }))
             }
-            Some(s) => Ok(Some(self.get(s)?.ok_or_else(|| Error::NoSuchVault(s.into()))?)),
+            Some(s) => Ok(Some(
+                self.get(s)?.ok_or_else(|| Error::NoSuchVault(s.into()))?,
+            )),
             None => match self.current()? {
-                Some(c) => Ok(Some(self.get(&c)?.ok_or_else(|| Error::NoSuchVault(c.clone()))?)),
+                Some(c) => Ok(Some(
+                    self.get(&c)?.ok_or_else(|| Error::NoSuchVault(c.clone()))?,
+                )),
                 None => Ok(None),
             },
         }

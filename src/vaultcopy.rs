@@ -4,13 +4,13 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use rusqlite::{params, Connection};
+use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::store::objects::{chunk_list, get_tree, Hash, Kind, CHUNK_SIZE, HOLE};
-use crate::store::{audit, Store};
-use crate::workspace::{create_workspace, Workspace, MAIN};
+use crate::store::objects::{CHUNK_SIZE, HOLE, Hash, Kind, chunk_list, get_tree};
+use crate::store::{Store, audit};
+use crate::workspace::{MAIN, Workspace, create_workspace};
 
 #[derive(Debug, Default, Serialize)]
 pub struct ExportReport {
@@ -65,14 +65,24 @@ impl Reachable {
     }
 }
 
-fn copy_rows(src: &Connection, dst: &Connection, table: &str, cols: &str, hashes: &HashSet<Hash>) -> Result<u64> {
+fn copy_rows(
+    src: &Connection,
+    dst: &Connection,
+    table: &str,
+    cols: &str,
+    hashes: &HashSet<Hash>,
+) -> Result<u64> {
     let mut get = src.prepare(&format!("SELECT {cols} FROM {table} WHERE hash = ?1"))?;
     let n = cols.split(',').count();
     let placeholders: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
-    let mut put = dst.prepare(&format!("INSERT OR IGNORE INTO {table} ({cols}) VALUES ({})", placeholders.join(",")))?;
+    let mut put = dst.prepare(&format!(
+        "INSERT OR IGNORE INTO {table} ({cols}) VALUES ({})",
+        placeholders.join(",")
+    ))?;
     let mut bytes = 0u64;
     for h in hashes {
-        let row: Vec<rusqlite::types::Value> = get.query_row([&h.0[..]], |r| (0..n).map(|i| r.get(i)).collect())?;
+        let row: Vec<rusqlite::types::Value> =
+            get.query_row([&h.0[..]], |r| (0..n).map(|i| r.get(i)).collect())?;
         if let Some(rusqlite::types::Value::Blob(b)) = row.last() {
             bytes += b.len() as u64;
         }
@@ -90,17 +100,23 @@ pub fn export_workspace(src_path: &Path, workspace: &str, dst_path: &Path) -> Re
         let mut ws = Workspace::open(db, workspace)?;
         let root = ws.flush()?;
         let mut cps = ws.checkpoints()?;
-        if let Some(h) = ws.head()? {
-            if h.workspace != workspace {
-                cps.insert(0, h);
-            }
+        if let Some(h) = ws.head()?
+            && h.workspace != workspace
+        {
+            cps.insert(0, h);
         }
         let mut reach = Reachable::default();
         reach.walk_tree(db, root)?;
         for c in &cps {
             reach.walk_tree(db, c.root)?;
         }
-        audit::append(db, Some(workspace), "cli", "vault.export", &serde_json::json!({"file": dst_path}))?;
+        audit::append(
+            db,
+            Some(workspace),
+            "cli",
+            "vault.export",
+            &serde_json::json!({"file": dst_path}),
+        )?;
         Ok((root, cps, reach))
     })?;
     let head_name = src.read(|db| Ok(Workspace::open(db, workspace)?.head()?.map(|h| h.name)))?;

@@ -19,7 +19,13 @@ fn fresh_machine_write_then_cat_creates_default_vault() {
 fn create_use_info_delete() {
     let env = Env::new();
     let custom = env.path("elsewhere/proj.avfs");
-    env.json(&["vault", "create", "proj", "--path", custom.to_str().unwrap()]);
+    env.json(&[
+        "vault",
+        "create",
+        "proj",
+        "--path",
+        custom.to_str().unwrap(),
+    ]);
     assert!(custom.exists());
     env.json(&["vault", "create", "other"]);
     let e = env.json_err(&["vault", "create", "proj"], 1);
@@ -32,7 +38,13 @@ fn create_use_info_delete() {
     assert_eq!(info["vault"]["name"], "proj");
     assert_eq!(info["vault"]["path"], custom.to_str().unwrap());
     // A path works as a selector too.
-    env.ok(&["--vault", custom.to_str().unwrap(), "write", "/g", "by path"]);
+    env.ok(&[
+        "--vault",
+        custom.to_str().unwrap(),
+        "write",
+        "/g",
+        "by path",
+    ]);
     assert_eq!(env.cat(Some("proj"), "/g"), "by path");
     // Deleting needs confirmation when not on a terminal.
     let e = env.json_err(&["vault", "delete", "proj"], 1);
@@ -40,7 +52,10 @@ fn create_use_info_delete() {
     assert!(custom.exists());
     env.json(&["vault", "delete", "proj", "-y"]);
     assert!(!custom.exists());
-    assert_eq!(env.json_err(&["--vault", "proj", "ls"], 1)["kind"], "no_such_vault");
+    assert_eq!(
+        env.json_err(&["--vault", "proj", "ls"], 1)["kind"],
+        "no_such_vault"
+    );
 }
 
 #[test]
@@ -50,17 +65,32 @@ fn fork_isolation_both_ways_and_lineage() {
     env.ok(&["--vault", "base", "write", "-p", "/src/lib.rs", "v1"]);
     env.json(&["--vault", "base", "checkpoint", "save", "c1"]);
     let f = env.json(&["vault", "fork", "base", "task"]);
-    assert_eq!(f["checkpoint"], "c1", "an unchanged source forks at its head checkpoint");
+    assert_eq!(
+        f["checkpoint"], "c1",
+        "an unchanged source forks at its head checkpoint"
+    );
     env.ok(&["--vault", "task", "write", "/src/lib.rs", "fork change"]);
     env.ok(&["--vault", "task", "write", "/only-in-fork", "f"]);
     env.ok(&["--vault", "base", "write", "/only-in-base", "b"]);
     assert_eq!(env.cat(Some("base"), "/src/lib.rs"), "v1");
     assert_eq!(env.cat(Some("task"), "/src/lib.rs"), "fork change");
-    assert_eq!(env.run(&["--vault", "base", "cat", "/only-in-fork"]).code, 1);
-    assert_eq!(env.run(&["--vault", "task", "cat", "/only-in-base"]).code, 1);
+    assert_eq!(
+        env.run(&["--vault", "base", "cat", "/only-in-fork"]).code,
+        1
+    );
+    assert_eq!(
+        env.run(&["--vault", "task", "cat", "/only-in-base"]).code,
+        1
+    );
 
     let list = env.json(&["vault", "list"]);
-    let task = list["vaults"].as_array().unwrap().iter().find(|v| v["name"] == "task").unwrap().clone();
+    let task = list["vaults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "task")
+        .unwrap()
+        .clone();
     assert_eq!(task["parent"], "base");
     assert_eq!(task["forked_from_checkpoint"], "c1");
     let info = env.json(&["vault", "info", "base"]);
@@ -81,11 +111,17 @@ fn fork_isolation_both_ways_and_lineage() {
     assert!(e["message"].as_str().unwrap().contains("--force"), "{e}");
     env.json(&["vault", "delete", "task", "-y"]);
     assert_eq!(env.cat(Some("base"), "/src/lib.rs"), "v1");
-    assert_eq!(env.json_err(&["--vault", "task", "ls"], 1)["kind"], "no_such_vault");
+    assert_eq!(
+        env.json_err(&["--vault", "task", "ls"], 1)["kind"],
+        "no_such_vault"
+    );
     let verify = env.json(&["vault", "verify", "base"]);
     assert_eq!(verify["report"]["ok"], true, "{verify}");
     env.json(&["vault", "delete", "base", "-y", "--force"]);
-    assert_eq!(env.json_err(&["--vault", "task2", "ls"], 1)["kind"], "no_such_vault");
+    assert_eq!(
+        env.json_err(&["--vault", "task2", "ls"], 1)["kind"],
+        "no_such_vault"
+    );
 }
 
 #[test]
@@ -93,7 +129,11 @@ fn export_and_import_a_fork_as_standalone_file() {
     let env = Env::new();
     env.json(&["vault", "create", "big"]);
     env.ok(&["--vault", "big", "write", "/shared", "shared content"]);
-    env.ok(&["--vault", "big", "write", "/base-only", &"z".repeat(200_000)]);
+    let big = env.run_stdin(
+        &["--vault", "big", "write", "/base-only"],
+        "z".repeat(300_000).as_bytes(),
+    );
+    assert_eq!(big.code, 0, "{}", big.stderr);
     env.json(&["vault", "fork", "big", "slim"]);
     env.ok(&["--vault", "slim", "rm", "/base-only"]);
     env.ok(&["--vault", "slim", "write", "/mine", "fork file"]);
@@ -101,33 +141,59 @@ fn export_and_import_a_fork_as_standalone_file() {
     let out = env.path("slim.avfs");
     env.json(&["vault", "export", "slim", out.to_str().unwrap()]);
     // The standalone file does not carry content only the source references.
-    let size_big = std::fs::metadata(env.home().join("vaults/big.avfs")).unwrap().len();
+    let size_big = std::fs::metadata(env.home().join("vaults/big.avfs"))
+        .unwrap()
+        .len();
     let size_slim = std::fs::metadata(&out).unwrap().len();
-    assert!(size_slim < size_big, "export should hold only what the fork references ({size_slim} vs {size_big})");
+    assert!(
+        size_slim < size_big,
+        "export should hold only what the fork references ({size_slim} vs {size_big})"
+    );
     env.json(&["vault", "import", out.to_str().unwrap(), "slim2"]);
     assert_eq!(env.cat(Some("slim2"), "/mine"), "fork file");
     assert_eq!(env.cat(Some("slim2"), "/shared"), "shared content");
     assert_eq!(env.run(&["--vault", "slim2", "cat", "/base-only"]).code, 1);
     let cps = env.json(&["--vault", "slim2", "checkpoint", "list"]);
-    assert!(cps["checkpoints"].as_array().unwrap().iter().any(|c| c["name"] == "s1"));
-    assert_eq!(env.json(&["vault", "verify", "slim2"])["report"]["ok"], true);
+    assert!(
+        cps["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "s1")
+    );
+    assert_eq!(
+        env.json(&["vault", "verify", "slim2"])["report"]["ok"],
+        true
+    );
 }
 
 fn assert_refused_untouched(env: &Env, file: &std::path::Path, kind: &str) {
     let before = std::fs::read(file).ok();
     let sel = file.to_str().unwrap();
-    for args in [vec!["ls"], vec!["write", "/x", "y"], vec!["checkpoint", "save"], vec!["gc"]] {
+    for args in [
+        vec!["ls"],
+        vec!["write", "/x", "y"],
+        vec!["checkpoint", "save"],
+        vec!["gc"],
+    ] {
         let mut a = vec!["--vault", sel];
         a.extend(args.iter());
         let e = env.json_err(&a, 1);
         assert_eq!(e["kind"], kind, "{file:?} {args:?}: {e}");
         let r = env.run(&a[..]);
-        assert!(r.stderr.contains("error"), "human error message expected: {}", r.stderr);
+        assert!(
+            r.stderr.contains("error"),
+            "human error message expected: {}",
+            r.stderr
+        );
     }
     assert_eq!(std::fs::read(file).ok(), before, "{file:?} was modified");
     let mut wal = file.as_os_str().to_owned();
     wal.push("-wal");
-    assert!(!std::path::Path::new(&wal).exists() || kind == "corrupt_vault", "a -wal file appeared next to {file:?}");
+    assert!(
+        !std::path::Path::new(&wal).exists() || kind == "corrupt_vault",
+        "a -wal file appeared next to {file:?}"
+    );
 }
 
 #[test]
@@ -138,13 +204,18 @@ fn corrupt_and_foreign_files_are_refused_and_left_untouched() {
     assert_refused_untouched(&env, &empty, "not_a_vault");
 
     let text = env.path("notes.avfs");
-    std::fs::write(&text, b"just some text, not a database at all\n".repeat(100)).unwrap();
+    std::fs::write(
+        &text,
+        b"just some text, not a database at all\n".repeat(100),
+    )
+    .unwrap();
     assert_refused_untouched(&env, &text, "not_a_vault");
 
     let foreign = env.path("other-program.avfs");
     {
         let c = rusqlite::Connection::open(&foreign).unwrap();
-        c.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
+        c.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+            .unwrap();
     }
     assert_refused_untouched(&env, &foreign, "not_a_vault");
 
@@ -156,7 +227,13 @@ fn corrupt_and_foreign_files_are_refused_and_left_untouched() {
     // A real vault, then damaged copies of it.
     env.json(&["vault", "create", "good"]);
     for i in 0..200 {
-        env.ok(&["--vault", "good", "write", &format!("/f{i}"), &format!("{i}").repeat(500)]);
+        env.ok(&[
+            "--vault",
+            "good",
+            "write",
+            &format!("/f{i}"),
+            &format!("{i}").repeat(500),
+        ]);
     }
     let good = env.home().join("vaults/good.avfs");
     {

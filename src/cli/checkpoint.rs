@@ -6,9 +6,9 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::json;
 
-use super::output::human_size;
 use super::Ctx;
-use crate::diff::{add_patches, diff_roots, Change, ChangeSummary, PATCH_LIMIT};
+use super::output::human_size;
+use crate::diff::{Change, ChangeSummary, PATCH_LIMIT, add_patches, diff_roots};
 use crate::error::{Error, Result};
 use crate::store::objects::{self, Hash};
 use crate::util::rfc3339;
@@ -89,42 +89,82 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
     match cmd {
         CheckpointCmd::Save { name, message } => {
             let detail = json!({"name": name, "message": message});
-            let s = ctx.mutate("checkpoint.save", detail, |ws| ws.checkpoint(name.as_deref(), message.as_deref(), "cli"))?;
-            ctx.out.emit(&json!({"checkpoint": cp_json(&s.checkpoint), "changed": s.changed}), || {
-                println!("saved checkpoint {}{}", s.checkpoint.name, if s.changed { "" } else { " (no changes since the last one)" });
-            });
+            let s = ctx.mutate("checkpoint.save", detail, |ws| {
+                ws.checkpoint(name.as_deref(), message.as_deref(), "cli")
+            })?;
+            ctx.out.emit(
+                &json!({"checkpoint": cp_json(&s.checkpoint), "changed": s.changed}),
+                || {
+                    println!(
+                        "saved checkpoint {}{}",
+                        s.checkpoint.name,
+                        if s.changed {
+                            ""
+                        } else {
+                            " (no changes since the last one)"
+                        }
+                    );
+                },
+            );
         }
         CheckpointCmd::List => {
             let (cps, head) = ctx.view(|ws| Ok((ws.checkpoints()?, ws.head()?.map(|h| h.name))))?;
             let list: Vec<_> = cps.iter().map(cp_json).collect();
-            ctx.out.emit(&json!({"checkpoints": list, "head": head}), || {
-                for c in &cps {
-                    let mark = if head.as_deref() == Some(&c.name) { "*" } else { " " };
-                    println!("{mark} {:<32} {}  {:<8} {}", c.name, &rfc3339(c.created_at_ns)[..19], c.origin, c.message.as_deref().unwrap_or(""));
-                }
-            });
+            ctx.out
+                .emit(&json!({"checkpoints": list, "head": head}), || {
+                    for c in &cps {
+                        let mark = if head.as_deref() == Some(&c.name) {
+                            "*"
+                        } else {
+                            " "
+                        };
+                        println!(
+                            "{mark} {:<32} {}  {:<8} {}",
+                            c.name,
+                            &rfc3339(c.created_at_ns)[..19],
+                            c.origin,
+                            c.message.as_deref().unwrap_or("")
+                        );
+                    }
+                });
         }
         CheckpointCmd::Restore { name } => {
             let (cp, saved) = ctx.mutate("checkpoint.restore", json!({"name": name}), |ws| {
                 let cp = ws.find_checkpoint(&name)?;
                 let mut saved = None;
                 if ws.is_modified()? {
-                    let auto = format!("auto-before-restore-{}", crate::store::now_ns() / 1_000_000);
-                    saved = Some(ws.checkpoint(Some(&auto), Some(&format!("unsaved changes before restoring {name}")), "auto")?.checkpoint.name);
+                    let auto =
+                        format!("auto-before-restore-{}", crate::store::now_ns() / 1_000_000);
+                    saved = Some(
+                        ws.checkpoint(
+                            Some(&auto),
+                            Some(&format!("unsaved changes before restoring {name}")),
+                            "auto",
+                        )?
+                        .checkpoint
+                        .name,
+                    );
                 }
                 ws.restore(&cp)?;
                 Ok((cp, saved))
             })?;
-            ctx.out.emit(&json!({"restored": cp_json(&cp), "saved_unsaved_changes_as": saved}), || {
-                if let Some(s) = &saved {
-                    println!("unsaved changes kept in checkpoint {s}");
-                }
-                println!("restored checkpoint {}", cp.name);
-            });
+            ctx.out.emit(
+                &json!({"restored": cp_json(&cp), "saved_unsaved_changes_as": saved}),
+                || {
+                    if let Some(s) = &saved {
+                        println!("unsaved changes kept in checkpoint {s}");
+                    }
+                    println!("restored checkpoint {}", cp.name);
+                },
+            );
         }
         CheckpointCmd::Delete { name } => {
-            let cp = ctx.mutate("checkpoint.delete", json!({"name": name}), |ws| ws.delete_checkpoint(&name))?;
-            ctx.out.emit(&json!({"deleted": cp_json(&cp)}), || println!("deleted checkpoint {}", cp.name));
+            let cp = ctx.mutate("checkpoint.delete", json!({"name": name}), |ws| {
+                ws.delete_checkpoint(&name)
+            })?;
+            ctx.out.emit(&json!({"deleted": cp_json(&cp)}), || {
+                println!("deleted checkpoint {}", cp.name)
+            });
         }
         CheckpointCmd::Diff(a) => return diff(ctx, a),
     }
@@ -166,8 +206,16 @@ pub fn print_changes(changes: &[Change]) {
             _ => String::new(),
         };
         let extra = match c.kind {
-            crate::diff::ChangeKind::ModeChanged => format!("  {} -> {}", c.mode_before.as_deref().unwrap_or("?"), c.mode_after.as_deref().unwrap_or("?")),
-            crate::diff::ChangeKind::TypeChanged => format!("  {} -> {}", c.type_before.unwrap_or("?"), c.type_after.unwrap_or("?")),
+            crate::diff::ChangeKind::ModeChanged => format!(
+                "  {} -> {}",
+                c.mode_before.as_deref().unwrap_or("?"),
+                c.mode_after.as_deref().unwrap_or("?")
+            ),
+            crate::diff::ChangeKind::TypeChanged => format!(
+                "  {} -> {}",
+                c.type_before.unwrap_or("?"),
+                c.type_after.unwrap_or("?")
+            ),
             _ => String::new(),
         };
         println!("{} {}{}{}", c.kind.sigil(), c.path, sizes, extra);
@@ -188,15 +236,21 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
         Ok((from, to, changes))
     })?;
     let summary = ChangeSummary::of(&changes);
-    ctx.out.emit(&json!({"from": from, "to": to, "summary": summary, "changes": changes}), || {
-        if changes.is_empty() {
-            println!("no changes between {from} and {to}");
-        } else {
-            print_changes(&changes);
-        }
-    });
+    ctx.out.emit(
+        &json!({"from": from, "to": to, "summary": summary, "changes": changes}),
+        || {
+            if changes.is_empty() {
+                println!("no changes between {from} and {to}");
+            } else {
+                print_changes(&changes);
+            }
+        },
+    );
     Ok(0)
 }
+
+/// What makes two versions of a path equal: content, link target, mode, existence.
+type VersionKey = (Option<Hash>, Option<Vec<u8>>, u32, bool);
 
 #[derive(Serialize)]
 struct Version {
@@ -216,14 +270,22 @@ struct Version {
 pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
     let comps = parse(&a.path)?;
     let versions = ctx.view(|ws| {
-        let mut roots: Vec<(String, Option<i64>, Hash)> =
-            ws.checkpoints()?.into_iter().map(|c| (c.name, Some(c.created_at_ns), c.root)).collect();
+        let mut roots: Vec<(String, Option<i64>, Hash)> = ws
+            .checkpoints()?
+            .into_iter()
+            .map(|c| (c.name, Some(c.created_at_ns), c.root))
+            .collect();
         roots.push(("live".into(), None, ws.flush()?));
         let mut out: Vec<Version> = Vec::new();
-        let mut prev: Option<(Option<Hash>, Option<Vec<u8>>, u32, bool)> = None;
+        let mut prev: Option<VersionKey> = None;
         for (name, at, root) in roots {
             let e = entry_at(ws.db, &root, &comps)?;
-            let key = (e.as_ref().and_then(|e| e.hash), e.as_ref().and_then(|e| e.target.clone()), e.as_ref().map_or(0, |e| e.mode), e.is_some());
+            let key = (
+                e.as_ref().and_then(|e| e.hash),
+                e.as_ref().and_then(|e| e.target.clone()),
+                e.as_ref().map_or(0, |e| e.mode),
+                e.is_some(),
+            );
             let changed = prev.as_ref() != Some(&key);
             prev = Some(key);
             out.push(Version {
@@ -240,18 +302,35 @@ pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
         Ok(out)
     })?;
     if versions.iter().all(|v| !v.exists) {
-        return Err(Error::NotFound(format!("{} (in no checkpoint and not live)", display(&comps))));
+        return Err(Error::NotFound(format!(
+            "{} (in no checkpoint and not live)",
+            display(&comps)
+        )));
     }
-    ctx.out.emit(&json!({"path": display(&comps), "versions": versions}), || {
-        for v in &versions {
-            let what = if !v.exists {
-                "(absent)".to_string()
-            } else {
-                format!("{} {} bytes {}", v.kind.unwrap_or("?"), v.size.unwrap_or(0), v.content_hash.as_deref().map(|h| &h[..12]).unwrap_or(""))
-            };
-            println!("{} {:<32} {:<20} {}", if v.changed { "*" } else { " " }, v.at, v.created_at.as_deref().map(|t| &t[..19]).unwrap_or("now"), what);
-        }
-    });
+    ctx.out.emit(
+        &json!({"path": display(&comps), "versions": versions}),
+        || {
+            for v in &versions {
+                let what = if !v.exists {
+                    "(absent)".to_string()
+                } else {
+                    format!(
+                        "{} {} bytes {}",
+                        v.kind.unwrap_or("?"),
+                        v.size.unwrap_or(0),
+                        v.content_hash.as_deref().map(|h| &h[..12]).unwrap_or("")
+                    )
+                };
+                println!(
+                    "{} {:<32} {:<20} {}",
+                    if v.changed { "*" } else { " " },
+                    v.at,
+                    v.created_at.as_deref().map(|t| &t[..19]).unwrap_or("now"),
+                    what
+                );
+            }
+        },
+    );
     Ok(0)
 }
 
@@ -263,8 +342,11 @@ pub fn restore_path(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
         let cp = ws.find_checkpoint(&a.from)?;
         ws.restore_path(&comps, &cp)
     })?;
-    ctx.out.emit(&json!({"path": shown, "from": a.from, "changed": changed}), || {
-        println!("restored {shown} from {}", a.from);
-    });
+    ctx.out.emit(
+        &json!({"path": shown, "from": a.from, "changed": changed}),
+        || {
+            println!("restored {shown} from {}", a.from);
+        },
+    );
     Ok(0)
 }

@@ -9,8 +9,8 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::json;
 
-use super::output::{format_mode, human_size};
 use super::Ctx;
+use super::output::{format_mode, human_size};
 use crate::error::{Error, Result};
 use crate::store::objects::{self, Kind};
 use crate::util::rfc3339;
@@ -176,8 +176,15 @@ fn stat_json(path: String, name: &[u8], i: &Inode) -> StatJson {
         mtime_ns: i.mtime_ns,
         ctime_ns: i.ctime_ns,
         ino: i.ino,
-        target: i.target.as_ref().map(|t| String::from_utf8_lossy(t).into_owned()),
-        content_hash: if i.kind == Kind::File { i.hash.map(|h| h.to_hex()) } else { None },
+        target: i
+            .target
+            .as_ref()
+            .map(|t| String::from_utf8_lossy(t).into_owned()),
+        content_hash: if i.kind == Kind::File {
+            i.hash.map(|h| h.to_hex())
+        } else {
+            None
+        },
     }
 }
 
@@ -232,17 +239,18 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
         }
         Ok(out)
     })?;
-    ctx.out.emit(&json!({"path": shown, "entries": entries}), || {
-        for e in &entries {
-            if a.long {
-                println!("{}", long_line(e));
-            } else if e.kind == "dir" {
-                println!("{}/", e.name);
-            } else {
-                println!("{}", e.name);
+    ctx.out
+        .emit(&json!({"path": shown, "entries": entries}), || {
+            for e in &entries {
+                if a.long {
+                    println!("{}", long_line(e));
+                } else if e.kind == "dir" {
+                    println!("{}/", e.name);
+                } else {
+                    println!("{}", e.name);
+                }
             }
-        }
-    });
+        });
     Ok(0)
 }
 
@@ -251,12 +259,16 @@ pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
     let data = ctx.view(|ws| match &a.at {
         Some(cp) => {
             let cp = ws.find_checkpoint(cp)?;
-            let e = entry_at(ws.db, &cp.root, &comps)?
-                .ok_or_else(|| Error::NotFound(format!("{} (at checkpoint {})", display(&comps), cp.name)))?;
+            let e = entry_at(ws.db, &cp.root, &comps)?.ok_or_else(|| {
+                Error::NotFound(format!("{} (at checkpoint {})", display(&comps), cp.name))
+            })?;
             match e.kind {
                 Kind::File => objects::read_all(ws.db, e.hash.as_ref().unwrap(), e.size),
                 Kind::Dir => Err(Error::IsADirectory(display(&comps))),
-                _ => Err(Error::InvalidArgument(display(&comps), format!("is a {}, not a file", e.kind.name()))),
+                _ => Err(Error::InvalidArgument(
+                    display(&comps),
+                    format!("is a {}, not a file", e.kind.name()),
+                )),
             }
         }
         None => {
@@ -269,13 +281,17 @@ pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
     })?;
     if ctx.out.json {
         let v = match std::str::from_utf8(&data) {
-            Ok(s) => json!({"path": display(&comps), "size": data.len(), "encoding": "utf-8", "content": s}),
+            Ok(s) => {
+                json!({"path": display(&comps), "size": data.len(), "encoding": "utf-8", "content": s})
+            }
             Err(_) => json!({"path": display(&comps), "size": data.len(), "encoding": "hex",
                 "content": data.iter().map(|b| format!("{b:02x}")).collect::<String>()}),
         };
         ctx.out.emit(&v, || {});
     } else {
-        std::io::stdout().write_all(&data).map_err(|e| Error::host("stdout", e))?;
+        std::io::stdout()
+            .write_all(&data)
+            .map_err(|e| Error::host("stdout", e))?;
     }
     Ok(0)
 }
@@ -310,7 +326,9 @@ pub fn write(ctx: &Ctx, a: WriteArgs) -> Result<i32> {
         Some(c) => c.as_bytes().to_vec(),
         None => {
             let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).map_err(|e| Error::host("stdin", e))?;
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|e| Error::host("stdin", e))?;
             buf
         }
     };
@@ -323,9 +341,10 @@ pub fn write(ctx: &Ctx, a: WriteArgs) -> Result<i32> {
         };
         match existing {
             Some(node) if node.kind == Kind::Dir => Err(Error::IsADirectory(shown.clone())),
-            Some(node) if node.kind != Kind::File => {
-                Err(Error::InvalidArgument(shown.clone(), format!("is a {}", node.kind.name())))
-            }
+            Some(node) if node.kind != Kind::File => Err(Error::InvalidArgument(
+                shown.clone(),
+                format!("is a {}", node.kind.name()),
+            )),
             Some(node) => {
                 let mut content = data.clone();
                 if a.append {
@@ -340,7 +359,10 @@ pub fn write(ctx: &Ctx, a: WriteArgs) -> Result<i32> {
             None => {
                 let (dir, name) = parent_dir(ws, &comps, a.parents)?;
                 let hash = objects::put_content(ws.db, &data)?;
-                let node = NewNode { content: Some((hash, data.len() as u64)), ..NewNode::new(Kind::File, 0o644) };
+                let node = NewNode {
+                    content: Some((hash, data.len() as u64)),
+                    ..NewNode::new(Kind::File, 0o644)
+                };
                 ws.create(&dir, &name, node)?;
                 Ok(data.len())
             }
@@ -353,17 +375,21 @@ pub fn write(ctx: &Ctx, a: WriteArgs) -> Result<i32> {
 pub fn mkdir(ctx: &Ctx, a: MkdirArgs) -> Result<i32> {
     let all: Vec<Vec<Vec<u8>>> = a.paths.iter().map(|p| parse(p)).collect::<Result<_>>()?;
     let shown: Vec<String> = all.iter().map(|c| display(c)).collect();
-    ctx.mutate("mkdir", json!({"paths": shown, "parents": a.parents}), |ws| {
-        for comps in &all {
-            if a.parents {
-                mkdir_p(ws, comps)?;
-            } else {
-                let (dir, name) = ws.resolve_parent(comps)?;
-                ws.create(&dir, &name, NewNode::new(Kind::Dir, 0o755))?;
+    ctx.mutate(
+        "mkdir",
+        json!({"paths": shown, "parents": a.parents}),
+        |ws| {
+            for comps in &all {
+                if a.parents {
+                    mkdir_p(ws, comps)?;
+                } else {
+                    let (dir, name) = ws.resolve_parent(comps)?;
+                    ws.create(&dir, &name, NewNode::new(Kind::Dir, 0o755))?;
+                }
             }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
     ctx.out.emit(&json!({"created": shown}), || {});
     Ok(0)
 }
@@ -371,37 +397,50 @@ pub fn mkdir(ctx: &Ctx, a: MkdirArgs) -> Result<i32> {
 pub fn rm(ctx: &Ctx, a: RmArgs) -> Result<i32> {
     let all: Vec<Vec<Vec<u8>>> = a.paths.iter().map(|p| parse(p)).collect::<Result<_>>()?;
     let shown: Vec<String> = all.iter().map(|c| display(c)).collect();
-    let removed = ctx.mutate("rm", json!({"paths": shown, "recursive": a.recursive}), |ws| {
-        let mut removed = Vec::new();
-        for comps in &all {
-            if comps.is_empty() {
-                return Err(Error::Refused("refusing to remove the workspace root '/'".into()));
-            }
-            let (dir, name) = ws.resolve_parent(comps)?;
-            match ws.lookup(&dir, &name)? {
-                None if a.force => continue,
-                None => return Err(Error::NotFound(display(comps))),
-                Some(n) if n.kind == Kind::Dir && !a.recursive => {
-                    return Err(Error::IsADirectory(format!("{} (use -r to remove a directory)", display(comps))))
+    let removed = ctx.mutate(
+        "rm",
+        json!({"paths": shown, "recursive": a.recursive}),
+        |ws| {
+            let mut removed = Vec::new();
+            for comps in &all {
+                if comps.is_empty() {
+                    return Err(Error::Refused(
+                        "refusing to remove the workspace root '/'".into(),
+                    ));
                 }
-                Some(_) => ws.remove_tree(&dir, &name)?,
+                let (dir, name) = ws.resolve_parent(comps)?;
+                match ws.lookup(&dir, &name)? {
+                    None if a.force => continue,
+                    None => return Err(Error::NotFound(display(comps))),
+                    Some(n) if n.kind == Kind::Dir && !a.recursive => {
+                        return Err(Error::IsADirectory(format!(
+                            "{} (use -r to remove a directory)",
+                            display(comps)
+                        )));
+                    }
+                    Some(_) => ws.remove_tree(&dir, &name)?,
+                }
+                removed.push(display(comps));
             }
-            removed.push(display(comps));
-        }
-        Ok(removed)
-    })?;
+            Ok(removed)
+        },
+    )?;
     ctx.out.emit(&json!({"removed": removed}), || {});
     Ok(0)
 }
 
 /// `DST` naming an existing directory means "inside it, under the source's name".
 fn destination(ws: &Workspace, src: &[Vec<u8>], dst: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
-    if let Some(d) = ws.resolve(dst, true)? {
-        if d.kind == Kind::Dir {
-            let mut p = dst.to_vec();
-            p.push(src.last().cloned().ok_or_else(|| Error::Refused("cannot move or copy '/'".into()))?);
-            return Ok(p);
-        }
+    if let Some(d) = ws.resolve(dst, true)?
+        && d.kind == Kind::Dir
+    {
+        let mut p = dst.to_vec();
+        p.push(
+            src.last()
+                .cloned()
+                .ok_or_else(|| Error::Refused("cannot move or copy '/'".into()))?,
+        );
+        return Ok(p);
     }
     Ok(dst.to_vec())
 }
@@ -416,7 +455,8 @@ pub fn mv(ctx: &Ctx, a: MvArgs) -> Result<i32> {
         ws.rename(&sdir, &sname, &ddir, &dname, RenameFlags::default())?;
         Ok(display(&dst))
     })?;
-    ctx.out.emit(&json!({"from": display(&src), "to": to}), || {});
+    ctx.out
+        .emit(&json!({"from": display(&src), "to": to}), || {});
     Ok(0)
 }
 
@@ -426,11 +466,17 @@ pub fn cp(ctx: &Ctx, a: CpArgs) -> Result<i32> {
     let to = ctx.mutate("cp", detail, |ws| {
         let node = ws.resolve_existing(&src, true)?;
         if node.kind == Kind::Dir && !a.recursive {
-            return Err(Error::IsADirectory(format!("{} (use -r to copy a directory)", display(&src))));
+            return Err(Error::IsADirectory(format!(
+                "{} (use -r to copy a directory)",
+                display(&src)
+            )));
         }
         let dst = destination(ws, &src, &dst)?;
         if dst.starts_with(&src) && node.kind == Kind::Dir {
-            return Err(Error::InvalidArgument(display(&dst), "cannot copy a directory into itself".into()));
+            return Err(Error::InvalidArgument(
+                display(&dst),
+                "cannot copy a directory into itself".into(),
+            ));
         }
         let entry = ws.entry_for(b"x", &node)?;
         let (ddir, dname) = ws.resolve_parent(&dst)?;
@@ -444,7 +490,8 @@ pub fn cp(ctx: &Ctx, a: CpArgs) -> Result<i32> {
         ws.graft(&ddir, &dname, &entry)?;
         Ok(display(&dst))
     })?;
-    ctx.out.emit(&json!({"from": display(&src), "to": to}), || {});
+    ctx.out
+        .emit(&json!({"from": display(&src), "to": to}), || {});
     Ok(0)
 }
 
@@ -458,7 +505,14 @@ struct TreeNode {
     children: Option<Vec<TreeNode>>,
 }
 
-fn tree_of(ws: &Workspace, node: &Inode, name: &[u8], depth: usize, max: Option<usize>, all: bool) -> Result<TreeNode> {
+fn tree_of(
+    ws: &Workspace,
+    node: &Inode,
+    name: &[u8],
+    depth: usize,
+    max: Option<usize>,
+    all: bool,
+) -> Result<TreeNode> {
     let children = if node.kind == Kind::Dir && max.is_none_or(|m| depth < m) {
         let mut v = Vec::new();
         for (n, c) in ws.readdir(node)? {
@@ -471,7 +525,12 @@ fn tree_of(ws: &Workspace, node: &Inode, name: &[u8], depth: usize, max: Option<
     } else {
         None
     };
-    Ok(TreeNode { name: String::from_utf8_lossy(name).into_owned(), kind: node.kind.name(), size: node.size, children })
+    Ok(TreeNode {
+        name: String::from_utf8_lossy(name).into_owned(),
+        kind: node.kind.name(),
+        size: node.size,
+        children,
+    })
 }
 
 fn print_tree(t: &TreeNode, prefix: &str, counts: &mut (usize, usize)) {
@@ -479,13 +538,21 @@ fn print_tree(t: &TreeNode, prefix: &str, counts: &mut (usize, usize)) {
     for (i, c) in children.iter().enumerate() {
         let last = i + 1 == children.len();
         let suffix = if c.kind == "dir" { "/" } else { "" };
-        println!("{prefix}{}{}{suffix}", if last { "└── " } else { "├── " }, c.name);
+        println!(
+            "{prefix}{}{}{suffix}",
+            if last { "└── " } else { "├── " },
+            c.name
+        );
         if c.kind == "dir" {
             counts.0 += 1;
         } else {
             counts.1 += 1;
         }
-        print_tree(c, &format!("{prefix}{}", if last { "    " } else { "│   " }), counts);
+        print_tree(
+            c,
+            &format!("{prefix}{}", if last { "    " } else { "│   " }),
+            counts,
+        );
     }
 }
 
@@ -508,14 +575,32 @@ pub fn stat(ctx: &Ctx, a: StatArgs) -> Result<i32> {
     let comps = parse(&a.path)?;
     let s = ctx.view(|ws| {
         let node = ws.resolve_existing(&comps, false)?;
-        Ok(stat_json(display(&comps), comps.last().map(|c| c.as_slice()).unwrap_or(b"/"), &node))
+        Ok(stat_json(
+            display(&comps),
+            comps.last().map(|c| c.as_slice()).unwrap_or(b"/"),
+            &node,
+        ))
     })?;
     ctx.out.emit(&s, || {
         println!("  Path: {}", s.path);
-        println!("  Type: {}{}", s.kind, s.target.as_ref().map(|t| format!(" -> {t}")).unwrap_or_default());
+        println!(
+            "  Type: {}{}",
+            s.kind,
+            s.target
+                .as_ref()
+                .map(|t| format!(" -> {t}"))
+                .unwrap_or_default()
+        );
         println!("  Size: {} ({})", s.size, human_size(s.size));
-        println!("  Mode: {} ({})", s.mode, format_mode(kind_of(s.kind).ifmt() | u32::from_str_radix(&s.mode, 8).unwrap_or(0)));
-        println!(" Links: {}   Inode: {}   Uid: {}   Gid: {}", s.nlink, s.ino, s.uid, s.gid);
+        println!(
+            "  Mode: {} ({})",
+            s.mode,
+            format_mode(kind_of(s.kind).ifmt() | u32::from_str_radix(&s.mode, 8).unwrap_or(0))
+        );
+        println!(
+            " Links: {}   Inode: {}   Uid: {}   Gid: {}",
+            s.nlink, s.ino, s.uid, s.gid
+        );
         println!("Modify: {}", s.mtime);
         if let Some(h) = &s.content_hash {
             println!("  Hash: {h}");
@@ -526,12 +611,16 @@ pub fn stat(ctx: &Ctx, a: StatArgs) -> Result<i32> {
 
 pub fn ln(ctx: &Ctx, a: LnArgs) -> Result<i32> {
     let link = parse(&a.link)?;
-    let detail = json!({"target": lossy(&a.target), "link": display(&link), "symbolic": a.symbolic});
+    let detail =
+        json!({"target": lossy(&a.target), "link": display(&link), "symbolic": a.symbolic});
     ctx.mutate("ln", detail, |ws| {
         let link = destination(ws, &components(a.target.as_bytes())?, &link)?;
         let (dir, name) = ws.resolve_parent(&link)?;
         if a.symbolic {
-            let node = NewNode { target: Some(a.target.as_bytes().to_vec()), ..NewNode::new(Kind::Symlink, 0o777) };
+            let node = NewNode {
+                target: Some(a.target.as_bytes().to_vec()),
+                ..NewNode::new(Kind::Symlink, 0o777)
+            };
             ws.create(&dir, &name, node)?;
         } else {
             let target = ws.resolve_existing(&parse(&a.target)?, false)?;
@@ -539,7 +628,10 @@ pub fn ln(ctx: &Ctx, a: LnArgs) -> Result<i32> {
         }
         Ok(())
     })?;
-    ctx.out.emit(&json!({"link": display(&link), "target": lossy(&a.target), "symbolic": a.symbolic}), || {});
+    ctx.out.emit(
+        &json!({"link": display(&link), "target": lossy(&a.target), "symbolic": a.symbolic}),
+        || {},
+    );
     Ok(0)
 }
 
@@ -551,7 +643,12 @@ pub fn apply_mode(spec: &str, mode: u32, is_dir: bool) -> Result<u32> {
             .filter(|m| *m <= 0o7777)
             .ok_or_else(|| Error::InvalidArgument(spec.into(), "mode out of range".into()));
     }
-    let bad = || Error::InvalidArgument(spec.into(), "expected an octal mode (755) or symbolic one (u+x,go-w)".into());
+    let bad = || {
+        Error::InvalidArgument(
+            spec.into(),
+            "expected an octal mode (755) or symbolic one (u+x,go-w)".into(),
+        )
+    };
     let mut m = mode;
     for clause in spec.split(',') {
         let op_at = clause.find(['+', '-', '=']).ok_or_else(bad)?;
@@ -602,7 +699,13 @@ pub fn chmod(ctx: &Ctx, a: ChmodArgs) -> Result<i32> {
         for comps in &all {
             let node = ws.resolve_existing(comps, true)?;
             let mode = apply_mode(&a.mode, node.mode, node.kind == Kind::Dir)?;
-            ws.setattr(node.ino, &SetAttr { mode: Some(mode), ..Default::default() })?;
+            ws.setattr(
+                node.ino,
+                &SetAttr {
+                    mode: Some(mode),
+                    ..Default::default()
+                },
+            )?;
             out.push(json!({"path": display(comps), "mode": format!("{mode:04o}")}));
         }
         Ok(out)
@@ -617,7 +720,12 @@ fn progress_bar(ctx: &Ctx, what: &str) -> Option<indicatif::ProgressBar> {
         return None;
     }
     let pb = indicatif::ProgressBar::new_spinner();
-    pb.set_style(indicatif::ProgressStyle::with_template("{spinner} {msg} {pos} files ({per_sec}, {elapsed})").unwrap());
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {msg} {pos} files ({per_sec}, {elapsed})",
+        )
+        .unwrap(),
+    );
     pb.set_message(what.to_string());
     Some(pb)
 }
@@ -640,16 +748,19 @@ pub fn import(ctx: &Ctx, a: ImportArgs) -> Result<i32> {
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    ctx.out.emit(&json!({"from": a.host_dir, "to": display(&dest), "stats": stats}), || {
-        println!(
-            "imported {} files, {} dirs, {} symlinks ({}) into {}",
-            stats.files,
-            stats.dirs,
-            stats.symlinks,
-            human_size(stats.bytes),
-            display(&dest)
-        );
-    });
+    ctx.out.emit(
+        &json!({"from": a.host_dir, "to": display(&dest), "stats": stats}),
+        || {
+            println!(
+                "imported {} files, {} dirs, {} symlinks ({}) into {}",
+                stats.files,
+                stats.dirs,
+                stats.symlinks,
+                human_size(stats.bytes),
+                display(&dest)
+            );
+        },
+    );
     Ok(0)
 }
 
@@ -666,8 +777,18 @@ pub fn export(ctx: &Ctx, a: ExportArgs) -> Result<i32> {
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    ctx.out.emit(&json!({"from": display(&src), "to": a.host_dir, "stats": stats}), || {
-        println!("exported {} files, {} dirs, {} symlinks ({}) to {}", stats.files, stats.dirs, stats.symlinks, human_size(stats.bytes), a.host_dir.display());
-    });
+    ctx.out.emit(
+        &json!({"from": display(&src), "to": a.host_dir, "stats": stats}),
+        || {
+            println!(
+                "exported {} files, {} dirs, {} symlinks ({}) to {}",
+                stats.files,
+                stats.dirs,
+                stats.symlinks,
+                human_size(stats.bytes),
+                a.host_dir.display()
+            );
+        },
+    );
     Ok(0)
 }

@@ -12,14 +12,19 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::error::Result;
-use crate::registry::{Registry, VaultRef, DEFAULT_VAULT};
-use crate::store::{audit, Store};
-use crate::workspace::{create_workspace, Workspace, MAIN};
-pub use output::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
+use crate::registry::{DEFAULT_VAULT, Registry, VaultRef};
+use crate::store::{Store, audit};
+use crate::workspace::{MAIN, Workspace, create_workspace};
 use output::Out;
+pub use output::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 
 #[derive(Parser, Debug)]
-#[command(name = "avfs", version, about = "Forkable, versioned workspaces for AI agents, in one file", propagate_version = true)]
+#[command(
+    name = "avfs",
+    version,
+    about = "Forkable, versioned workspaces for AI agents, in one file",
+    propagate_version = true
+)]
 pub struct Cli {
     /// Print exactly one JSON document on stdout (errors too).
     #[arg(long, global = true)]
@@ -101,7 +106,11 @@ impl Ctx {
             Some(v) => v,
             None => {
                 let path = reg.default_path_for(DEFAULT_VAULT);
-                let v = VaultRef { name: DEFAULT_VAULT.into(), path: path.clone(), workspace: MAIN.into() };
+                let v = VaultRef {
+                    name: DEFAULT_VAULT.into(),
+                    path: path.clone(),
+                    workspace: MAIN.into(),
+                };
                 if !path.exists() {
                     create_vault_file(&path)?;
                 }
@@ -120,7 +129,12 @@ impl Ctx {
     }
 
     /// Runs a mutating command on the selected workspace in one transaction, with its audit row.
-    pub fn mutate<T>(&self, action: &str, detail: serde_json::Value, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
+    pub fn mutate<T>(
+        &self,
+        action: &str,
+        detail: serde_json::Value,
+        f: impl FnOnce(&mut Workspace) -> Result<T>,
+    ) -> Result<T> {
         let (v, mut store) = self.open()?;
         store.write(|db| {
             let mut ws = Workspace::open(db, &v.workspace)?;
@@ -147,13 +161,21 @@ pub fn create_vault_file(path: &std::path::Path) -> Result<()> {
     let mut store = Store::create(path)?;
     store.write(|db| {
         create_workspace(db, MAIN, None, None)?;
-        audit::append(db, Some(MAIN), "cli", "vault.create", &serde_json::json!({"path": path}))?;
+        audit::append(
+            db,
+            Some(MAIN),
+            "cli",
+            "vault.create",
+            &serde_json::json!({"path": path}),
+        )?;
         Ok(())
     })
 }
 
 fn wants_json(args: &[OsString]) -> bool {
-    args.iter().take_while(|a| *a != "--").any(|a| a == "--json")
+    args.iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json")
 }
 
 pub fn main() -> i32 {
@@ -175,7 +197,11 @@ pub fn main() -> i32 {
             return EXIT_USAGE;
         }
     };
-    let ctx = Ctx { out: Out { json: cli.json }, vault_sel: cli.vault.clone(), home: crate::registry::default_home() };
+    let ctx = Ctx {
+        out: Out { json: cli.json },
+        vault_sel: cli.vault.clone(),
+        home: crate::registry::default_home(),
+    };
     match run(&ctx, cli.command) {
         Ok(code) => code,
         Err(e) => ctx.out.error(&e),

@@ -17,7 +17,10 @@ impl Out {
     /// Prints `value` as JSON, or runs `human` to print text.
     pub fn emit<T: Serialize>(&self, value: &T, human: impl FnOnce()) {
         if self.json {
-            println!("{}", serde_json::to_string_pretty(value).expect("serializable"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(value).expect("serializable")
+            );
         } else {
             human();
         }
@@ -45,7 +48,17 @@ pub fn format_mode(st_mode: u32) -> String {
         _ => '-',
     };
     let mut s = String::from(t);
-    let bits = [(0o400, 'r'), (0o200, 'w'), (0o100, 'x'), (0o40, 'r'), (0o20, 'w'), (0o10, 'x'), (0o4, 'r'), (0o2, 'w'), (0o1, 'x')];
+    let bits = [
+        (0o400, 'r'),
+        (0o200, 'w'),
+        (0o100, 'x'),
+        (0o40, 'r'),
+        (0o20, 'w'),
+        (0o10, 'x'),
+        (0o4, 'r'),
+        (0o2, 'w'),
+        (0o1, 'x'),
+    ];
     for (i, (b, c)) in bits.iter().enumerate() {
         let mut ch = if st_mode & b != 0 { *c } else { '-' };
         let special = match i {
@@ -55,7 +68,11 @@ pub fn format_mode(st_mode: u32) -> String {
             _ => None,
         };
         if let Some(sp) = special {
-            ch = if ch == '-' { sp.to_ascii_uppercase() } else { sp };
+            ch = if ch == '-' {
+                sp.to_ascii_uppercase()
+            } else {
+                sp
+            };
         }
         s.push(ch);
     }

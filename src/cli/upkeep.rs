@@ -3,8 +3,8 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use super::output::human_size;
 use super::Ctx;
+use super::output::human_size;
 use crate::error::{Error, Result};
 use crate::store::audit;
 use crate::util::rfc3339;
@@ -29,12 +29,18 @@ enum AuditCmd {
 
 pub fn parse_since(s: &str) -> Result<i64> {
     if let Ok(t) = humantime::parse_rfc3339_weak(s) {
-        return Ok(t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0));
+        return Ok(t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+            .unwrap_or(0));
     }
     if let Ok(d) = humantime::parse_duration(s) {
         return Ok(crate::store::now_ns() - d.as_nanos() as i64);
     }
-    Err(Error::InvalidArgument(s.into(), "expected RFC 3339 time (2026-12-02T10:00:00Z) or an age (10m, 2h, 3d)".into()))
+    Err(Error::InvalidArgument(
+        s.into(),
+        "expected RFC 3339 time (2026-12-02T10:00:00Z) or an age (10m, 2h, 3d)".into(),
+    ))
 }
 
 pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
@@ -63,7 +69,15 @@ pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
         .collect();
     ctx.out.emit(&json!({"entries": out}), || {
         for r in &rows {
-            println!("{:>6} {} {:<10} {:<5} {:<20} {}", r.id, &rfc3339(r.ts_ns)[..23], r.workspace.as_deref().unwrap_or("-"), r.actor, r.action, r.detail);
+            println!(
+                "{:>6} {} {:<10} {:<5} {:<20} {}",
+                r.id,
+                &rfc3339(r.ts_ns)[..23],
+                r.workspace.as_deref().unwrap_or("-"),
+                r.actor,
+                r.action,
+                r.detail
+            );
         }
     });
     Ok(0)
@@ -73,11 +87,20 @@ pub fn gc(ctx: &Ctx) -> Result<i32> {
     let (v, mut store) = ctx.open()?;
     let report = store.write(|db| {
         let r = crate::maintenance::gc(db)?;
-        audit::append(db, Some(&v.workspace), "cli", "gc", &serde_json::to_value(&r).unwrap_or_default())?;
+        audit::append(
+            db,
+            Some(&v.workspace),
+            "cli",
+            "gc",
+            &serde_json::to_value(&r).unwrap_or_default(),
+        )?;
         Ok(r)
     })?;
-    // Give the freed pages back to the file system outside the transaction.
-    let _ = store.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);");
+    // Shrink the file: return freed pages (incremental auto-vacuum) and empty the WAL.
+    // Best effort: the sweep above is already committed.
+    let _ = store
+        .conn
+        .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);");
     ctx.out.emit(&report, || {
         println!(
             "removed {} chunks, {} contents, {} trees ({} freed)",
@@ -96,7 +119,12 @@ pub fn stats(ctx: &Ctx) -> Result<i32> {
     let file_bytes = std::fs::metadata(&v.path).map(|m| m.len()).unwrap_or(0);
     let value = json!({"vault": v.name, "path": v.path, "workspace": v.workspace, "file_bytes": file_bytes, "stats": s});
     ctx.out.emit(&value, || {
-        println!("vault {} ({}), workspace {}", v.name, v.path.display(), v.workspace);
+        println!(
+            "vault {} ({}), workspace {}",
+            v.name,
+            v.path.display(),
+            v.workspace
+        );
         println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
         println!("file size: {}", human_size(file_bytes));
     });

@@ -7,12 +7,12 @@ use clap::Subcommand;
 use serde::Serialize;
 use serde_json::json;
 
-use super::{create_vault_file, Ctx};
+use super::{Ctx, create_vault_file};
 use crate::error::{Error, Result};
-use crate::registry::{validate_name, VaultRef};
-use crate::store::{audit, Store};
+use crate::registry::{VaultRef, validate_name};
+use crate::store::{Store, audit};
 use crate::util::rfc3339;
-use crate::workspace::{list_workspaces, Workspace, MAIN};
+use crate::workspace::{MAIN, Workspace, list_workspaces};
 
 #[derive(Subcommand, Debug)]
 pub enum VaultCmd {
@@ -76,7 +76,9 @@ struct VaultJson {
 }
 
 fn registry_name_for(all: &[VaultRef], path: &Path, ws: &str) -> Option<String> {
-    all.iter().find(|v| v.path == path && v.workspace == ws).map(|v| v.name.clone())
+    all.iter()
+        .find(|v| v.path == path && v.workspace == ws)
+        .map(|v| v.name.clone())
 }
 
 fn describe(all: &[VaultRef], v: &VaultRef, current: Option<&str>) -> VaultJson {
@@ -90,14 +92,23 @@ fn describe(all: &[VaultRef], v: &VaultRef, current: Option<&str>) -> VaultJson 
         created_at: None,
         error: None,
     };
-    let info = Store::open(&v.path).and_then(|mut s| s.read(|db| crate::workspace::find_workspace(db, &v.workspace)));
+    let info = Store::open(&v.path)
+        .and_then(|mut s| s.read(|db| crate::workspace::find_workspace(db, &v.workspace)));
     match info {
         Ok(Some(w)) => {
-            j.parent = w.parent.as_deref().map(|p| registry_name_for(all, &v.path, p).unwrap_or_else(|| p.to_string()));
+            j.parent = w
+                .parent
+                .as_deref()
+                .map(|p| registry_name_for(all, &v.path, p).unwrap_or_else(|| p.to_string()));
             j.forked_from_checkpoint = w.parent_checkpoint;
             j.created_at = Some(rfc3339(w.created_at_ns));
         }
-        Ok(None) => j.error = Some(format!("workspace {} is missing from the file", v.workspace)),
+        Ok(None) => {
+            j.error = Some(format!(
+                "workspace {} is missing from the file",
+                v.workspace
+            ))
+        }
         Err(e) => j.error = Some(e.to_string()),
     }
     j
@@ -116,18 +127,27 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 None => reg.default_path_for(&name),
             };
             create_vault_file(&path)?;
-            let v = VaultRef { name: name.clone(), path: path.clone(), workspace: MAIN.into() };
+            let v = VaultRef {
+                name: name.clone(),
+                path: path.clone(),
+                workspace: MAIN.into(),
+            };
             reg.add(&v)?;
             if reg.current()?.is_none() {
                 reg.set_current(&name)?;
             }
-            ctx.out.emit(&json!({"created": v}), || println!("created vault {name} at {}", path.display()));
+            ctx.out.emit(&json!({"created": v}), || {
+                println!("created vault {name} at {}", path.display())
+            });
         }
         VaultCmd::List => {
             let reg = ctx.registry()?;
             let all = reg.list()?;
             let current = reg.current()?;
-            let list: Vec<VaultJson> = all.iter().map(|v| describe(&all, v, current.as_deref())).collect();
+            let list: Vec<VaultJson> = all
+                .iter()
+                .map(|v| describe(&all, v, current.as_deref()))
+                .collect();
             ctx.out.emit(&json!({"vaults": list}), || {
                 for v in &list {
                     let lineage = match (&v.parent, &v.forked_from_checkpoint) {
@@ -135,19 +155,33 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                         (Some(p), None) => format!("fork of {p}"),
                         _ => String::new(),
                     };
-                    let err = v.error.as_deref().map(|e| format!("  ERROR: {e}")).unwrap_or_default();
-                    println!("{} {:<24} {:<40} {lineage}{err}", if v.current { "*" } else { " " }, v.name, v.path.display());
+                    let err = v
+                        .error
+                        .as_deref()
+                        .map(|e| format!("  ERROR: {e}"))
+                        .unwrap_or_default();
+                    println!(
+                        "{} {:<24} {:<40} {lineage}{err}",
+                        if v.current { "*" } else { " " },
+                        v.name,
+                        v.path.display()
+                    );
                 }
             });
         }
         VaultCmd::Use { name } => {
             let reg = ctx.registry()?;
             reg.set_current(&name)?;
-            ctx.out.emit(&json!({"current": name}), || println!("now using {name}"));
+            ctx.out
+                .emit(&json!({"current": name}), || println!("now using {name}"));
         }
         VaultCmd::Info { name } => {
             let sel = name.or_else(|| ctx.vault_sel.clone());
-            let ctx2 = Ctx { out: super::output::Out { json: ctx.out.json }, vault_sel: sel, home: ctx.home.clone() };
+            let ctx2 = Ctx {
+                out: super::output::Out { json: ctx.out.json },
+                vault_sel: sel,
+                home: ctx.home.clone(),
+            };
             let (reg, v) = ctx2.target()?;
             let all = reg.list()?;
             let mut store = Store::open(&v.path)?;
@@ -169,69 +203,131 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 println!("file:        {}", d.path.display());
                 println!("workspace:   {}", d.workspace);
                 if let Some(p) = &d.parent {
-                    println!("forked from: {p} at checkpoint {}", d.forked_from_checkpoint.as_deref().unwrap_or("?"));
+                    println!(
+                        "forked from: {p} at checkpoint {}",
+                        d.forked_from_checkpoint.as_deref().unwrap_or("?")
+                    );
                 }
-                println!("checkpoints: {checkpoints} (head: {})", head.as_deref().unwrap_or("none"));
-                println!("forks:       {}", if forks.is_empty() { "none".into() } else { forks.join(", ") });
+                println!(
+                    "checkpoints: {checkpoints} (head: {})",
+                    head.as_deref().unwrap_or("none")
+                );
+                println!(
+                    "forks:       {}",
+                    if forks.is_empty() {
+                        "none".into()
+                    } else {
+                        forks.join(", ")
+                    }
+                );
             });
         }
         VaultCmd::Delete { name, yes, force } => return delete(ctx, &name, yes, force),
-        VaultCmd::Fork { src, name, use_it, from } => {
+        VaultCmd::Fork {
+            src,
+            name,
+            use_it,
+            from,
+        } => {
             validate_name(&name)?;
             let reg = ctx.registry()?;
             if reg.get(&name)?.is_some() {
                 return Err(Error::VaultExists(name));
             }
-            let source = reg.resolve(Some(&src))?.ok_or_else(|| Error::NoSuchVault(src.clone()))?;
+            let source = reg
+                .resolve(Some(&src))?
+                .ok_or_else(|| Error::NoSuchVault(src.clone()))?;
             let mut store = Store::open(&source.path)?;
             let info = store.write(|db| {
                 let mut ws = Workspace::open(db, &source.workspace)?;
                 let cp = from.as_deref().map(|c| ws.find_checkpoint(c)).transpose()?;
                 let info = ws.fork(&name, cp.as_ref())?;
-                audit::append(db, Some(&source.workspace), "cli", "vault.fork", &json!({"fork": name, "from": info.parent_checkpoint}))?;
+                audit::append(
+                    db,
+                    Some(&source.workspace),
+                    "cli",
+                    "vault.fork",
+                    &json!({"fork": name, "from": info.parent_checkpoint}),
+                )?;
                 Ok(info)
             })?;
-            let v = VaultRef { name: name.clone(), path: source.path.clone(), workspace: name.clone() };
+            let v = VaultRef {
+                name: name.clone(),
+                path: source.path.clone(),
+                workspace: name.clone(),
+            };
             reg.add(&v)?;
             if use_it {
                 reg.set_current(&name)?;
             }
-            ctx.out.emit(&json!({"fork": v, "parent": source.name, "checkpoint": info.parent_checkpoint}), || {
-                println!("forked {} into {name} at checkpoint {}", source.name, info.parent_checkpoint.as_deref().unwrap_or("?"));
-            });
+            ctx.out.emit(
+                &json!({"fork": v, "parent": source.name, "checkpoint": info.parent_checkpoint}),
+                || {
+                    println!(
+                        "forked {} into {name} at checkpoint {}",
+                        source.name,
+                        info.parent_checkpoint.as_deref().unwrap_or("?")
+                    );
+                },
+            );
         }
         VaultCmd::Export { name, file } => {
             let reg = ctx.registry()?;
-            let v = reg.resolve(Some(&name))?.ok_or_else(|| Error::NoSuchVault(name.clone()))?;
+            let v = reg
+                .resolve(Some(&name))?
+                .ok_or_else(|| Error::NoSuchVault(name.clone()))?;
             let file = std::path::absolute(&file).map_err(|e| Error::host(file.display(), e))?;
             let report = crate::vaultcopy::export_workspace(&v.path, &v.workspace, &file)?;
-            ctx.out.emit(&json!({"exported": v.name, "file": file, "report": report}), || {
-                println!("exported {} to {}", v.name, file.display());
-            });
+            ctx.out.emit(
+                &json!({"exported": v.name, "file": file, "report": report}),
+                || {
+                    println!("exported {} to {}", v.name, file.display());
+                },
+            );
         }
         VaultCmd::Import { file, name } => {
             let file = std::path::absolute(&file).map_err(|e| Error::host(file.display(), e))?;
             let mut store = Store::open(&file)?;
             let workspaces = store.read(list_workspaces)?;
             if !workspaces.iter().any(|w| w.name == MAIN) {
-                return Err(Error::Corrupt { path: file, reason: "it has no main workspace".into() });
+                return Err(Error::Corrupt {
+                    path: file,
+                    reason: "it has no main workspace".into(),
+                });
             }
             let name = match name {
                 Some(n) => n,
-                None => file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+                None => file
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
             };
             validate_name(&name)?;
             let reg = ctx.registry()?;
-            reg.add(&VaultRef { name: name.clone(), path: file.clone(), workspace: MAIN.into() })?;
+            reg.add(&VaultRef {
+                name: name.clone(),
+                path: file.clone(),
+                workspace: MAIN.into(),
+            })?;
             let mut forks = Vec::new();
             for w in workspaces.iter().filter(|w| w.name != MAIN) {
-                if reg.add(&VaultRef { name: w.name.clone(), path: file.clone(), workspace: w.name.clone() }).is_ok() {
+                if reg
+                    .add(&VaultRef {
+                        name: w.name.clone(),
+                        path: file.clone(),
+                        workspace: w.name.clone(),
+                    })
+                    .is_ok()
+                {
                     forks.push(w.name.clone());
                 }
             }
-            ctx.out.emit(&json!({"imported": name, "file": file, "forks": forks}), || {
-                println!("registered {} as {name}", file.display());
-            });
+            ctx.out.emit(
+                &json!({"imported": name, "file": file, "forks": forks}),
+                || {
+                    println!("registered {} as {name}", file.display());
+                },
+            );
         }
         VaultCmd::Verify { name } => {
             let reg = ctx.registry()?;
@@ -241,15 +337,18 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             };
             let mut store = Store::open(&v.path)?;
             let report = store.read(crate::maintenance::verify)?;
-            ctx.out.emit(&json!({"vault": v.name, "path": v.path, "report": report}), || {
-                if report.ok {
-                    println!("vault {} ok", v.name);
-                } else {
-                    for p in &report.problems {
-                        println!("{}: {}: {}", p.kind, p.object, p.message);
+            ctx.out.emit(
+                &json!({"vault": v.name, "path": v.path, "report": report}),
+                || {
+                    if report.ok {
+                        println!("vault {} ok", v.name);
+                    } else {
+                        for p in &report.problems {
+                            println!("{}: {}: {}", p.kind, p.object, p.message);
+                        }
                     }
-                }
-            });
+                },
+            );
             return Ok(if report.ok { 0 } else { 1 });
         }
     }
@@ -258,14 +357,19 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
 
 fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
     let reg = ctx.registry()?;
-    let v = reg.get(name)?.ok_or_else(|| Error::NoSuchVault(name.into()))?;
+    let v = reg
+        .get(name)?
+        .ok_or_else(|| Error::NoSuchVault(name.into()))?;
     let opened = Store::open(&v.path);
     let children: Vec<String> = match &opened {
         Ok(_) => {
             let mut s = Store::open(&v.path)?;
             s.read(list_workspaces)?
                 .into_iter()
-                .filter(|w| w.parent.as_deref() == Some(v.workspace.as_str()) || (v.workspace == MAIN && w.name != MAIN))
+                .filter(|w| {
+                    w.parent.as_deref() == Some(v.workspace.as_str())
+                        || (v.workspace == MAIN && w.name != MAIN)
+                })
                 .map(|w| w.name)
                 .collect()
         }
@@ -275,16 +379,27 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
         return Err(Error::Refused(format!(
             "{name} has forks ({}); deleting it {}; pass --force to delete anyway",
             children.join(", "),
-            if v.workspace == MAIN { "deletes them too" } else { "keeps them" }
+            if v.workspace == MAIN {
+                "deletes them too"
+            } else {
+                "keeps them"
+            }
         )));
     }
     if !yes {
         if ctx.out.json || !std::io::stdin().is_terminal() {
-            return Err(Error::Refused(format!("deleting {name} needs confirmation: pass -y")));
+            return Err(Error::Refused(format!(
+                "deleting {name} needs confirmation: pass -y"
+            )));
         }
-        eprint!("delete {} {name}? [y/N] ", if v.workspace == MAIN { "vault" } else { "fork" });
+        eprint!(
+            "delete {} {name}? [y/N] ",
+            if v.workspace == MAIN { "vault" } else { "fork" }
+        );
         let mut answer = String::new();
-        std::io::stdin().read_line(&mut answer).map_err(|e| Error::host("stdin", e))?;
+        std::io::stdin()
+            .read_line(&mut answer)
+            .map_err(|e| Error::host("stdin", e))?;
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
             return Err(Error::Refused("not deleted".into()));
         }
@@ -309,11 +424,19 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
         let mut store = opened?;
         store.write(|db| {
             crate::workspace::delete_workspace(db, &v.workspace)?;
-            audit::append(db, Some(&v.workspace), "cli", "vault.delete", &json!({"fork": name}))?;
+            audit::append(
+                db,
+                Some(&v.workspace),
+                "cli",
+                "vault.delete",
+                &json!({"fork": name}),
+            )?;
             Ok(())
         })?;
         reg.remove(name)?;
     }
-    ctx.out.emit(&json!({"deleted": removed}), || println!("deleted {}", removed.join(", ")));
+    ctx.out.emit(&json!({"deleted": removed}), || {
+        println!("deleted {}", removed.join(", "))
+    });
     Ok(0)
 }

@@ -1,7 +1,7 @@
 //! The append-only audit log. Each row carries `hash = BLAKE3(prev_hash || row)`, and the
 //! id of the newest row is kept in `meta`, so an edited, inserted or removed row is detected.
 
-use rusqlite::{params, Connection};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::{meta_get, meta_set, now_ns};
@@ -18,7 +18,15 @@ pub struct AuditRow {
     pub hash: String,
 }
 
-fn row_hash(prev: &[u8], id: i64, ts_ns: i64, ws: Option<&str>, actor: &str, action: &str, detail: &str) -> [u8; 32] {
+fn row_hash(
+    prev: &[u8],
+    id: i64,
+    ts_ns: i64,
+    ws: Option<&str>,
+    actor: &str,
+    action: &str,
+    detail: &str,
+) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     h.update(b"avfs-audit-v1\0");
     h.update(prev);
@@ -32,10 +40,17 @@ fn row_hash(prev: &[u8], id: i64, ts_ns: i64, ws: Option<&str>, actor: &str, act
 }
 
 /// Appends one row; call inside the transaction that makes the change it records.
-pub fn append(db: &Connection, workspace: Option<&str>, actor: &str, action: &str, detail: &serde_json::Value) -> Result<i64> {
+pub fn append(
+    db: &Connection,
+    workspace: Option<&str>,
+    actor: &str,
+    action: &str,
+    detail: &serde_json::Value,
+) -> Result<i64> {
     let (last_id, prev): (i64, Vec<u8>) = db
         .prepare_cached("SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1")?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
         .unwrap_or((0, vec![0; 32]));
     let id = last_id + 1;
     let ts = now_ns();
@@ -53,19 +68,25 @@ pub fn list(db: &Connection, limit: Option<usize>, since_ns: Option<i64>) -> Res
     let mut stmt = db.prepare(
         "SELECT id, ts_ns, workspace, actor, action, detail, hash FROM audit WHERE ts_ns >= ?1 ORDER BY id DESC LIMIT ?2",
     )?;
-    let rows = stmt.query_map(params![since_ns.unwrap_or(i64::MIN), limit.map(|l| l as i64).unwrap_or(-1)], |r| {
-        let detail: String = r.get(5)?;
-        let hash: Vec<u8> = r.get(6)?;
-        Ok(AuditRow {
-            id: r.get(0)?,
-            ts_ns: r.get(1)?,
-            workspace: r.get(2)?,
-            actor: r.get(3)?,
-            action: r.get(4)?,
-            detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
-            hash: hash.iter().map(|b| format!("{b:02x}")).collect(),
-        })
-    })?;
+    let rows = stmt.query_map(
+        params![
+            since_ns.unwrap_or(i64::MIN),
+            limit.map(|l| l as i64).unwrap_or(-1)
+        ],
+        |r| {
+            let detail: String = r.get(5)?;
+            let hash: Vec<u8> = r.get(6)?;
+            Ok(AuditRow {
+                id: r.get(0)?,
+                ts_ns: r.get(1)?,
+                workspace: r.get(2)?,
+                actor: r.get(3)?,
+                action: r.get(4)?,
+                detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
+                hash: hash.iter().map(|b| format!("{b:02x}")).collect(),
+            })
+        },
+    )?;
     let mut out: Vec<AuditRow> = rows.collect::<rusqlite::Result<_>>()?;
     out.reverse();
     Ok(out)
@@ -101,14 +122,32 @@ pub fn verify(db: &Connection) -> Result<AuditReport> {
         let stored_prev: Vec<u8> = r.get(6)?;
         let stored: Vec<u8> = r.get(7)?;
         if id != expect_id {
-            problems.push(AuditProblem { id, problem: format!("rows {expect_id}..{} are missing", id - 1) });
+            problems.push(AuditProblem {
+                id,
+                problem: format!("rows {expect_id}..{} are missing", id - 1),
+            });
         }
         if stored_prev != prev {
-            problems.push(AuditProblem { id, problem: "previous-hash link is broken (a row before it was changed or removed)".into() });
+            problems.push(AuditProblem {
+                id,
+                problem: "previous-hash link is broken (a row before it was changed or removed)"
+                    .into(),
+            });
         }
-        let h = row_hash(&stored_prev, id, r.get(1)?, ws.as_deref(), &actor, &action, &detail);
+        let h = row_hash(
+            &stored_prev,
+            id,
+            r.get(1)?,
+            ws.as_deref(),
+            &actor,
+            &action,
+            &detail,
+        );
         if h[..] != stored[..] {
-            problems.push(AuditProblem { id, problem: "row content does not match its hash (edited)".into() });
+            problems.push(AuditProblem {
+                id,
+                problem: "row content does not match its hash (edited)".into(),
+            });
         }
         prev = stored;
         expect_id = id + 1;
@@ -117,8 +156,15 @@ pub fn verify(db: &Connection) -> Result<AuditReport> {
     if head != expect_id - 1 {
         problems.push(AuditProblem {
             id: head,
-            problem: format!("log ends at row {} but row {head} was written (rows removed from the end)", expect_id - 1),
+            problem: format!(
+                "log ends at row {} but row {head} was written (rows removed from the end)",
+                expect_id - 1
+            ),
         });
     }
-    Ok(AuditReport { rows: count, ok: problems.is_empty(), problems })
+    Ok(AuditReport {
+        rows: count,
+        ok: problems.is_empty(),
+        problems,
+    })
 }

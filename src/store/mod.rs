@@ -21,7 +21,10 @@ pub struct Store {
 }
 
 fn not_a_vault(path: &Path, reason: impl Into<String>) -> Error {
-    Error::NotAVault { path: path.to_path_buf(), reason: reason.into() }
+    Error::NotAVault {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
 }
 
 /// Checks the file's header without letting SQLite touch it, so a foreign, truncated or
@@ -51,7 +54,10 @@ fn check_header(path: &Path) -> Result<()> {
         return Err(not_a_vault(path, "not a SQLite database"));
     }
     if got < 100 {
-        return Err(Error::Corrupt { path: path.into(), reason: format!("truncated to {got} bytes") });
+        return Err(Error::Corrupt {
+            path: path.into(),
+            reason: format!("truncated to {got} bytes"),
+        });
     }
     let be32 = |o: usize| u32::from_be_bytes(header[o..o + 4].try_into().unwrap());
     let app_id = be32(68);
@@ -60,7 +66,11 @@ fn check_header(path: &Path) -> Result<()> {
     }
     let version = be32(60) as i64;
     if version > FORMAT_VERSION {
-        return Err(Error::TooNew { path: path.into(), found: version, supported: FORMAT_VERSION });
+        return Err(Error::TooNew {
+            path: path.into(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
     }
     let page_size = match u16::from_be_bytes([header[16], header[17]]) {
         1 => 65536u64,
@@ -72,7 +82,10 @@ fn check_header(path: &Path) -> Result<()> {
         if meta.len() < expected {
             return Err(Error::Corrupt {
                 path: path.into(),
-                reason: format!("truncated: {} bytes, its header says {expected}", meta.len()),
+                reason: format!(
+                    "truncated: {} bytes, its header says {expected}",
+                    meta.len()
+                ),
             });
         }
     }
@@ -84,7 +97,10 @@ fn map_open_err(path: &Path, e: rusqlite::Error) -> Error {
         match f.code {
             rusqlite::ErrorCode::NotADatabase => return not_a_vault(path, "not a SQLite database"),
             rusqlite::ErrorCode::DatabaseCorrupt => {
-                return Error::Corrupt { path: path.into(), reason: e.to_string() }
+                return Error::Corrupt {
+                    path: path.into(),
+                    reason: e.to_string(),
+                };
             }
             _ => {}
         }
@@ -98,18 +114,25 @@ impl Store {
         if path.exists() {
             return Err(Error::Exists(path.display().to_string()));
         }
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|e| Error::host(dir.display(), e))?;
-            }
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| Error::host(dir.display(), e))?;
         }
         let conn = Connection::open_with_flags(
             path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         conn.pragma_update(None, "application_id", APPLICATION_ID as i64)?;
+        // Lets `gc` hand freed pages back to the file system (must precede any table).
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        let mut store = Store { conn, path: path.to_path_buf() };
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
         store.configure()?;
         store.migrate()?;
         Ok(store)
@@ -124,14 +147,21 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| map_open_err(path, e))?;
-        let mut store = Store { conn, path: path.to_path_buf() };
+        let mut store = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
         store.configure().map_err(|e| store.corrupt_if_sqlite(e))?;
         let version: i64 = store
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(|e| map_open_err(path, e))?;
         if version > FORMAT_VERSION {
-            return Err(Error::TooNew { path: path.into(), found: version, supported: FORMAT_VERSION });
+            return Err(Error::TooNew {
+                path: path.into(),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
         }
         if version < FORMAT_VERSION {
             store.migrate()?;
@@ -151,7 +181,9 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<()> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Exclusive)?;
         let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(sql)?;
@@ -165,18 +197,24 @@ impl Store {
     pub fn corrupt_if_sqlite(&self, e: Error) -> Error {
         match e {
             Error::Internal(msg) if msg.contains("malformed") || msg.contains("not a database") => {
-                Error::Corrupt { path: self.path.clone(), reason: msg }
+                Error::Corrupt {
+                    path: self.path.clone(),
+                    reason: msg,
+                }
             }
-            Error::Corrupt { path, reason } if path.as_os_str().is_empty() => {
-                Error::Corrupt { path: self.path.clone(), reason }
-            }
+            Error::Corrupt { path, reason } if path.as_os_str().is_empty() => Error::Corrupt {
+                path: self.path.clone(),
+                reason,
+            },
             other => other,
         }
     }
 
     /// Runs `f` in an immediate (write) transaction; commits only when it returns Ok.
     pub fn write<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         match f(&tx) {
             Ok(v) => {
                 tx.commit().map_err(Error::from)?;
@@ -191,7 +229,9 @@ impl Store {
 
     /// Runs `f` in a read transaction: one consistent snapshot.
     pub fn read<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Deferred)?;
         let r = f(&tx);
         drop(tx);
         r.map_err(|e| self.corrupt_if_sqlite(e))

@@ -1,6 +1,6 @@
 //! Immutable, content-addressed objects: chunks, file contents and trees.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -25,9 +25,9 @@ impl Hash {
         self.to_hex()[..12].to_string()
     }
     pub fn from_slice(b: &[u8]) -> Result<Hash> {
-        let a: [u8; 32] = b
-            .try_into()
-            .map_err(|_| Error::Internal(format!("stored hash has {} bytes, expected 32", b.len())))?;
+        let a: [u8; 32] = b.try_into().map_err(|_| {
+            Error::Internal(format!("stored hash has {} bytes, expected 32", b.len()))
+        })?;
         Ok(Hash(a))
     }
 }
@@ -87,6 +87,9 @@ impl Kind {
         }
     }
 }
+
+/// Extended attributes: (name, value) pairs sorted by name.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// Attributes of the root directory, kept in the root tree object itself.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -148,18 +151,21 @@ impl Tree {
 
     /// Decodes and checks a stored tree; every malformed input is an error, never a panic.
     pub fn decode(data: &[u8]) -> std::result::Result<Tree, String> {
-        let tree: Tree = postcard::from_bytes(data).map_err(|e| format!("undecodable tree: {e}"))?;
+        let tree: Tree =
+            postcard::from_bytes(data).map_err(|e| format!("undecodable tree: {e}"))?;
         let mut prev: Option<&[u8]> = None;
         for e in &tree.entries {
             validate_name(&e.name).map_err(|why| format!("bad entry name: {why}"))?;
-            if let Some(p) = prev {
-                if p >= e.name.as_slice() {
-                    return Err("entries not sorted or duplicated".into());
-                }
+            if let Some(p) = prev
+                && p >= e.name.as_slice()
+            {
+                return Err("entries not sorted or duplicated".into());
             }
             prev = Some(&e.name);
             match e.kind {
-                Kind::File | Kind::Dir if e.hash.is_none() => return Err("entry without hash".into()),
+                Kind::File | Kind::Dir if e.hash.is_none() => {
+                    return Err("entry without hash".into());
+                }
                 Kind::Symlink if e.target.is_none() => return Err("symlink without target".into()),
                 _ => {}
             }
@@ -177,7 +183,13 @@ impl Tree {
 
 pub fn empty_root(uid: u32, gid: u32, mtime_ns: i64) -> Tree {
     Tree {
-        root_attrs: Some(DirAttrs { mode: 0o755, uid, gid, mtime_ns, xattrs: vec![] }),
+        root_attrs: Some(DirAttrs {
+            mode: 0o755,
+            uid,
+            gid,
+            mtime_ns,
+            xattrs: vec![],
+        }),
         entries: vec![],
     }
 }
@@ -200,9 +212,15 @@ pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {
         reason: format!("missing tree {}", hash.to_hex()),
     })?;
     if Tree::hash_of(&data) != *hash {
-        return Err(Error::Corrupt { path: Default::default(), reason: format!("tree {} fails its hash", hash.to_hex()) });
+        return Err(Error::Corrupt {
+            path: Default::default(),
+            reason: format!("tree {} fails its hash", hash.to_hex()),
+        });
     }
-    Tree::decode(&data).map_err(|reason| Error::Corrupt { path: Default::default(), reason })
+    Tree::decode(&data).map_err(|reason| Error::Corrupt {
+        path: Default::default(),
+        reason,
+    })
 }
 
 pub fn put_chunk(db: &Connection, data: &[u8]) -> Result<Hash> {
@@ -230,7 +248,10 @@ pub fn get_chunk(db: &Connection, hash: &Hash) -> Result<Vec<u8>> {
         reason: format!("missing chunk {}", hash.to_hex()),
     })?;
     if Hash::of(&data) != *hash {
-        return Err(Error::Corrupt { path: Default::default(), reason: format!("chunk {} fails its hash", hash.to_hex()) });
+        return Err(Error::Corrupt {
+            path: Default::default(),
+            reason: format!("chunk {} fails its hash", hash.to_hex()),
+        });
     }
     Ok(data)
 }
@@ -255,20 +276,35 @@ pub fn put_content(db: &Connection, data: &[u8]) -> Result<Hash> {
     if data.len() <= CHUNK_SIZE {
         return put_chunk(db, data);
     }
-    let chunks: Vec<Hash> = data.chunks(CHUNK_SIZE).map(|c| put_chunk(db, c)).collect::<Result<_>>()?;
+    let chunks: Vec<Hash> = data
+        .chunks(CHUNK_SIZE)
+        .map(|c| put_chunk(db, c))
+        .collect::<Result<_>>()?;
     put_chunk_list(db, &chunks, data.len() as u64)
 }
 
 /// Records a chunk list (chunks must already be stored) and returns its content hash.
 pub fn put_chunk_list(db: &Connection, chunks: &[Hash], size: u64) -> Result<Hash> {
+    if size as usize <= CHUNK_SIZE && chunks.len() > 1 {
+        // A file of one chunk or less is addressed by that chunk alone.
+        let mut data = if chunks[0] == HOLE {
+            vec![]
+        } else {
+            get_chunk(db, &chunks[0])?
+        };
+        data.resize(size as usize, 0);
+        return put_chunk(db, &data);
+    }
     let hash = content_hash(chunks, size);
     if size as usize > CHUNK_SIZE || chunks.len() > 1 {
         let mut blob = Vec::with_capacity(chunks.len() * 32);
         for c in chunks {
             blob.extend_from_slice(&c.0);
         }
-        db.prepare_cached("INSERT OR IGNORE INTO content (hash, size, chunks) VALUES (?1, ?2, ?3)")?
-            .execute(params![&hash.0[..], size as i64, blob])?;
+        db.prepare_cached(
+            "INSERT OR IGNORE INTO content (hash, size, chunks) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![&hash.0[..], size as i64, blob])?;
     } else if chunks.is_empty() {
         put_chunk(db, b"")?;
     }
@@ -288,18 +324,33 @@ pub fn chunk_list(db: &Connection, hash: &Hash, size: u64) -> Result<Vec<Hash>> 
         path: Default::default(),
         reason: format!("missing content {}", hash.to_hex()),
     })?;
-    decode_chunk_list(&blob).map_err(|reason| Error::Corrupt { path: Default::default(), reason })
+    decode_chunk_list(&blob).map_err(|reason| Error::Corrupt {
+        path: Default::default(),
+        reason,
+    })
 }
 
 pub fn decode_chunk_list(blob: &[u8]) -> std::result::Result<Vec<Hash>, String> {
-    if blob.len() % 32 != 0 {
-        return Err(format!("chunk list of {} bytes is not a multiple of 32", blob.len()));
+    if !blob.len().is_multiple_of(32) {
+        return Err(format!(
+            "chunk list of {} bytes is not a multiple of 32",
+            blob.len()
+        ));
     }
-    Ok(blob.chunks_exact(32).map(|c| Hash(c.try_into().unwrap())).collect())
+    Ok(blob
+        .chunks_exact(32)
+        .map(|c| Hash(c.try_into().unwrap()))
+        .collect())
 }
 
 /// Reads `len` bytes at `offset` of a stored file content.
-pub fn read_content(db: &Connection, hash: &Hash, size: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+pub fn read_content(
+    db: &Connection,
+    hash: &Hash,
+    size: u64,
+    offset: u64,
+    len: usize,
+) -> Result<Vec<u8>> {
     if offset >= size {
         return Ok(vec![]);
     }
@@ -342,27 +393,25 @@ pub fn resize_content(db: &Connection, hash: &Hash, size: u64, new_size: u64) ->
     if new_size < size {
         chunks.truncate(want);
         let tail = (new_size % cs) as usize;
-        if tail != 0 {
-            if let Some(last) = chunks.last_mut() {
-                if *last != HOLE {
-                    let data = get_chunk(db, last)?;
-                    let mut cut = data[..tail.min(data.len())].to_vec();
-                    cut.resize(tail, 0);
-                    *last = put_chunk(db, &cut)?;
-                }
-            }
+        if tail != 0
+            && let Some(last) = chunks.last_mut()
+            && *last != HOLE
+        {
+            let data = get_chunk(db, last)?;
+            let mut cut = data[..tail.min(data.len())].to_vec();
+            cut.resize(tail, 0);
+            *last = put_chunk(db, &cut)?;
         }
     } else {
         // Zero-fill the stored tail of the old last chunk up to a full chunk, then add holes.
-        if size % cs != 0 {
-            if let Some(last) = chunks.last_mut() {
-                if *last != HOLE {
-                    let mut data = get_chunk(db, last)?;
-                    let fill = ((new_size - (size - size % cs)).min(cs)) as usize;
-                    data.resize(fill, 0);
-                    *last = put_chunk(db, &data)?;
-                }
-            }
+        if !size.is_multiple_of(cs)
+            && let Some(last) = chunks.last_mut()
+            && *last != HOLE
+        {
+            let mut data = get_chunk(db, last)?;
+            let fill = ((new_size - (size - size % cs)).min(cs)) as usize;
+            data.resize(fill, 0);
+            *last = put_chunk(db, &data)?;
         }
         chunks.resize(want, HOLE);
     }
@@ -371,7 +420,11 @@ pub fn resize_content(db: &Connection, hash: &Hash, size: u64, new_size: u64) ->
         let data = match chunks.first() {
             None => vec![],
             Some(c) => {
-                let mut d = if *c == HOLE { vec![] } else { get_chunk(db, c)? };
+                let mut d = if *c == HOLE {
+                    vec![]
+                } else {
+                    get_chunk(db, c)?
+                };
                 d.resize(new_size as usize, 0);
                 d
             }

@@ -1,9 +1,9 @@
 //! Checkpoints, restore and fork.
 
-use rusqlite::{params, OptionalExtension, Row};
+use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::{create_workspace, flush::entry_at, new_layer, path, Workspace, WorkspaceInfo};
+use super::{Workspace, WorkspaceInfo, create_workspace, flush::entry_at, new_layer, path};
 use crate::error::{Error, Result};
 use crate::store::now_ns;
 use crate::store::objects::{Hash, Kind};
@@ -47,13 +47,18 @@ fn cp_from_row(r: &Row) -> rusqlite::Result<Checkpoint> {
 
 pub fn validate_checkpoint_name(name: &str) -> Result<()> {
     if name.is_empty() || name.len() > 200 || name.chars().any(|c| c.is_control() || c == '/') {
-        return Err(Error::InvalidArgument(name.into(), "checkpoint names are 1-200 characters, no '/' or control characters".into()));
+        return Err(Error::InvalidArgument(
+            name.into(),
+            "checkpoint names are 1-200 characters, no '/' or control characters".into(),
+        ));
     }
     Ok(())
 }
 
 fn generated_name(db: &rusqlite::Connection) -> Result<String> {
-    let next: i64 = db.query_row("SELECT COALESCE(MAX(id), 0) + 1 FROM checkpoint", [], |r| r.get(0))?;
+    let next: i64 = db.query_row("SELECT COALESCE(MAX(id), 0) + 1 FROM checkpoint", [], |r| {
+        r.get(0)
+    })?;
     let secs = now_ns() / 1_000_000_000;
     let (y, mo, d, h, mi, s) = crate::util::civil_from_unix(secs);
     Ok(format!("cp-{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{next}"))
@@ -92,7 +97,12 @@ impl Workspace<'_> {
     }
 
     /// Saves the live state as a named checkpoint. Costs what changed since the last flush.
-    pub fn checkpoint(&mut self, name: Option<&str>, message: Option<&str>, origin: &str) -> Result<CheckpointSummary> {
+    pub fn checkpoint(
+        &mut self,
+        name: Option<&str>,
+        message: Option<&str>,
+        origin: &str,
+    ) -> Result<CheckpointSummary> {
         let name = match name {
             Some(n) => {
                 validate_checkpoint_name(n)?;
@@ -112,15 +122,21 @@ impl Workspace<'_> {
             )?
             .execute(params![self.info.id, name, &root.0[..], head.as_ref().map(|h| h.id), now_ns(), origin, message])?;
         let id = self.db.last_insert_rowid();
-        self.db.prepare_cached("UPDATE workspace SET head = ?1 WHERE id = ?2")?.execute(params![id, self.info.id])?;
-        Ok(CheckpointSummary { checkpoint: self.find_checkpoint(&name)?, changed })
+        self.db
+            .prepare_cached("UPDATE workspace SET head = ?1 WHERE id = ?2")?
+            .execute(params![id, self.info.id])?;
+        Ok(CheckpointSummary {
+            checkpoint: self.find_checkpoint(&name)?,
+            changed,
+        })
     }
 
     pub fn delete_checkpoint(&self, name: &str) -> Result<Checkpoint> {
         let cp = self.find_checkpoint(name)?;
         self.db.execute("UPDATE checkpoint SET parent = (SELECT parent FROM checkpoint WHERE id = ?1) WHERE parent = ?1", [cp.id])?;
         self.db.execute("UPDATE workspace SET head = (SELECT parent FROM checkpoint WHERE id = ?1) WHERE head = ?1", [cp.id])?;
-        self.db.execute("DELETE FROM checkpoint WHERE id = ?1", [cp.id])?;
+        self.db
+            .execute("DELETE FROM checkpoint WHERE id = ?1", [cp.id])?;
         Ok(cp)
     }
 
@@ -136,9 +152,13 @@ impl Workspace<'_> {
         let old = self.info.layer;
         let layer = new_layer(self.db, self.info.id, &cp.root)?;
         self.db
-            .prepare_cached("UPDATE workspace SET layer = ?1, base_root = ?2, head = ?3 WHERE id = ?4")?
+            .prepare_cached(
+                "UPDATE workspace SET layer = ?1, base_root = ?2, head = ?3 WHERE id = ?4",
+            )?
             .execute(params![layer, &cp.root.0[..], cp.id, self.info.id])?;
-        self.db.prepare_cached("UPDATE layer SET dead = 1 WHERE id = ?1")?.execute([old])?;
+        self.db
+            .prepare_cached("UPDATE layer SET dead = 1 WHERE id = ?1")?
+            .execute([old])?;
         self.info.layer = layer;
         self.info.base_root = cp.root;
         super::purge_dead_layers(self.db)?;
@@ -184,15 +204,31 @@ impl Workspace<'_> {
             None => {
                 if self.is_modified()? || self.head()?.is_none() {
                     let name = format!("fork-{new_name}");
-                    let name = if self.find_checkpoint(&name).is_ok() { generated_name(self.db)? } else { name };
-                    self.checkpoint(Some(&name), Some(&format!("taken to fork {new_name}")), "fork")?.checkpoint
+                    let name = if self.find_checkpoint(&name).is_ok() {
+                        generated_name(self.db)?
+                    } else {
+                        name
+                    };
+                    self.checkpoint(
+                        Some(&name),
+                        Some(&format!("taken to fork {new_name}")),
+                        "fork",
+                    )?
+                    .checkpoint
                 } else {
                     self.head()?.unwrap()
                 }
             }
         };
-        let info = create_workspace(self.db, new_name, Some(base.root), Some((&self.info, Some(&base.name))))?;
-        self.db.prepare_cached("UPDATE workspace SET head = ?1 WHERE id = ?2")?.execute(params![base.id, info.id])?;
+        let info = create_workspace(
+            self.db,
+            new_name,
+            Some(base.root),
+            Some((&self.info, Some(&base.name))),
+        )?;
+        self.db
+            .prepare_cached("UPDATE workspace SET head = ?1 WHERE id = ?2")?
+            .execute(params![base.id, info.id])?;
         Ok(info)
     }
 }

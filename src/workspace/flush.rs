@@ -4,12 +4,19 @@ use std::collections::HashMap;
 
 use rusqlite::params;
 
-use super::{Inode, Workspace, ROOT_INO};
+use super::{Inode, ROOT_INO, Workspace};
 use crate::error::{Error, Result};
-use crate::store::objects::{get_tree, put_tree, DirAttrs, Entry, Hash, Kind, Tree};
+use crate::store::objects::{DirAttrs, Entry, Hash, Kind, Tree, Xattrs, get_tree, put_tree};
 use crate::store::{counter_take, now_ns};
 
-fn entry_of(name: Vec<u8>, i: &Inode, hash: Option<Hash>, link_group: u64, has_links: bool, xattrs: Vec<(Vec<u8>, Vec<u8>)>) -> Entry {
+fn entry_of(
+    name: Vec<u8>,
+    i: &Inode,
+    hash: Option<Hash>,
+    link_group: u64,
+    has_links: bool,
+    xattrs: Xattrs,
+) -> Entry {
     Entry {
         name,
         kind: i.kind,
@@ -32,11 +39,9 @@ impl Workspace<'_> {
     /// makes the result the workspace's base root. Costs O(dirty directories × entries).
     pub fn flush(&mut self) -> Result<Hash> {
         let root = self.get(ROOT_INO)?;
-        let (hash, _) = if root.dirty || root.hash.is_none() {
-            let mut groups = HashMap::new();
-            self.flush_dir(root, &mut groups)?
-        } else {
-            (root.hash.unwrap(), root.has_links)
+        let (hash, _) = match (root.dirty, root.hash) {
+            (false, Some(h)) => (h, root.has_links),
+            _ => self.flush_dir(root, &mut HashMap::new())?,
         };
         if hash != self.info.base_root {
             self.db
@@ -49,7 +54,7 @@ impl Workspace<'_> {
 
     fn flush_dir(&self, dir: Inode, groups: &mut HashMap<u64, u64>) -> Result<(Hash, bool)> {
         let children = self.children(dir.ino)?;
-        let mut xattrs: HashMap<u64, Vec<(Vec<u8>, Vec<u8>)>> = HashMap::new();
+        let mut xattrs: HashMap<u64, Xattrs> = HashMap::new();
         {
             let mut stmt = self.db.prepare_cached(
                 "SELECT x.ino, x.name, x.value FROM dentry d JOIN xattr x ON x.layer = d.layer AND x.ino = d.ino
@@ -57,7 +62,10 @@ impl Workspace<'_> {
             )?;
             let mut rows = stmt.query(params![self.layer(), dir.ino as i64])?;
             while let Some(r) = rows.next()? {
-                xattrs.entry(r.get::<_, i64>(0)? as u64).or_default().push((r.get(1)?, r.get(2)?));
+                xattrs
+                    .entry(r.get::<_, i64>(0)? as u64)
+                    .or_default()
+                    .push((r.get(1)?, r.get(2)?));
             }
         }
         let mut entries = Vec::with_capacity(children.len());
@@ -66,10 +74,9 @@ impl Workspace<'_> {
             let x = xattrs.get(&child.ino).cloned().unwrap_or_default();
             let entry = match child.kind {
                 Kind::Dir => {
-                    let (h, links) = if child.dirty || child.hash.is_none() {
-                        self.flush_dir(child.clone(), groups)?
-                    } else {
-                        (child.hash.unwrap(), child.has_links)
+                    let (h, links) = match (child.dirty, child.hash) {
+                        (false, Some(h)) => (h, child.has_links),
+                        _ => self.flush_dir(child.clone(), groups)?,
                     };
                     entry_of(name, &child, Some(h), 0, links, x)
                 }
@@ -104,11 +111,23 @@ impl Workspace<'_> {
             entries.push(entry);
         }
         let root_attrs = if dir.ino == ROOT_INO {
-            Some(DirAttrs { mode: dir.mode, uid: dir.uid, gid: dir.gid, mtime_ns: dir.mtime_ns, xattrs: self.xattrs(ROOT_INO)? })
+            Some(DirAttrs {
+                mode: dir.mode,
+                uid: dir.uid,
+                gid: dir.gid,
+                mtime_ns: dir.mtime_ns,
+                xattrs: self.xattrs(ROOT_INO)?,
+            })
         } else {
             None
         };
-        let hash = put_tree(self.db, &Tree { root_attrs, entries })?;
+        let hash = put_tree(
+            self.db,
+            &Tree {
+                root_attrs,
+                entries,
+            },
+        )?;
         self.db
             .prepare_cached("UPDATE inode SET hash = ?3, dirty = 0, has_links = ?4 WHERE layer = ?1 AND ino = ?2")?
             .execute(params![self.layer(), dir.ino as i64, &hash.0[..], any_links])?;
@@ -145,7 +164,9 @@ impl Workspace<'_> {
 
     fn set_xattr_raw(&self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
         self.db
-            .prepare_cached("INSERT OR REPLACE INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)")?
+            .prepare_cached(
+                "INSERT OR REPLACE INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)",
+            )?
             .execute(params![self.layer(), ino as i64, name, value])?;
         Ok(())
     }
@@ -154,10 +175,9 @@ impl Workspace<'_> {
     pub fn entry_for(&self, name: &[u8], inode: &Inode) -> Result<Entry> {
         let x = self.xattrs(inode.ino)?;
         if inode.kind == Kind::Dir {
-            let (h, links) = if inode.dirty || inode.hash.is_none() {
-                self.flush_dir(inode.clone(), &mut HashMap::new())?
-            } else {
-                (inode.hash.unwrap(), inode.has_links)
+            let (h, links) = match (inode.dirty, inode.hash) {
+                (false, Some(h)) => (h, inode.has_links),
+                _ => self.flush_dir(inode.clone(), &mut HashMap::new())?,
             };
             return Ok(entry_of(name.to_vec(), inode, Some(h), 0, links, x));
         }
@@ -168,7 +188,11 @@ impl Workspace<'_> {
 
 /// Gives every link group inside `entry` a fresh vault-wide number (shared via `map`), so
 /// a copied or restored subtree never joins links that live elsewhere in the tree.
-pub fn renumber_links(db: &rusqlite::Connection, entry: &Entry, map: &mut HashMap<u64, u64>) -> Result<Entry> {
+pub fn renumber_links(
+    db: &rusqlite::Connection,
+    entry: &Entry,
+    map: &mut HashMap<u64, u64>,
+) -> Result<Entry> {
     let mut e = entry.clone();
     if e.link_group != 0 {
         let next = match map.get(&e.link_group) {
@@ -182,7 +206,9 @@ pub fn renumber_links(db: &rusqlite::Connection, entry: &Entry, map: &mut HashMa
         e.link_group = next;
     }
     if e.kind == Kind::Dir && e.has_links {
-        let hash = e.hash.ok_or_else(|| Error::Internal("directory entry without tree".into()))?;
+        let hash = e
+            .hash
+            .ok_or_else(|| Error::Internal("directory entry without tree".into()))?;
         let mut tree = get_tree(db, &hash)?;
         for child in tree.entries.iter_mut() {
             *child = renumber_links(db, child, map)?;
@@ -193,7 +219,11 @@ pub fn renumber_links(db: &rusqlite::Connection, entry: &Entry, map: &mut HashMa
 }
 
 /// Follows `path` components through stored trees from `root`; `None` if absent.
-pub fn entry_at(db: &rusqlite::Connection, root: &Hash, comps: &[Vec<u8>]) -> Result<Option<Entry>> {
+pub fn entry_at(
+    db: &rusqlite::Connection,
+    root: &Hash,
+    comps: &[Vec<u8>],
+) -> Result<Option<Entry>> {
     let mut tree = get_tree(db, root)?;
     for (i, c) in comps.iter().enumerate() {
         let Ok(pos) = tree.entries.binary_search_by(|e| e.name.as_slice().cmp(c)) else {
@@ -209,7 +239,13 @@ pub fn entry_at(db: &rusqlite::Connection, root: &Hash, comps: &[Vec<u8>]) -> Re
         tree = get_tree(db, e.hash.as_ref().unwrap())?;
     }
     // The root itself, described as a directory entry.
-    let a = tree.root_attrs.clone().unwrap_or(DirAttrs { mode: 0o755, uid: 0, gid: 0, mtime_ns: 0, xattrs: vec![] });
+    let a = tree.root_attrs.clone().unwrap_or(DirAttrs {
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        mtime_ns: 0,
+        xattrs: vec![],
+    });
     Ok(Some(Entry {
         name: vec![],
         kind: Kind::Dir,
@@ -222,7 +258,10 @@ pub fn entry_at(db: &rusqlite::Connection, root: &Hash, comps: &[Vec<u8>]) -> Re
         target: None,
         rdev: 0,
         link_group: 0,
-        has_links: tree.entries.iter().any(|e| e.link_group != 0 || e.has_links),
+        has_links: tree
+            .entries
+            .iter()
+            .any(|e| e.link_group != 0 || e.has_links),
         xattrs: a.xattrs,
     }))
 }

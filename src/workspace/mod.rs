@@ -14,12 +14,12 @@ pub mod path;
 pub use checkpoint::{Checkpoint, CheckpointSummary};
 pub use nodes::{NewNode, RenameFlags, SetAttr};
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::store::objects::{self, get_tree, Entry, Hash, Kind};
 use crate::store::now_ns;
+use crate::store::objects::{self, Entry, Hash, Kind, get_tree};
 
 pub const ROOT_INO: u64 = 1;
 /// Name of the workspace a new vault starts with.
@@ -47,8 +47,7 @@ pub struct Inode {
     pub has_links: bool,
 }
 
-const INODE_COLS: &str =
-    "ino, kind, mode, uid, gid, size, mtime_ns, ctime_ns, nlink, rdev, link_group, hash, target, materialized, dirty, has_links";
+const INODE_COLS: &str = "ino, kind, mode, uid, gid, size, mtime_ns, ctime_ns, nlink, rdev, link_group, hash, target, materialized, dirty, has_links";
 
 impl Inode {
     fn from_row(r: &Row, at: usize) -> rusqlite::Result<Inode> {
@@ -56,7 +55,8 @@ impl Inode {
         let kind: i64 = r.get(at + 1)?;
         Ok(Inode {
             ino: r.get::<_, i64>(at)? as u64,
-            kind: Kind::from_i64(kind).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(at + 1, kind))?,
+            kind: Kind::from_i64(kind)
+                .map_err(|_| rusqlite::Error::IntegralValueOutOfRange(at + 1, kind))?,
             mode: r.get(at + 2)?,
             uid: r.get(at + 3)?,
             gid: r.get(at + 4)?,
@@ -66,7 +66,16 @@ impl Inode {
             nlink: r.get(at + 8)?,
             rdev: r.get::<_, i64>(at + 9)? as u64,
             link_group: r.get::<_, i64>(at + 10)? as u64,
-            hash: hash.and_then(|h| Hash::from_slice(&h).ok()),
+            hash: match hash {
+                None => None,
+                Some(h) => Some(Hash::from_slice(&h).map_err(|_| {
+                    rusqlite::Error::InvalidColumnType(
+                        at + 11,
+                        "hash".into(),
+                        rusqlite::types::Type::Blob,
+                    )
+                })?),
+            },
             target: r.get(at + 12)?,
             materialized: r.get(at + 13)?,
             dirty: r.get(at + 14)?,
@@ -186,16 +195,24 @@ pub fn create_workspace(
     ])?;
     let id = db.last_insert_rowid();
     let layer = new_layer(db, id, &root)?;
-    db.prepare_cached("UPDATE workspace SET layer = ?1 WHERE id = ?2")?.execute(params![layer, id])?;
+    db.prepare_cached("UPDATE workspace SET layer = ?1 WHERE id = ?2")?
+        .execute(params![layer, id])?;
     find_workspace(db, name)?.ok_or_else(|| Error::Internal("workspace vanished".into()))
 }
 
 /// Starts an empty live layer on `root` (only the root inode, not materialized).
 fn new_layer(db: &Connection, ws_id: i64, root: &Hash) -> Result<i64> {
-    db.prepare_cached("INSERT INTO layer (workspace) VALUES (?1)")?.execute([ws_id])?;
+    db.prepare_cached("INSERT INTO layer (workspace) VALUES (?1)")?
+        .execute([ws_id])?;
     let layer = db.last_insert_rowid();
     let tree = get_tree(db, root)?;
-    let a = tree.root_attrs.unwrap_or(objects::DirAttrs { mode: 0o755, uid: 0, gid: 0, mtime_ns: 0, xattrs: vec![] });
+    let a = tree.root_attrs.unwrap_or(objects::DirAttrs {
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        mtime_ns: 0,
+        xattrs: vec![],
+    });
     let root_inode = Inode {
         ino: ROOT_INO,
         kind: Kind::Dir,
@@ -212,7 +229,10 @@ fn new_layer(db: &Connection, ws_id: i64, root: &Hash) -> Result<i64> {
         target: None,
         materialized: false,
         dirty: false,
-        has_links: tree.entries.iter().any(|e| e.link_group != 0 || e.has_links),
+        has_links: tree
+            .entries
+            .iter()
+            .any(|e| e.link_group != 0 || e.has_links),
     };
     insert_inode(db, layer, &root_inode)?;
     for (n, v) in &a.xattrs {
@@ -280,13 +300,16 @@ impl<'a> Workspace<'a> {
     }
 
     pub fn get(&self, ino: u64) -> Result<Inode> {
-        self.try_get(ino)?.ok_or_else(|| Error::NotFound(format!("inode {ino}")))
+        self.try_get(ino)?
+            .ok_or_else(|| Error::NotFound(format!("inode {ino}")))
     }
 
     pub fn try_get(&self, ino: u64) -> Result<Option<Inode>> {
         Ok(self
             .db
-            .prepare_cached(&format!("SELECT {INODE_COLS} FROM inode WHERE layer = ?1 AND ino = ?2"))?
+            .prepare_cached(&format!(
+                "SELECT {INODE_COLS} FROM inode WHERE layer = ?1 AND ino = ?2"
+            ))?
             .query_row(params![self.layer(), ino as i64], |r| Inode::from_row(r, 0))
             .optional()?)
     }
@@ -330,7 +353,9 @@ impl<'a> Workspace<'a> {
 
     fn insert_dentry(&self, parent: u64, name: &[u8], ino: u64) -> Result<()> {
         self.db
-            .prepare_cached("INSERT INTO dentry (layer, parent, name, ino) VALUES (?1, ?2, ?3, ?4)")?
+            .prepare_cached(
+                "INSERT INTO dentry (layer, parent, name, ino) VALUES (?1, ?2, ?3, ?4)",
+            )?
             .execute(params![self.layer(), parent as i64, name, ino as i64])?;
         Ok(())
     }
@@ -347,7 +372,19 @@ impl<'a> Workspace<'a> {
         if dir.materialized || dir.kind != Kind::Dir {
             return Ok(());
         }
-        let hash = dir.hash.ok_or_else(|| Error::Internal(format!("clean directory {} has no tree", dir.ino)))?;
+        // The caller's copy may predate an earlier materialization in this transaction.
+        let done: bool = self
+            .db
+            .prepare_cached("SELECT materialized FROM inode WHERE layer = ?1 AND ino = ?2")?
+            .query_row(params![self.layer(), dir.ino as i64], |r| r.get(0))
+            .optional()?
+            .unwrap_or(true);
+        if done {
+            return Ok(());
+        }
+        let hash = dir
+            .hash
+            .ok_or_else(|| Error::Internal(format!("clean directory {} has no tree", dir.ino)))?;
         let tree = get_tree(self.db, &hash)?;
         let first = self.alloc_inos(tree.entries.len() as u64)?;
         let mut saw_links = false;
@@ -359,24 +396,32 @@ impl<'a> Workspace<'a> {
                 existing = self
                     .db
                     .prepare_cached("SELECT ino FROM linkgroup WHERE layer = ?1 AND grp = ?2")?
-                    .query_row(params![self.layer(), e.link_group as i64], |r| r.get::<_, i64>(0))
+                    .query_row(params![self.layer(), e.link_group as i64], |r| {
+                        r.get::<_, i64>(0)
+                    })
                     .optional()?;
             }
             if let Some(other) = existing {
                 ino = other as u64;
                 self.db
-                    .prepare_cached("UPDATE inode SET nlink = nlink + 1 WHERE layer = ?1 AND ino = ?2")?
+                    .prepare_cached(
+                        "UPDATE inode SET nlink = nlink + 1 WHERE layer = ?1 AND ino = ?2",
+                    )?
                     .execute(params![self.layer(), other])?;
             } else {
                 insert_inode(self.db, self.layer(), &Inode::from_entry(ino, e))?;
                 for (xn, xv) in &e.xattrs {
                     self.db
-                        .prepare_cached("INSERT INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)")?
+                        .prepare_cached(
+                            "INSERT INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)",
+                        )?
                         .execute(params![self.layer(), ino as i64, xn, xv])?;
                 }
                 if e.link_group != 0 {
                     self.db
-                        .prepare_cached("INSERT INTO linkgroup (layer, grp, ino) VALUES (?1, ?2, ?3)")?
+                        .prepare_cached(
+                            "INSERT INTO linkgroup (layer, grp, ino) VALUES (?1, ?2, ?3)",
+                        )?
                         .execute(params![self.layer(), e.link_group as i64, ino as i64])?;
                 }
             }
@@ -401,7 +446,9 @@ impl<'a> Workspace<'a> {
         if closed {
             return Ok(());
         }
-        self.db.prepare_cached("UPDATE layer SET links_closed = 1 WHERE id = ?1")?.execute([self.layer()])?;
+        self.db
+            .prepare_cached("UPDATE layer SET links_closed = 1 WHERE id = ?1")?
+            .execute([self.layer()])?;
         let mut stack = vec![ROOT_INO];
         while let Some(d) = stack.pop() {
             let dir = self.get(d)?;
@@ -417,7 +464,9 @@ impl<'a> Workspace<'a> {
 
     /// Marks that some subtree with unmaterialized link members was grafted in.
     fn reopen_links(&self) -> Result<()> {
-        self.db.prepare_cached("UPDATE layer SET links_closed = 0 WHERE id = ?1")?.execute([self.layer()])?;
+        self.db
+            .prepare_cached("UPDATE layer SET links_closed = 0 WHERE id = ?1")?
+            .execute([self.layer()])?;
         Ok(())
     }
 
@@ -433,7 +482,9 @@ impl<'a> Workspace<'a> {
                  WHERE d.layer = ?1 AND d.parent = ?2 AND d.name = ?3",
                 prefixed_cols("i")
             ))?
-            .query_row(params![self.layer(), parent.ino as i64, name], |r| Inode::from_row(r, 0))
+            .query_row(params![self.layer(), parent.ino as i64, name], |r| {
+                Inode::from_row(r, 0)
+            })
             .optional()?)
     }
 
@@ -452,14 +503,20 @@ impl<'a> Workspace<'a> {
              WHERE d.layer = ?1 AND d.parent = ?2 ORDER BY d.name",
             prefixed_cols("i")
         ))?;
-        let rows = stmt.query_map(params![self.layer(), dir as i64], |r| Ok((r.get(0)?, Inode::from_row(r, 1)?)))?;
+        let rows = stmt.query_map(params![self.layer(), dir as i64], |r| {
+            Ok((r.get(0)?, Inode::from_row(r, 1)?))
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// The (parent, name) pairs that name `ino`.
     pub fn names_of(&self, ino: u64) -> Result<Vec<(u64, Vec<u8>)>> {
-        let mut stmt = self.db.prepare_cached("SELECT parent, name FROM dentry WHERE layer = ?1 AND ino = ?2")?;
-        let rows = stmt.query_map(params![self.layer(), ino as i64], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))?;
+        let mut stmt = self
+            .db
+            .prepare_cached("SELECT parent, name FROM dentry WHERE layer = ?1 AND ino = ?2")?;
+        let rows = stmt.query_map(params![self.layer(), ino as i64], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get(1)?))
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
@@ -473,7 +530,9 @@ impl<'a> Workspace<'a> {
         while let Some(d) = cur {
             let changed = self
                 .db
-                .prepare_cached("UPDATE inode SET dirty = 1 WHERE layer = ?1 AND ino = ?2 AND dirty = 0")?
+                .prepare_cached(
+                    "UPDATE inode SET dirty = 1 WHERE layer = ?1 AND ino = ?2 AND dirty = 0",
+                )?
                 .execute(params![self.layer(), d as i64])?;
             if changed == 0 {
                 break;
@@ -498,24 +557,36 @@ impl<'a> Workspace<'a> {
     pub fn read(&self, file: &Inode, offset: u64, len: usize) -> Result<Vec<u8>> {
         match file.kind {
             Kind::File => {
-                let hash = file.hash.ok_or_else(|| Error::Internal("file without content".into()))?;
+                let hash = file
+                    .hash
+                    .ok_or_else(|| Error::Internal("file without content".into()))?;
                 objects::read_content(self.db, &hash, file.size, offset, len)
             }
             Kind::Dir => Err(Error::IsADirectory(format!("inode {}", file.ino))),
-            _ => Err(Error::InvalidArgument(format!("inode {}", file.ino), "not a regular file".into())),
+            _ => Err(Error::InvalidArgument(
+                format!("inode {}", file.ino),
+                "not a regular file".into(),
+            )),
         }
     }
 
     pub fn xattrs(&self, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut stmt =
-            self.db.prepare_cached("SELECT name, value FROM xattr WHERE layer = ?1 AND ino = ?2 ORDER BY name")?;
-        let rows = stmt.query_map(params![self.layer(), ino as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let mut stmt = self.db.prepare_cached(
+            "SELECT name, value FROM xattr WHERE layer = ?1 AND ino = ?2 ORDER BY name",
+        )?;
+        let rows = stmt.query_map(params![self.layer(), ino as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 }
 
 fn prefixed_cols(p: &str) -> String {
-    INODE_COLS.split(", ").map(|c| format!("{p}.{c}")).collect::<Vec<_>>().join(", ")
+    INODE_COLS
+        .split(", ")
+        .map(|c| format!("{p}.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Removes a workspace (a fork) with its checkpoints and live layers. Content stays until

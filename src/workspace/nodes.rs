@@ -5,7 +5,7 @@ use rusqlite::params;
 use super::{Inode, Workspace};
 use crate::error::{Error, Result};
 use crate::store::now_ns;
-use crate::store::objects::{self, validate_name, Hash, Kind};
+use crate::store::objects::{self, Hash, Kind, validate_name};
 
 /// What to create.
 #[derive(Clone, Debug)]
@@ -24,7 +24,16 @@ pub struct NewNode {
 impl NewNode {
     pub fn new(kind: Kind, mode: u32) -> NewNode {
         let (uid, gid) = super::current_uid_gid();
-        NewNode { kind, mode, uid, gid, content: None, target: None, rdev: 0, mtime_ns: None }
+        NewNode {
+            kind,
+            mode,
+            uid,
+            gid,
+            content: None,
+            target: None,
+            rdev: 0,
+            mtime_ns: None,
+        }
     }
 }
 
@@ -60,7 +69,9 @@ impl Workspace<'_> {
     fn touch_dir(&self, dir: u64) -> Result<()> {
         let now = now_ns();
         self.db
-            .prepare_cached("UPDATE inode SET mtime_ns = ?3, ctime_ns = ?3 WHERE layer = ?1 AND ino = ?2")?
+            .prepare_cached(
+                "UPDATE inode SET mtime_ns = ?3, ctime_ns = ?3 WHERE layer = ?1 AND ino = ?2",
+            )?
             .execute(params![self.layer(), dir as i64, now])?;
         // A dirty directory's ancestors are dirty too, so its own entry gets re-hashed.
         self.mark_dirty(dir)
@@ -108,7 +119,9 @@ impl Workspace<'_> {
         check_name(name)?;
         let mut inode = self.get(ino)?;
         if inode.kind == Kind::Dir {
-            return Err(Error::Refused("hard links to directories are not allowed".into()));
+            return Err(Error::Refused(
+                "hard links to directories are not allowed".into(),
+            ));
         }
         if self.lookup(parent, name)?.is_some() {
             return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
@@ -124,7 +137,9 @@ impl Workspace<'_> {
 
     /// Removes a non-directory name; the inode goes when its last name does.
     pub fn unlink(&self, parent: &Inode, name: &[u8]) -> Result<()> {
-        let child = self.lookup(parent, name)?.ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into()))?;
+        let child = self
+            .lookup(parent, name)?
+            .ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into()))?;
         if child.kind == Kind::Dir {
             return Err(Error::IsADirectory(String::from_utf8_lossy(name).into()));
         }
@@ -151,14 +166,18 @@ impl Workspace<'_> {
             "DELETE FROM xattr WHERE layer = ?1 AND ino = ?2",
             "DELETE FROM linkgroup WHERE layer = ?1 AND ino = ?2",
         ] {
-            self.db.prepare_cached(sql)?.execute(params![self.layer(), ino as i64])?;
+            self.db
+                .prepare_cached(sql)?
+                .execute(params![self.layer(), ino as i64])?;
         }
         Ok(())
     }
 
     pub fn rmdir(&self, parent: &Inode, name: &[u8]) -> Result<()> {
         let shown = || String::from_utf8_lossy(name).into_owned();
-        let child = self.lookup(parent, name)?.ok_or_else(|| Error::NotFound(shown()))?;
+        let child = self
+            .lookup(parent, name)?
+            .ok_or_else(|| Error::NotFound(shown()))?;
         if child.kind != Kind::Dir {
             return Err(Error::NotADirectory(shown()));
         }
@@ -218,15 +237,27 @@ impl Workspace<'_> {
         }
     }
 
-    pub fn rename(&self, parent: &Inode, name: &[u8], newparent: &Inode, newname: &[u8], flags: RenameFlags) -> Result<()> {
+    pub fn rename(
+        &self,
+        parent: &Inode,
+        name: &[u8],
+        newparent: &Inode,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
         check_name(newname)?;
         let shown = |n: &[u8]| String::from_utf8_lossy(n).into_owned();
-        let src = self.lookup(parent, name)?.ok_or_else(|| Error::NotFound(shown(name)))?;
+        let src = self
+            .lookup(parent, name)?
+            .ok_or_else(|| Error::NotFound(shown(name)))?;
         if newparent.kind != Kind::Dir {
             return Err(Error::NotADirectory(shown(newname)));
         }
         if src.kind == Kind::Dir && self.is_ancestor(src.ino, newparent.ino)? {
-            return Err(Error::InvalidArgument(shown(newname), "cannot move a directory into itself".into()));
+            return Err(Error::InvalidArgument(
+                shown(newname),
+                "cannot move a directory into itself".into(),
+            ));
         }
         let dst = self.lookup(newparent, newname)?;
         if parent.ino == newparent.ino && name == newname {
@@ -236,7 +267,10 @@ impl Workspace<'_> {
         if flags.exchange {
             let dst = dst.ok_or_else(|| Error::NotFound(shown(newname)))?;
             if dst.kind == Kind::Dir && self.is_ancestor(dst.ino, parent.ino)? {
-                return Err(Error::InvalidArgument(shown(name), "cannot move a directory into itself".into()));
+                return Err(Error::InvalidArgument(
+                    shown(name),
+                    "cannot move a directory into itself".into(),
+                ));
             }
             self.delete_dentry(parent.ino, name)?;
             self.delete_dentry(newparent.ino, newname)?;
@@ -293,9 +327,14 @@ impl Workspace<'_> {
         let now = now_ns();
         if let Some(size) = set.size {
             if i.kind != Kind::File {
-                return Err(Error::InvalidArgument(format!("inode {ino}"), "not a regular file".into()));
+                return Err(Error::InvalidArgument(
+                    format!("inode {ino}"),
+                    "not a regular file".into(),
+                ));
             }
-            let hash = i.hash.ok_or_else(|| Error::Internal("file without content".into()))?;
+            let hash = i
+                .hash
+                .ok_or_else(|| Error::Internal("file without content".into()))?;
             i.hash = Some(objects::resize_content(self.db, &hash, i.size, size)?);
             i.size = size;
             i.mtime_ns = now;
@@ -313,7 +352,10 @@ impl Workspace<'_> {
     pub fn set_content(&self, ino: u64, hash: Hash, size: u64) -> Result<Inode> {
         let mut i = self.get(ino)?;
         if i.kind != Kind::File {
-            return Err(Error::InvalidArgument(format!("inode {ino}"), "not a regular file".into()));
+            return Err(Error::InvalidArgument(
+                format!("inode {ino}"),
+                "not a regular file".into(),
+            ));
         }
         let now = now_ns();
         i.hash = Some(hash);
@@ -327,7 +369,9 @@ impl Workspace<'_> {
 
     pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
         self.db
-            .prepare_cached("INSERT OR REPLACE INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)")?
+            .prepare_cached(
+                "INSERT OR REPLACE INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)",
+            )?
             .execute(params![self.layer(), ino as i64, name, value])?;
         self.entry_changed(ino)
     }

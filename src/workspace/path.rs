@@ -3,7 +3,7 @@
 
 use std::os::unix::ffi::OsStrExt;
 
-use super::{Inode, Workspace, ROOT_INO};
+use super::{Inode, ROOT_INO, Workspace};
 use crate::error::{Error, Result};
 use crate::store::objects::Kind;
 
@@ -12,7 +12,10 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// Splits a path into normalized components; `..` at the root stays at the root.
 pub fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
     if path.contains(&0) {
-        return Err(Error::InvalidName(format!("{} (contains NUL)", String::from_utf8_lossy(path))));
+        return Err(Error::InvalidName(format!(
+            "{} (contains NUL)",
+            String::from_utf8_lossy(path)
+        )));
     }
     let mut out: Vec<Vec<u8>> = Vec::new();
     for c in path.split(|b| *b == b'/') {
@@ -21,7 +24,9 @@ pub fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
             b".." => {
                 out.pop();
             }
-            c if c.len() > 255 => return Err(Error::NameTooLong(String::from_utf8_lossy(c).into_owned())),
+            c if c.len() > 255 => {
+                return Err(Error::NameTooLong(String::from_utf8_lossy(c).into_owned()));
+            }
             c => out.push(c.to_vec()),
         }
     }
@@ -65,7 +70,11 @@ impl Workspace<'_> {
     }
 
     /// Like `resolve`, also returning the path after following symlinks.
-    pub fn resolve_full(&self, comps: &[Vec<u8>], follow_last: bool) -> Result<Option<(Inode, Vec<Vec<u8>>)>> {
+    pub fn resolve_full(
+        &self,
+        comps: &[Vec<u8>],
+        follow_last: bool,
+    ) -> Result<Option<(Inode, Vec<Vec<u8>>)>> {
         let mut path: Vec<Vec<u8>> = comps.to_vec();
         let mut hops = 0;
         'restart: loop {
@@ -87,7 +96,11 @@ impl Workspace<'_> {
                         return Err(Error::SymlinkLoop(display(comps)));
                     }
                     let target = next.target.clone().unwrap_or_default();
-                    let mut joined = if target.starts_with(b"/") { Vec::new() } else { join_bytes(&path[..i]) };
+                    let mut joined = if target.starts_with(b"/") {
+                        Vec::new()
+                    } else {
+                        join_bytes(&path[..i])
+                    };
                     joined.push(b'/');
                     joined.extend_from_slice(&target);
                     for rest in &path[i + 1..] {
@@ -105,13 +118,17 @@ impl Workspace<'_> {
 
     /// Resolves an existing path or fails with `NotFound`.
     pub fn resolve_existing(&self, comps: &[Vec<u8>], follow_last: bool) -> Result<Inode> {
-        self.resolve(comps, follow_last)?.ok_or_else(|| Error::NotFound(display(comps)))
+        self.resolve(comps, follow_last)?
+            .ok_or_else(|| Error::NotFound(display(comps)))
     }
 
     /// The directory that holds the last component, and that component.
     pub fn resolve_parent(&self, comps: &[Vec<u8>]) -> Result<(Inode, Vec<u8>)> {
         let Some((name, parent)) = comps.split_last() else {
-            return Err(Error::InvalidArgument("/".into(), "the workspace root cannot be used here".into()));
+            return Err(Error::InvalidArgument(
+                "/".into(),
+                "the workspace root cannot be used here".into(),
+            ));
         };
         let dir = self.resolve_existing(parent, true)?;
         if dir.kind != Kind::Dir {

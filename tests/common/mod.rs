@@ -20,13 +20,20 @@ pub struct Run {
 
 impl Run {
     pub fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{}\nstderr: {}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not one JSON document ({e}):\n{}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
     }
 }
 
 impl Env {
     pub fn new() -> Env {
-        Env { dir: tempfile::tempdir().unwrap() }
+        Env {
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
 
     pub fn home(&self) -> PathBuf {
@@ -43,7 +50,10 @@ impl Env {
         S: AsRef<OsStr>,
     {
         let mut c = Command::new(env!("CARGO_BIN_EXE_avfs"));
-        c.args(args).env("AVFS_HOME", self.home()).env_remove("AVFS_VAULT").stdin(Stdio::null());
+        c.args(args)
+            .env("AVFS_HOME", self.home())
+            .env_remove("AVFS_VAULT")
+            .stdin(Stdio::null());
         c
     }
 
@@ -62,7 +72,13 @@ impl Env {
 
     /// Runs with stdin.
     pub fn run_stdin(&self, args: &[&str], input: &[u8]) -> Run {
-        let mut child = self.cmd(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = self
+            .cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         child.stdin.take().unwrap().write_all(input).unwrap();
         Self::finish(child.wait_with_output().unwrap())
     }
@@ -70,7 +86,11 @@ impl Env {
     /// Runs and insists on success.
     pub fn ok(&self, args: &[&str]) -> Run {
         let r = self.run(args);
-        assert_eq!(r.code, 0, "avfs {args:?} failed\nstdout: {}\nstderr: {}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code, 0,
+            "avfs {args:?} failed\nstdout: {}\nstderr: {}",
+            r.stdout, r.stderr
+        );
         r
     }
 
@@ -86,7 +106,11 @@ impl Env {
         let mut a = vec!["--json"];
         a.extend_from_slice(args);
         let r = self.run(&a);
-        assert_eq!(r.code, code, "avfs {args:?}: expected exit {code}\nstdout: {}\nstderr: {}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code, code,
+            "avfs {args:?}: expected exit {code}\nstdout: {}\nstderr: {}",
+            r.stdout, r.stderr
+        );
         let v = r.json();
         assert!(v.get("error").is_some(), "no error object: {v}");
         v["error"].clone()
@@ -112,6 +136,11 @@ pub fn changes(diff: &Value) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["kind"].as_str().unwrap().to_string(), c["path"].as_str().unwrap().to_string()))
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }

@@ -1,0 +1,341 @@
+//! Checkpoints, diff, log, per-path restore, audit, gc, verify and stats through the real binary.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn find<'a>(diff: &'a Value, path: &str) -> &'a Value {
+    diff["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == path)
+        .unwrap_or_else(|| panic!("{path} not in {diff}"))
+}
+
+#[test]
+fn checkpoint_save_list_restore_delete() {
+    let env = Env::new();
+    env.ok(&["write", "/f", "v1"]);
+    let s = env.json(&["checkpoint", "save", "one", "-m", "first"]);
+    assert_eq!(s["checkpoint"]["name"], "one");
+    assert_eq!(s["checkpoint"]["message"], "first");
+    assert_eq!(
+        env.json_err(&["checkpoint", "save", "one"], 1)["kind"],
+        "checkpoint_exists"
+    );
+    // Generated names are unique even within one second.
+    let names: Vec<String> = (0..4)
+        .map(|_| {
+            env.json(&["snapshot", "save"])["checkpoint"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut dedup = names.clone();
+    dedup.sort();
+    dedup.dedup();
+    assert_eq!(dedup.len(), 4, "{names:?}");
+
+    env.ok(&["write", "/f", "v2"]);
+    env.ok(&["write", "/g", "new"]);
+    let r = env.json(&["checkpoint", "restore", "one"]);
+    let kept = r["saved_unsaved_changes_as"]
+        .as_str()
+        .expect("unsaved changes are kept")
+        .to_string();
+    assert_eq!(env.cat(None, "/f"), "v1");
+    assert_eq!(env.json_err(&["cat", "/g"], 1)["kind"], "not_found");
+    // ...and nothing was lost: the automatic checkpoint has them.
+    assert_eq!(env.ok(&["cat", "/f", "--at", &kept]).stdout, "v2");
+
+    let list = env.json(&["checkpoint", "list"]);
+    assert_eq!(list["head"], "one");
+    assert_eq!(list["checkpoints"].as_array().unwrap().len(), 6);
+    env.json(&["checkpoint", "delete", "one"]);
+    assert_eq!(
+        env.json_err(&["checkpoint", "restore", "one"], 1)["kind"],
+        "no_such_checkpoint"
+    );
+    assert_eq!(
+        env.json(&["checkpoint", "list"])["checkpoints"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    assert_eq!(
+        env.cat(None, "/f"),
+        "v1",
+        "deleting a checkpoint never touches the live state"
+    );
+}
+
+#[test]
+fn diff_reports_every_kind_with_sizes_and_patches() {
+    let env = Env::new();
+    env.ok(&["write", "/keep", "same"]);
+    env.ok(&["write", "/edit.txt", "line 1\nline 2\n"]);
+    env.ok(&["write", "/gone", "bye"]);
+    env.ok(&["write", "/becomes-dir", "file"]);
+    env.ok(&["write", "/mode", "m"]);
+    env.ok(&["mkdir", "-p", "/tree/sub"]);
+    env.ok(&["write", "/tree/sub/x", "x"]);
+    env.json(&["checkpoint", "save", "a"]);
+    let none = env.json(&["diff"]);
+    assert_eq!(none["changes"].as_array().unwrap().len(), 0);
+
+    env.ok(&["write", "/edit.txt", "line 1\nline two\n"]);
+    env.ok(&["rm", "/gone"]);
+    env.ok(&["write", "/added", "12345"]);
+    env.ok(&["rm", "/becomes-dir"]);
+    env.ok(&["mkdir", "/becomes-dir"]);
+    env.ok(&["write", "/becomes-dir/inside", "i"]);
+    env.ok(&["chmod", "600", "/mode"]);
+    env.ok(&["rm", "-r", "/tree"]);
+
+    let d = env.json(&["diff", "--patch"]);
+    assert_eq!(d["from"], "a");
+    assert_eq!(d["to"], "live");
+    let m = find(&d, "/edit.txt");
+    assert_eq!(m["kind"], "modified");
+    assert_eq!(m["size_before"], 14);
+    assert_eq!(m["size_after"], 16);
+    assert!(
+        m["patch"]
+            .as_str()
+            .unwrap()
+            .contains("-line 2\n+line two\n"),
+        "{m}"
+    );
+    assert_eq!(find(&d, "/gone")["kind"], "deleted");
+    assert_eq!(find(&d, "/gone")["size_before"], 3);
+    assert_eq!(find(&d, "/added")["kind"], "added");
+    assert_eq!(find(&d, "/added")["size_after"], 5);
+    let t = find(&d, "/becomes-dir");
+    assert_eq!(t["kind"], "type_changed");
+    assert_eq!(
+        (t["type_before"].as_str(), t["type_after"].as_str()),
+        (Some("file"), Some("dir"))
+    );
+    assert_eq!(find(&d, "/becomes-dir/inside")["kind"], "added");
+    let p = find(&d, "/mode");
+    assert_eq!(p["kind"], "mode_changed");
+    assert_eq!(
+        (p["mode_before"].as_str(), p["mode_after"].as_str()),
+        (Some("0644"), Some("0600"))
+    );
+    for gone in ["/tree", "/tree/sub", "/tree/sub/x"] {
+        assert_eq!(find(&d, gone)["kind"], "deleted");
+    }
+    assert!(
+        d["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["path"] != "/keep")
+    );
+    assert_eq!(d["summary"]["deleted"], 4);
+
+    // Checkpoint to checkpoint, and the checkpoint diff alias.
+    env.json(&["checkpoint", "save", "b"]);
+    let d2 = env.json(&["checkpoint", "diff", "a", "b"]);
+    assert_eq!(changes(&d2), changes(&d));
+    let back = env.json(&["diff", "b", "a"]);
+    assert_eq!(find(&back, "/added")["kind"], "deleted");
+    let human = env.ok(&["diff", "a", "b"]).stdout;
+    assert!(human.contains("M /edit.txt"), "{human}");
+}
+
+#[test]
+fn log_cat_at_and_restore_one_path() {
+    let env = Env::new();
+    env.ok(&["write", "-p", "/src/main.rs", "v1"]);
+    env.ok(&["write", "/other", "o1"]);
+    env.json(&["checkpoint", "save", "c1"]);
+    env.ok(&["write", "/src/main.rs", "v2"]);
+    env.json(&["checkpoint", "save", "c2"]);
+    env.json(&["checkpoint", "save", "c3"]);
+    env.ok(&["write", "/src/main.rs", "v3 live"]);
+    env.ok(&["write", "/other", "o2"]);
+
+    let log = env.json(&["log", "/src/main.rs"]);
+    let v = log["versions"].as_array().unwrap();
+    let ats: Vec<&str> = v.iter().map(|x| x["at"].as_str().unwrap()).collect();
+    assert_eq!(ats, vec!["c1", "c2", "c3", "live"]);
+    let changed: Vec<bool> = v.iter().map(|x| x["changed"].as_bool().unwrap()).collect();
+    assert_eq!(changed, vec![true, true, false, true]);
+    assert_eq!(v[3]["size"], 7);
+
+    assert_eq!(env.ok(&["cat", "/src/main.rs", "--at", "c1"]).stdout, "v1");
+    assert_eq!(
+        env.json_err(&["cat", "/src/main.rs", "--at", "nope"], 1)["kind"],
+        "no_such_checkpoint"
+    );
+
+    env.json(&["restore", "/src/main.rs", "--from", "c1"]);
+    assert_eq!(env.cat(None, "/src/main.rs"), "v1");
+    assert_eq!(
+        env.cat(None, "/other"),
+        "o2",
+        "only the named path is restored"
+    );
+    // A whole directory, and a path that did not exist then.
+    env.ok(&["write", "/src/new.rs", "n"]);
+    env.json(&["restore", "/src", "--from", "c2"]);
+    assert_eq!(env.cat(None, "/src/main.rs"), "v2");
+    assert_eq!(
+        env.json_err(&["cat", "/src/new.rs"], 1)["kind"],
+        "not_found"
+    );
+    env.ok(&["write", "/later", "l"]);
+    env.json(&["restore", "/later", "--from", "c1"]);
+    assert_eq!(env.json_err(&["cat", "/later"], 1)["kind"], "not_found");
+}
+
+#[test]
+fn symlinks_and_hard_links_survive_checkpoint_round_trips() {
+    let env = Env::new();
+    env.ok(&["mkdir", "-p", "/a", "/b"]);
+    env.ok(&["write", "/a/x", "shared"]);
+    env.ok(&["ln", "/a/x", "/b/y"]);
+    env.ok(&["ln", "-s", "../a/x", "/b/sym"]);
+    env.json(&["checkpoint", "save", "linked"]);
+    env.ok(&["rm", "-r", "/a", "/b"]);
+    env.json(&["checkpoint", "restore", "linked"]);
+    assert_eq!(env.json(&["stat", "/b/y"])["nlink"], 2);
+    assert_eq!(env.json(&["stat", "/b/sym"])["target"], "../a/x");
+    // Still one inode: a write through one name shows through the other, across dirs
+    // that were materialized separately.
+    env.ok(&["write", "/b/y", "changed via y"]);
+    env.json(&["checkpoint", "save", "after"]);
+    assert_eq!(
+        env.ok(&["cat", "/a/x", "--at", "after"]).stdout,
+        "changed via y"
+    );
+    // A fork sees the link too.
+    env.json(&["vault", "fork", "default", "f"]);
+    env.ok(&["--vault", "f", "write", "/a/x", "fork"]);
+    assert_eq!(env.cat(Some("f"), "/b/y"), "fork");
+    assert_eq!(env.cat(None, "/b/y"), "changed via y");
+}
+
+fn sqlite(env: &Env) -> rusqlite::Connection {
+    rusqlite::Connection::open(env.home().join("vaults/default.avfs")).unwrap()
+}
+
+#[test]
+fn audit_lists_and_detects_tampering() {
+    let env = Env::new();
+    for i in 0..5 {
+        env.ok(&["write", &format!("/f{i}"), "x"]);
+    }
+    env.json(&["checkpoint", "save", "c"]);
+    let a = env.json(&["audit"]);
+    let actions: Vec<&str> = a["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions.iter().filter(|a| **a == "write").count(), 5);
+    assert_eq!(*actions.last().unwrap(), "checkpoint.save");
+    assert_eq!(
+        env.json(&["audit", "--limit", "2"])["entries"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        env.json(&["audit", "--since", "1h"])["entries"]
+            .as_array()
+            .unwrap()
+            .len(),
+        actions.len()
+    );
+    assert_eq!(
+        env.json(&["audit", "--since", "2999-01-01T00:00:00Z"])["entries"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(env.json(&["audit", "verify"])["ok"], true);
+
+    // Edit a row.
+    sqlite(&env)
+        .execute(
+            "UPDATE audit SET detail = '{\"path\":\"/innocent\"}' WHERE id = 3",
+            [],
+        )
+        .unwrap();
+    let r = env.run(&["--json", "audit", "verify"]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.json()["ok"], false);
+    let env2 = Env::new();
+    for i in 0..5 {
+        env2.ok(&["write", &format!("/f{i}"), "x"]);
+    }
+    // Remove a row in the middle, and then the last one.
+    sqlite(&env2)
+        .execute("DELETE FROM audit WHERE id = 3", [])
+        .unwrap();
+    assert_eq!(env2.run(&["audit", "verify"]).code, 1);
+    let env3 = Env::new();
+    for i in 0..3 {
+        env3.ok(&["write", &format!("/f{i}"), "x"]);
+    }
+    sqlite(&env3)
+        .execute(
+            "DELETE FROM audit WHERE id = (SELECT MAX(id) FROM audit)",
+            [],
+        )
+        .unwrap();
+    let v = env3.run(&["--json", "audit", "verify"]);
+    assert_eq!(v.code, 1, "{}", v.stdout);
+}
+
+#[test]
+fn gc_verify_stats() {
+    let env = Env::new();
+    let big_a: Vec<u8> = (0..200_000u32).map(|i| (i % 199) as u8).collect();
+    let big_b: Vec<u8> = (0..200_000u32).map(|i| (i % 197) as u8).collect();
+    assert_eq!(env.run_stdin(&["write", "/big"], &big_a).code, 0);
+    env.json(&["checkpoint", "save", "old"]);
+    assert_eq!(env.run_stdin(&["write", "/big"], &big_b).code, 0);
+    env.json(&["checkpoint", "save", "new"]);
+    let before = env.json(&["stats"]);
+    let g = env.json(&["gc"]);
+    assert_eq!(
+        g["chunks_removed"], 0,
+        "everything is still referenced by a checkpoint: {g}"
+    );
+    env.json(&["checkpoint", "delete", "old"]);
+    let g = env.json(&["gc"]);
+    assert!(g["chunks_removed"].as_u64().unwrap() >= 3, "{g}");
+    assert!(g["bytes_freed"].as_u64().unwrap() >= 150_000, "{g}");
+    assert_eq!(env.cmd(["cat", "/big"]).output().unwrap().stdout, big_b);
+    let after = env.json(&["stats"]);
+    assert!(
+        after["stats"]["vault"]["stored_bytes"].as_u64()
+            < before["stats"]["vault"]["stored_bytes"].as_u64()
+    );
+    assert_eq!(after["stats"]["workspace"]["files"], 1);
+    assert_eq!(after["stats"]["workspace"]["logical_bytes"], 200_000);
+    assert_eq!(env.json(&["vault", "verify"])["report"]["ok"], true);
+
+    // Flip content bytes: verify finds it, cat refuses to return wrong data.
+    sqlite(&env)
+        .execute(
+            "UPDATE chunk SET data = zeroblob(length(data)) WHERE length(data) > 60000",
+            [],
+        )
+        .unwrap();
+    let r = env.run(&["--json", "vault", "verify"]);
+    assert_eq!(r.code, 1);
+    assert_eq!(r.json()["report"]["ok"], false);
+    let e = env.json_err(&["cat", "/big"], 1);
+    assert_eq!(e["kind"], "corrupt_vault");
+}
