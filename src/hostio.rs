@@ -1506,19 +1506,6 @@ mod tests {
             el,
             st.files as f64 / el.as_secs_f64()
         );
-        let t = std::time::Instant::now();
-        store
-            .write(|db| {
-                let ws = Workspace::open(db, "main")?;
-                let top = ws.resolve_existing(&comps("/imported"), false)?;
-                let mut n = 0;
-                for (_, d) in ws.readdir(&top)? {
-                    n += ws.readdir(&d)?.len();
-                }
-                eprintln!("PROBE readdir {n} {:?}", t.elapsed());
-                Err::<(), _>(Error::Busy)
-            })
-            .ok();
         let out = tmp.path().join("out");
         let t = std::time::Instant::now();
         let st = store

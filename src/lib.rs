@@ -12,3 +12,4 @@ pub mod workspace;
 pub use error::{Error, Result};
 pub mod hostio;
 pub mod maintenance;
+pub mod mount;

@@ -2,6 +2,7 @@
 
 mod checkpoint;
 mod fs;
+mod mount;
 mod output;
 mod upkeep;
 mod vault;
@@ -82,6 +83,13 @@ pub enum Command {
     Gc,
     /// Show sizes and counts.
     Stats,
+    /// Mount a workspace as a directory (FUSE).
+    Mount(mount::MountArgs),
+    /// Unmount (also cleans up after a mount server that died).
+    #[command(visible_alias = "umount")]
+    Unmount(mount::UnmountArgs),
+    /// List live mounts.
+    Mounts,
 }
 
 /// Everything a command needs to find and open its vault.
@@ -124,8 +132,26 @@ impl Ctx {
 
     pub fn open(&self) -> Result<(VaultRef, Store)> {
         let (_, v) = self.target()?;
+        self.sync_mount(&v)?;
         let store = Store::open(&v.path)?;
         Ok((v, store))
+    }
+
+    /// If the workspace is mounted, has the serving process commit its buffered writes,
+    /// so this process sees every write acknowledged so far.
+    pub fn sync_mount(&self, v: &VaultRef) -> Result<()> {
+        if let Some(m) = crate::mount::find_mount(&self.home, &v.path, &v.workspace)? {
+            crate::mount::control::request(&m.socket, &serde_json::json!({"op": "sync"}))?;
+        }
+        Ok(())
+    }
+
+    /// After changing a mounted workspace from outside: the kernel must forget its caches.
+    pub fn invalidate_mount(&self, v: &VaultRef) -> Result<()> {
+        if let Some(m) = crate::mount::find_mount(&self.home, &v.path, &v.workspace)? {
+            crate::mount::control::request(&m.socket, &serde_json::json!({"op": "invalidate"}))?;
+        }
+        Ok(())
     }
 
     /// Runs a mutating command on the selected workspace in one transaction, with its audit row.
@@ -136,12 +162,14 @@ impl Ctx {
         f: impl FnOnce(&mut Workspace) -> Result<T>,
     ) -> Result<T> {
         let (v, mut store) = self.open()?;
-        store.write(|db| {
+        let r = store.write(|db| {
             let mut ws = Workspace::open(db, &v.workspace)?;
             let r = f(&mut ws)?;
             audit::append(db, Some(&v.workspace), "cli", action, &detail)?;
             Ok(r)
-        })
+        })?;
+        self.invalidate_mount(&v)?;
+        Ok(r)
     }
 
     /// Runs a read-only command on one consistent snapshot. Reads may materialize
@@ -231,5 +259,8 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Audit(a) => upkeep::audit(ctx, a),
         Command::Gc => upkeep::gc(ctx),
         Command::Stats => upkeep::stats(ctx),
+        Command::Mount(a) => mount::mount(ctx, a),
+        Command::Unmount(a) => mount::unmount(ctx, a),
+        Command::Mounts => mount::mounts(ctx),
     }
 }

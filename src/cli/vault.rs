@@ -237,6 +237,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             let source = reg
                 .resolve(Some(&src))?
                 .ok_or_else(|| Error::NoSuchVault(src.clone()))?;
+            ctx.sync_mount(&source)?;
             let mut store = Store::open(&source.path)?;
             let info = store.write(|db| {
                 let mut ws = Workspace::open(db, &source.workspace)?;
@@ -277,6 +278,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 .resolve(Some(&name))?
                 .ok_or_else(|| Error::NoSuchVault(name.clone()))?;
             let file = std::path::absolute(&file).map_err(|e| Error::host(file.display(), e))?;
+            ctx.sync_mount(&v)?;
             let report = crate::vaultcopy::export_workspace(&v.path, &v.workspace, &file)?;
             ctx.out.emit(
                 &json!({"exported": v.name, "file": file, "report": report}),

@@ -283,6 +283,12 @@ pub fn put_content(db: &Connection, data: &[u8]) -> Result<Hash> {
     put_chunk_list(db, &chunks, data.len() as u64)
 }
 
+/// Hash of a full block of zeros.
+pub fn zero_chunk_hash() -> Hash {
+    static ZERO: std::sync::OnceLock<Hash> = std::sync::OnceLock::new();
+    *ZERO.get_or_init(|| Hash::of(&[0u8; CHUNK_SIZE]))
+}
+
 /// Records a chunk list (chunks must already be stored) and returns its content hash.
 pub fn put_chunk_list(db: &Connection, chunks: &[Hash], size: u64) -> Result<Hash> {
     if size as usize <= CHUNK_SIZE && chunks.len() > 1 {
@@ -295,6 +301,20 @@ pub fn put_chunk_list(db: &Connection, chunks: &[Hash], size: u64) -> Result<Has
         data.resize(size as usize, 0);
         return put_chunk(db, &data);
     }
+    // In a multi-chunk file a block of zeros is a hole, so sparse and dense writes of the
+    // same bytes get the same content hash.
+    let zero = zero_chunk_hash();
+    let canonical: Vec<Hash> = chunks
+        .iter()
+        .map(|c| {
+            if *c == zero && chunks.len() > 1 {
+                HOLE
+            } else {
+                *c
+            }
+        })
+        .collect();
+    let chunks = &canonical[..];
     let hash = content_hash(chunks, size);
     if size as usize > CHUNK_SIZE || chunks.len() > 1 {
         let mut blob = Vec::with_capacity(chunks.len() * 32);

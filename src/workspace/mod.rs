@@ -287,12 +287,19 @@ fn insert_inode(db: &Connection, layer: i64, i: &Inode) -> Result<()> {
 pub struct Workspace<'a> {
     pub db: &'a Connection,
     pub info: WorkspaceInfo,
+    /// Inodes some process still has open (the mount sets this): when their last name
+    /// goes they stay as orphans, readable until `drop_orphan` after the last close.
+    pub open_inos: Option<&'a std::collections::HashSet<u64>>,
 }
 
 impl<'a> Workspace<'a> {
     pub fn open(db: &'a Connection, name: &str) -> Result<Workspace<'a>> {
         let info = find_workspace(db, name)?.ok_or_else(|| Error::NoSuchVault(name.into()))?;
-        Ok(Workspace { db, info })
+        Ok(Workspace {
+            db,
+            info,
+            open_inos: None,
+        })
     }
 
     fn layer(&self) -> i64 {
@@ -604,4 +611,29 @@ pub fn delete_workspace(db: &Connection, name: &str) -> Result<WorkspaceInfo> {
     db.execute("DELETE FROM workspace WHERE id = ?1", [info.id])?;
     purge_dead_layers(db)?;
     Ok(info)
+}
+
+impl Workspace<'_> {
+    /// Deletes an orphan (an inode with no names left) once nothing has it open.
+    pub fn drop_orphan(&self, ino: u64) -> Result<()> {
+        if let Some(i) = self.try_get(ino)? {
+            if i.nlink == 0 && self.names_of(ino)?.is_empty() {
+                self.delete_inode(ino)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every orphan of this layer (left by a process that died with files open).
+    pub fn purge_orphans(&self) -> Result<usize> {
+        let orphans: Vec<i64> = self
+            .db
+            .prepare("SELECT ino FROM inode i WHERE layer = ?1 AND nlink = 0 AND ino != 1 AND NOT EXISTS (SELECT 1 FROM dentry d WHERE d.layer = i.layer AND d.ino = i.ino)")?
+            .query_map([self.layer()], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for o in &orphans {
+            self.delete_inode(*o as u64)?;
+        }
+        Ok(orphans.len())
+    }
 }

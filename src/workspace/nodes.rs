@@ -149,7 +149,12 @@ impl Workspace<'_> {
     }
 
     fn drop_name(&self, mut child: Inode) -> Result<()> {
-        if child.nlink <= 1 {
+        let open = self.open_inos.is_some_and(|o| o.contains(&child.ino));
+        if child.nlink <= 1 && open {
+            child.nlink = 0;
+            child.ctime_ns = now_ns();
+            self.put_inode(&child)?;
+        } else if child.nlink <= 1 {
             self.delete_inode(child.ino)?;
         } else {
             child.nlink -= 1;
@@ -160,7 +165,7 @@ impl Workspace<'_> {
         Ok(())
     }
 
-    fn delete_inode(&self, ino: u64) -> Result<()> {
+    pub(super) fn delete_inode(&self, ino: u64) -> Result<()> {
         for sql in [
             "DELETE FROM inode WHERE layer = ?1 AND ino = ?2",
             "DELETE FROM xattr WHERE layer = ?1 AND ino = ?2",

@@ -1,0 +1,96 @@
+//! The control socket of a mount: other `avfs` processes ask the serving process to
+//! flush its buffers before they read the workspace (checkpoint, diff, fork), and to
+//! invalidate the kernel's caches after they changed it (restore, CLI writes).
+//! One JSON request per line, one JSON reply per line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{AvfsFs, MountRecord};
+use crate::error::{Error, Result};
+
+pub struct Server {
+    pub fs: Arc<AvfsFs>,
+    pub notifier: fuser::Notifier,
+    pub mountpoint: PathBuf,
+    pub record: MountRecord,
+}
+
+impl Server {
+    pub fn serve(self, listener: UnixListener) {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let _ = self.handle(conn);
+        }
+    }
+
+    fn handle(&self, conn: UnixStream) -> std::io::Result<()> {
+        let mut reader = BufReader::new(conn.try_clone()?);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let req: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        let reply = match req["op"].as_str() {
+            Some("ping") => json!({"ok": true, "mount": self.record}),
+            Some("sync") => match self.fs.sync(req["durable"].as_bool().unwrap_or(false)) {
+                Ok(()) => json!({"ok": true}),
+                Err(e) => json!({"ok": false, "error": e.to_string()}),
+            },
+            Some("invalidate") => {
+                let n = self.invalidate();
+                json!({"ok": true, "invalidated": n})
+            }
+            Some("counters") => json!({"ok": true, "counters": self.fs.counters()}),
+            Some("unmount") => {
+                let r = self.fs.sync(true);
+                let mut w = conn.try_clone()?;
+                writeln!(w, "{}", json!({"ok": r.is_ok()}))?;
+                let _ = super::force_unmount(&self.mountpoint);
+                return Ok(());
+            }
+            _ => json!({"ok": false, "error": "unknown request"}),
+        };
+        let mut w = conn;
+        writeln!(w, "{reply}")
+    }
+
+    /// Tells the kernel to forget every name and page it may have cached from us.
+    fn invalidate(&self) -> usize {
+        let (names, inos) = self.fs.take_known();
+        for (parent, name) in &names {
+            let _ = self
+                .notifier
+                .inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::from_bytes(name));
+        }
+        for ino in &inos {
+            let _ = self.notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
+        }
+        names.len() + inos.len()
+    }
+}
+
+use std::os::unix::ffi::OsStrExt;
+
+/// Sends one request to a mount's control socket.
+pub fn request(socket: &Path, req: &Value) -> Result<Value> {
+    let fail = |e: std::io::Error| Error::host(format!("control socket {}", socket.display()), e);
+    let mut s = UnixStream::connect(socket).map_err(fail)?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))
+        .map_err(fail)?;
+    writeln!(s, "{req}").map_err(fail)?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).map_err(fail)?;
+    let v: Value = serde_json::from_str(&line)
+        .map_err(|e| Error::Internal(format!("bad control reply: {e}")))?;
+    if v["ok"] != json!(true) {
+        return Err(Error::Internal(format!(
+            "mount server: {}",
+            v["error"].as_str().unwrap_or("request failed")
+        )));
+    }
+    Ok(v)
+}

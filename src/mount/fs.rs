@@ -1,0 +1,1136 @@
+//! The FUSE adapter: translates kernel requests into workspace calls. Owns the write
+//! buffers and open-file bookkeeping; everything else is the workspace API.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use rusqlite::Connection;
+
+use super::buffer::DirtyFile;
+use crate::error::{Error, Result};
+use crate::store::objects::Kind;
+use crate::store::{Store, now_ns};
+use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace};
+
+/// How long the kernel may cache names and attributes. Changes made behind the kernel's
+/// back (CLI commands, restore) reach it through explicit invalidation instead.
+const TTL: Duration = Duration::from_secs(30);
+/// A file's write buffer is flushed to the vault once it holds this much.
+const MAX_DIRTY_PER_FILE: usize = 64 << 20;
+
+/// Counts requests per operation in debug builds (see `avfs mounts --json`).
+pub type Counters = HashMap<&'static str, u64>;
+
+struct DirHandle {
+    entries: Vec<(Vec<u8>, Inode)>,
+}
+
+pub struct State {
+    ws_name: String,
+    dirty: HashMap<u64, DirtyFile>,
+    /// Open file handles per inode, so unlinked-but-open files stay readable.
+    open: HashMap<u64, u32>,
+    open_set: HashSet<u64>,
+    dirs: HashMap<u64, DirHandle>,
+    next_fh: u64,
+    /// Names the kernel may have cached, for invalidation after outside changes.
+    known: HashSet<(u64, Vec<u8>)>,
+    /// Files whose pages the kernel may cache (opened with keep-cache).
+    opened: HashSet<u64>,
+    pub counters: Counters,
+}
+
+pub struct AvfsFs {
+    inner: Mutex<(Store, State)>,
+    readonly: bool,
+    vault_dir: std::path::PathBuf,
+}
+
+fn errno(e: &Error) -> Errno {
+    if matches!(e, Error::NotFound(s) if s.starts_with("inode ")) {
+        return Errno::from_i32(libc::ESTALE);
+    }
+    Errno::from_i32(e.errno())
+}
+
+fn ts(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn ns_of(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::Socket => FileType::Socket,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
+    }
+}
+
+fn attr_of(i: &Inode, dirty: Option<&DirtyFile>) -> FileAttr {
+    let size = dirty.map_or(i.size, |d| d.size);
+    FileAttr {
+        ino: INodeNo(i.ino),
+        size,
+        blocks: size.div_ceil(512),
+        atime: ts(i.mtime_ns),
+        mtime: ts(i.mtime_ns),
+        ctime: ts(i.ctime_ns),
+        crtime: ts(i.ctime_ns),
+        kind: file_type(i.kind),
+        perm: (i.mode & 0o7777) as u16,
+        nlink: if i.kind == Kind::Dir { 1 } else { i.nlink },
+        uid: i.uid,
+        gid: i.gid,
+        rdev: i.rdev as u32,
+        blksize: 65536,
+        flags: 0,
+    }
+}
+
+fn open_ws<'a>(db: &'a Connection, name: &str, open: &'a HashSet<u64>) -> Result<Workspace<'a>> {
+    let mut ws = Workspace::open(db, name)?;
+    ws.open_inos = Some(open);
+    Ok(ws)
+}
+
+impl State {
+    fn ws<'a>(&'a self, db: &'a Connection) -> Result<Workspace<'a>> {
+        open_ws(db, &self.ws_name, &self.open_set)
+    }
+
+    fn attr(&self, i: &Inode) -> FileAttr {
+        attr_of(i, self.dirty.get(&i.ino))
+    }
+
+    /// Writes one file's buffer into the vault (inside the caller's transaction).
+    fn flush_file(&mut self, db: &Connection, ino: u64) -> Result<()> {
+        if let Some(d) = self.dirty.remove(&ino) {
+            let (hash, size) = d.commit(db)?;
+            let ws = self.ws(db)?;
+            if ws.try_get(ino)?.is_some() {
+                ws.set_content(ino, hash, size)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_all(&mut self, db: &Connection) -> Result<()> {
+        let inos: Vec<u64> = self.dirty.keys().copied().collect();
+        for ino in inos {
+            self.flush_file(db, ino)?;
+        }
+        Ok(())
+    }
+}
+
+impl AvfsFs {
+    pub fn new(mut store: Store, ws_name: &str, readonly: bool) -> Result<AvfsFs> {
+        store.write(|db| {
+            let ws = Workspace::open(db, ws_name)?;
+            ws.purge_orphans()?;
+            Ok(())
+        })?;
+        let vault_dir = store
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| "/".into());
+        let state = State {
+            ws_name: ws_name.to_string(),
+            dirty: HashMap::new(),
+            open: HashMap::new(),
+            open_set: HashSet::new(),
+            dirs: HashMap::new(),
+            next_fh: 1,
+            known: HashSet::new(),
+            opened: HashSet::new(),
+            counters: HashMap::new(),
+        };
+        Ok(AvfsFs {
+            inner: Mutex::new((store, state)),
+            readonly,
+            vault_dir,
+        })
+    }
+
+    /// Runs `f` in one write transaction with the workspace and the mount state.
+    fn with<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Connection, &mut State) -> Result<T>,
+    ) -> Result<T> {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (store, state) = &mut *guard;
+        if cfg!(debug_assertions) {
+            *state.counters.entry(op).or_default() += 1;
+        }
+        store.write(|db| f(db, state))
+    }
+
+    /// Flushes every buffer; the control socket calls this before a checkpoint.
+    pub fn sync(&self, durable: bool) -> Result<()> {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (store, state) = &mut *guard;
+        if durable {
+            store.conn.pragma_update(None, "synchronous", "FULL")?;
+        }
+        let r = store.write(|db| state.flush_all(db));
+        if durable {
+            store.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
+        r
+    }
+
+    /// After a change made outside the mount (CLI, restore): drops cached directory
+    /// listings and returns every name and inode the kernel may have cached.
+    pub fn take_known(&self) -> (Vec<(u64, Vec<u8>)>, Vec<u64>) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let state = &mut guard.1;
+        state.dirs.clear();
+        let names: Vec<(u64, Vec<u8>)> = state.known.drain().collect();
+        let mut inos: Vec<u64> = names
+            .iter()
+            .map(|(p, _)| *p)
+            .chain(state.opened.drain())
+            .collect();
+        inos.push(ROOT_INO);
+        inos.sort_unstable();
+        inos.dedup();
+        (names, inos)
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .counters
+            .clone()
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.readonly {
+            return Err(Error::Refused("read-only mount".into()));
+        }
+        Ok(())
+    }
+}
+
+fn erofs<T>(r: Result<T>, readonly: bool) -> std::result::Result<T, Errno> {
+    r.map_err(|e| {
+        if readonly && matches!(e, Error::Refused(_)) {
+            Errno::from_i32(libc::EROFS)
+        } else {
+            errno(&e)
+        }
+    })
+}
+
+/// New files and directories take the caller's ids; a setgid directory passes on its group.
+fn new_node(req: &Request, parent: &Inode, kind: Kind, mode: u32) -> NewNode {
+    let mut n = NewNode::new(kind, mode & 0o7777);
+    n.uid = req.uid();
+    n.gid = req.gid();
+    if parent.mode & 0o2000 != 0 {
+        n.gid = parent.gid;
+        if kind == Kind::Dir {
+            n.mode |= 0o2000;
+        }
+    }
+    n
+}
+
+impl Filesystem for AvfsFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        AvfsFs::configure_kernel(config)
+    }
+
+    fn destroy(&mut self) {
+        let _ = self.sync(true);
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.lookup_impl(parent, name, reply)
+    }
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.with("getattr", |db, st| Ok(st.attr(&st.ws(db)?.get(ino.0)?))) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let r = self.check_writable().and_then(|_| {
+            self.with("setattr", |db, st| {
+                if let Some(size) = size {
+                    if let Some(d) = st.dirty.get_mut(&ino.0) {
+                        d.truncate(db, size)?;
+                    } else {
+                        let i = st.ws(db)?.get(ino.0)?;
+                        if i.kind == Kind::Dir {
+                            return Err(Error::IsADirectory(String::new()));
+                        }
+                        if i.kind == Kind::File && i.size != size {
+                            st.ws(db)?.setattr(
+                                ino.0,
+                                &SetAttr {
+                                    size: Some(size),
+                                    ..Default::default()
+                                },
+                            )?;
+                        }
+                    }
+                }
+                let mut set = SetAttr {
+                    mode: mode.map(|m| m & 0o7777),
+                    uid,
+                    gid,
+                    size: None,
+                    mtime_ns: mtime.map(|t| match t {
+                        TimeOrNow::Now => now_ns(),
+                        TimeOrNow::SpecificTime(t) => ns_of(t),
+                    }),
+                };
+                if size.is_some() && set.mtime_ns.is_none() {
+                    set.mtime_ns = Some(now_ns());
+                }
+                let ws = st.ws(db)?;
+                let i = ws.setattr(ino.0, &set)?;
+                Ok(st.attr(&i))
+            })
+        });
+        match erofs(r, self.readonly) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.with("readlink", |db, st| st.ws(db)?.get(ino.0)) {
+            Ok(i) => match i.target {
+                Some(t) => reply.data(&t),
+                None => reply.error(Errno::from_i32(libc::EINVAL)),
+            },
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let kind = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => Kind::File,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDev,
+            libc::S_IFBLK => Kind::BlockDev,
+            _ => return reply.error(Errno::from_i32(libc::EINVAL)),
+        };
+        self.make(
+            req,
+            parent,
+            name,
+            kind,
+            mode,
+            None,
+            rdev as u64,
+            "mknod",
+            reply,
+        )
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.make(req, parent, name, Kind::Dir, mode, None, 0, "mkdir", reply)
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let t = target.as_os_str().as_bytes().to_vec();
+        self.make(
+            req,
+            parent,
+            link_name,
+            Kind::Symlink,
+            0o777,
+            Some(t),
+            0,
+            "symlink",
+            reply,
+        )
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.check_writable().and_then(|_| {
+            self.with("unlink", |db, st| {
+                let ws = st.ws(db)?;
+                let p = ws.get(parent.0)?;
+                ws.unlink(&p, name.as_bytes())
+            })
+        });
+        match erofs(r, self.readonly) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.check_writable().and_then(|_| {
+            self.with("rmdir", |db, st| {
+                let ws = st.ws(db)?;
+                let p = ws.get(parent.0)?;
+                ws.rmdir(&p, name.as_bytes())
+            })
+        });
+        match erofs(r, self.readonly) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::from_i32(libc::EINVAL));
+        }
+        let r = self.check_writable().and_then(|_| {
+            self.with("rename", |db, st| {
+                let ws = st.ws(db)?;
+                let p = ws.get(parent.0)?;
+                let np = ws.get(newparent.0)?;
+                let f = crate::workspace::RenameFlags {
+                    noreplace: flags.contains(RenameFlags::RENAME_NOREPLACE),
+                    exchange: flags.contains(RenameFlags::RENAME_EXCHANGE),
+                };
+                ws.rename(&p, name.as_bytes(), &np, newname.as_bytes(), f)?;
+                st.known.insert((newparent.0, newname.as_bytes().to_vec()));
+                Ok(())
+            })
+        });
+        match erofs(r, self.readonly) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let r = self.check_writable().and_then(|_| {
+            self.with("link", |db, st| {
+                let ws = st.ws(db)?;
+                let np = ws.get(newparent.0)?;
+                let i = ws.link(ino.0, &np, newname.as_bytes())?;
+                st.known.insert((newparent.0, newname.as_bytes().to_vec()));
+                Ok(st.attr(&i))
+            })
+        });
+        match erofs(
+            r.map_err(|e| {
+                if let Error::Refused(_) = e {
+                    Error::Refused(String::new())
+                } else {
+                    e
+                }
+            }),
+            self.readonly,
+        ) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.with("open", |db, st| {
+            let i = st.ws(db)?.get(ino.0)?;
+            if i.kind == Kind::Dir {
+                return Err(Error::IsADirectory(String::new()));
+            }
+            let fh = st.next_fh;
+            st.next_fh += 1;
+            *st.open.entry(ino.0).or_default() += 1;
+            st.open_set.insert(ino.0);
+            st.opened.insert(ino.0);
+            Ok(fh)
+        });
+        match r {
+            // All changes reach the file through this mount or come with an explicit
+            // invalidation, so the kernel may keep its page cache across opens.
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let r = self.with("read", |db, st| match st.dirty.get(&ino.0) {
+            Some(d) => d.read(db, offset, size as usize),
+            None => {
+                let ws = st.ws(db)?;
+                let i = ws.get(ino.0)?;
+                ws.read(&i, offset, size as usize)
+            }
+        });
+        match r {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.check_writable().and_then(|_| {
+            self.with("write", |db, st| {
+                if !st.dirty.contains_key(&ino.0) {
+                    let i = st.ws(db)?.get(ino.0)?;
+                    if i.kind != Kind::File {
+                        return Err(Error::InvalidArgument(String::new(), "not a file".into()));
+                    }
+                    let d =
+                        DirtyFile::new(db, &i.hash.unwrap_or(crate::store::objects::HOLE), i.size)?;
+                    st.dirty.insert(ino.0, d);
+                }
+                let d = st.dirty.get_mut(&ino.0).unwrap();
+                d.write(db, offset, data)?;
+                if d.bytes() > MAX_DIRTY_PER_FILE {
+                    st.flush_file(db, ino.0)?;
+                }
+                Ok(data.len() as u32)
+            })
+        });
+        match erofs(r, self.readonly) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close(): everything written so far is committed before close returns.
+        match self.with("flush", |db, st| st.flush_file(db, ino.0)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.with("release", |db, st| {
+            st.flush_file(db, ino.0)?;
+            let n = st.open.entry(ino.0).or_default();
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.open.remove(&ino.0);
+                st.open_set.remove(&ino.0);
+                st.ws(db)?.drop_orphan(ino.0)?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let r = {
+            let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let (store, state) = &mut *guard;
+            let _ = store.conn.pragma_update(None, "synchronous", "FULL");
+            let r = store.write(|db| state.flush_file(db, ino.0));
+            let _ = store.conn.pragma_update(None, "synchronous", "NORMAL");
+            r
+        };
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let r = self.with("opendir", |db, st| {
+            let ws = st.ws(db)?;
+            let dir = ws.get(ino.0)?;
+            let entries = ws.readdir(&dir)?;
+            let fh = st.next_fh;
+            st.next_fh += 1;
+            st.dirs.insert(fh, DirHandle { entries });
+            Ok(fh)
+        });
+        match r {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut guard.1;
+        let Some(h) = st.dirs.get(&fh.0) else {
+            return reply.error(Errno::from_i32(libc::EBADF));
+        };
+        let mut i = offset;
+        if i == 0 {
+            if reply.add(ino, 1, FileType::Directory, ".") {
+                return reply.ok();
+            }
+            i = 1;
+        }
+        if i == 1 {
+            if reply.add(ino, 2, FileType::Directory, "..") {
+                return reply.ok();
+            }
+            i = 2;
+        }
+        for (n, (name, inode)) in h.entries.iter().enumerate().skip((i - 2) as usize) {
+            if reply.add(
+                INodeNo(inode.ino),
+                n as u64 + 3,
+                file_type(inode.kind),
+                OsStr::from_bytes(name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut guard.1;
+        if cfg!(debug_assertions) {
+            *st.counters.entry("readdirplus").or_default() += 1;
+        }
+        let Some(h) = st.dirs.get(&fh.0) else {
+            return reply.error(Errno::from_i32(libc::EBADF));
+        };
+        let mut added = Vec::new();
+        let dot = FileAttr {
+            ino,
+            ..attr_of(
+                &h.entries
+                    .first()
+                    .map(|e| e.1.clone())
+                    .unwrap_or_else(dummy_dir),
+                None,
+            )
+        };
+        let mut i = offset;
+        if i == 0 {
+            if reply.add(
+                ino,
+                1,
+                ".",
+                &Duration::ZERO,
+                &FileAttr {
+                    kind: FileType::Directory,
+                    ..dot
+                },
+                Generation(0),
+            ) {
+                return reply.ok();
+            }
+            i = 1;
+        }
+        if i == 1 {
+            if reply.add(
+                ino,
+                2,
+                "..",
+                &Duration::ZERO,
+                &FileAttr {
+                    kind: FileType::Directory,
+                    ..dot
+                },
+                Generation(0),
+            ) {
+                return reply.ok();
+            }
+            i = 2;
+        }
+        for (n, (name, inode)) in h.entries.iter().enumerate().skip((i - 2) as usize) {
+            let a = attr_of(inode, st.dirty.get(&inode.ino));
+            if reply.add(
+                INodeNo(inode.ino),
+                n as u64 + 3,
+                OsStr::from_bytes(name),
+                &TTL,
+                &a,
+                Generation(0),
+            ) {
+                break;
+            }
+            added.push(name.clone());
+        }
+        for name in added {
+            st.known.insert((ino.0, name));
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .dirs
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _ = (req, ino, fh, datasync);
+        match self.sync(true) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        // Space is the host's (the vault file grows on the disk it lives on).
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        let c = std::ffi::CString::new(self.vault_dir.as_os_str().as_bytes()).unwrap_or_default();
+        // SAFETY: `c` is a valid NUL-terminated path and `s` a writable statvfs.
+        let ok = unsafe { libc::statvfs(c.as_ptr(), &mut s) } == 0;
+        let files = self.with("statfs", |db, _| {
+            Ok(db.query_row("SELECT COUNT(*) FROM inode", [], |r| r.get::<_, i64>(0))? as u64)
+        });
+        if !ok {
+            return reply.error(Errno::from_i32(libc::EIO));
+        }
+        let files = files.unwrap_or(0);
+        reply.statfs(
+            s.f_blocks,
+            s.f_bfree,
+            s.f_bavail,
+            files + s.f_ffree,
+            s.f_ffree,
+            s.f_bsize as u32,
+            255,
+            s.f_frsize as u32,
+        );
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if !name.as_bytes().starts_with(b"user.") {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        let r = self.check_writable().and_then(|_| {
+            self.with("setxattr", |db, st| {
+                let ws = st.ws(db)?;
+                let exists = ws.xattrs(ino.0)?.iter().any(|(n, _)| n == name.as_bytes());
+                if flags & libc::XATTR_CREATE != 0 && exists {
+                    return Err(Error::Exists(String::new()));
+                }
+                if flags & libc::XATTR_REPLACE != 0 && !exists {
+                    return Err(Error::InvalidArgument(String::new(), "ENODATA".into()));
+                }
+                ws.set_xattr(ino.0, name.as_bytes(), value)
+            })
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(Error::InvalidArgument(_, m)) if m == "ENODATA" => {
+                reply.error(Errno::from_i32(libc::ENODATA))
+            }
+            Err(e) => reply.error(erofs::<()>(Err(e), self.readonly).unwrap_err()),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let r = self.with("getxattr", |db, st| {
+            Ok(st
+                .ws(db)?
+                .xattrs(ino.0)?
+                .into_iter()
+                .find(|(n, _)| n == name.as_bytes())
+                .map(|(_, v)| v))
+        });
+        match r {
+            Ok(Some(v)) if size == 0 => reply.size(v.len() as u32),
+            Ok(Some(v)) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+            Ok(Some(v)) => reply.data(&v),
+            Ok(None) => reply.error(Errno::from_i32(libc::ENODATA)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let r = self.with("listxattr", |db, st| {
+            let mut out = Vec::new();
+            for (n, _) in st.ws(db)?.xattrs(ino.0)? {
+                out.extend_from_slice(&n);
+                out.push(0);
+            }
+            Ok(out)
+        });
+        match r {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.check_writable().and_then(|_| {
+            self.with("removexattr", |db, st| {
+                st.ws(db)?.remove_xattr(ino.0, name.as_bytes())
+            })
+        });
+        match r {
+            Ok(true) => reply.ok(),
+            Ok(false) => reply.error(Errno::from_i32(libc::ENODATA)),
+            Err(e) => reply.error(erofs::<()>(Err(e), self.readonly).unwrap_err()),
+        }
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // default_permissions: the kernel checks modes itself.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.check_writable().and_then(|_| {
+            self.with("create", |db, st| {
+                let ws = open_ws(db, &st.ws_name, &st.open_set)?;
+                let p = ws.get(parent.0)?;
+                let inode = match ws.lookup(&p, name.as_bytes())? {
+                    Some(_) if flags & libc::O_EXCL != 0 => {
+                        return Err(Error::Exists(String::new()));
+                    }
+                    Some(existing) if existing.kind == Kind::Dir => {
+                        return Err(Error::IsADirectory(String::new()));
+                    }
+                    Some(existing) => {
+                        if flags & libc::O_TRUNC != 0 && existing.size != 0 {
+                            st.dirty.remove(&existing.ino);
+                            ws.setattr(
+                                existing.ino,
+                                &SetAttr {
+                                    size: Some(0),
+                                    ..Default::default()
+                                },
+                            )?
+                        } else {
+                            existing
+                        }
+                    }
+                    None => ws.create(&p, name.as_bytes(), new_node(req, &p, Kind::File, mode))?,
+                };
+                st.known.insert((parent.0, name.as_bytes().to_vec()));
+                let fh = st.next_fh;
+                st.next_fh += 1;
+                *st.open.entry(inode.ino).or_default() += 1;
+                st.open_set.insert(inode.ino);
+                Ok((st.attr(&inode), fh))
+            })
+        });
+        match erofs(r, self.readonly) {
+            Ok((a, fh)) => reply.created(
+                &TTL,
+                &a,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.check_writable().and_then(|_| {
+            self.with("fallocate", |db, st| {
+                if !st.dirty.contains_key(&ino.0) {
+                    let i = st.ws(db)?.get(ino.0)?;
+                    if i.kind != Kind::File {
+                        return Err(Error::InvalidArgument(String::new(), "not a file".into()));
+                    }
+                    st.dirty.insert(
+                        ino.0,
+                        DirtyFile::new(db, &i.hash.unwrap_or(crate::store::objects::HOLE), i.size)?,
+                    );
+                }
+                let d = st.dirty.get_mut(&ino.0).unwrap();
+                let end = offset + length;
+                if mode == 0 {
+                    if end > d.size {
+                        d.truncate(db, end)?;
+                    }
+                } else if mode == libc::FALLOC_FL_KEEP_SIZE {
+                } else if mode == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE {
+                    let stop = end.min(d.size);
+                    if offset < stop {
+                        d.write(db, offset, &vec![0; (stop - offset) as usize])?;
+                    }
+                } else {
+                    return Err(Error::InvalidArgument(String::new(), "EOPNOTSUPP".into()));
+                }
+                Ok(())
+            })
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(Error::InvalidArgument(_, m)) if m == "EOPNOTSUPP" => {
+                reply.error(Errno::from_i32(libc::EOPNOTSUPP))
+            }
+            Err(e) => reply.error(erofs::<()>(Err(e), self.readonly).unwrap_err()),
+        }
+    }
+}
+
+fn dummy_dir() -> Inode {
+    Inode {
+        ino: ROOT_INO,
+        kind: Kind::Dir,
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        mtime_ns: 0,
+        ctime_ns: 0,
+        nlink: 1,
+        rdev: 0,
+        link_group: 0,
+        hash: None,
+        target: None,
+        materialized: true,
+        dirty: false,
+        has_links: false,
+    }
+}
+
+impl AvfsFs {
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: Kind,
+        mode: u32,
+        target: Option<Vec<u8>>,
+        rdev: u64,
+        op: &'static str,
+        reply: ReplyEntry,
+    ) {
+        let r = self.check_writable().and_then(|_| {
+            self.with(op, |db, st| {
+                let ws = st.ws(db)?;
+                let p = ws.get(parent.0)?;
+                let mut node = new_node(req, &p, kind, mode);
+                node.target = target;
+                node.rdev = rdev;
+                let i = ws.create(&p, name.as_bytes(), node)?;
+                st.known.insert((parent.0, name.as_bytes().to_vec()));
+                Ok(st.attr(&i))
+            })
+        });
+        match erofs(r, self.readonly) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+impl AvfsFs {
+    /// Kernel options: writeback cache, readdirplus, parallel dirops, 1 MiB requests.
+    pub fn configure_kernel(config: &mut KernelConfig) -> std::io::Result<()> {
+        let want = InitFlags::FUSE_WRITEBACK_CACHE
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_MAX_PAGES;
+        let _ = config.add_capabilities(want & config.capabilities());
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        let _ = config.set_max_background(64);
+        Ok(())
+    }
+
+    fn lookup_impl(&self, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self.with("lookup", |db, st| {
+            let ws = st.ws(db)?;
+            let p = ws.get(parent.0)?;
+            let child = ws
+                .lookup(&p, name.as_bytes())?
+                .ok_or_else(|| Error::NotFound(String::new()))?;
+            st.known.insert((parent.0, name.as_bytes().to_vec()));
+            Ok(st.attr(&child))
+        });
+        match r {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
