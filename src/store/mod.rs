@@ -171,6 +171,7 @@ impl Store {
 
     fn configure(&mut self) -> Result<()> {
         self.conn.busy_timeout(Duration::from_secs(30))?;
+        self.conn.set_prepared_statement_cache_capacity(256);
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode survives a killed process; fsync-class operations raise it to FULL.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -210,18 +211,25 @@ impl Store {
         }
     }
 
+    /// Runs one cached statement that returns no rows (BEGIN, COMMIT, SAVEPOINT...).
+    pub fn exec(conn: &Connection, sql: &str) -> Result<()> {
+        conn.prepare_cached(sql)?.execute([])?;
+        Ok(())
+    }
+
     /// Runs `f` in an immediate (write) transaction; commits only when it returns Ok.
     pub fn write<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        match f(&tx) {
-            Ok(v) => {
-                tx.commit().map_err(Error::from)?;
-                Ok(v)
-            }
+        Self::exec(&self.conn, "BEGIN IMMEDIATE")?;
+        match f(&self.conn) {
+            Ok(v) => match Self::exec(&self.conn, "COMMIT") {
+                Ok(()) => Ok(v),
+                Err(e) => {
+                    let _ = Self::exec(&self.conn, "ROLLBACK");
+                    Err(self.corrupt_if_sqlite(e))
+                }
+            },
             Err(e) => {
-                drop(tx);
+                let _ = Self::exec(&self.conn, "ROLLBACK");
                 Err(self.corrupt_if_sqlite(e))
             }
         }
@@ -229,11 +237,9 @@ impl Store {
 
     /// Runs `f` in a read transaction: one consistent snapshot.
     pub fn read<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)?;
-        let r = f(&tx);
-        drop(tx);
+        Self::exec(&self.conn, "BEGIN DEFERRED")?;
+        let r = f(&self.conn);
+        let _ = Self::exec(&self.conn, "ROLLBACK");
         r.map_err(|e| self.corrupt_if_sqlite(e))
     }
 }

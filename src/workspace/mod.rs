@@ -302,6 +302,15 @@ impl<'a> Workspace<'a> {
         })
     }
 
+    /// A workspace whose row the caller already holds (the mount caches it).
+    pub fn with_info(db: &'a Connection, info: WorkspaceInfo) -> Workspace<'a> {
+        Workspace {
+            db,
+            info,
+            open_inos: None,
+        }
+    }
+
     fn layer(&self) -> i64 {
         self.info.layer
     }
