@@ -3,6 +3,7 @@
 pub mod cli;
 pub mod diff;
 pub mod error;
+pub mod exec;
 pub mod registry;
 pub mod store;
 pub mod util;

@@ -1,6 +1,7 @@
 //! The `avfs` command line: parses, calls the library, prints. One file per command group.
 
 mod checkpoint;
+mod exec;
 mod fs;
 mod mount;
 mod output;
@@ -90,6 +91,18 @@ pub enum Command {
     Unmount(mount::UnmountArgs),
     /// List live mounts.
     Mounts,
+    /// Run a command through the policy boundary: decide, checkpoint, run in the mounted
+    /// workspace, report exactly what changed.
+    Exec(exec::ExecArgs),
+    /// Show, check and test the exec policy.
+    #[command(subcommand)]
+    Policy(exec::PolicyCmd),
+    /// List approvals that are pending (or, with --all, every one).
+    Approvals(exec::ApprovalsArgs),
+    /// Approve a pending request; run it with `avfs exec --approve ID`.
+    Approve(exec::DecideArgs),
+    /// Deny a pending request.
+    Deny(exec::DecideArgs),
 }
 
 /// Everything a command needs to find and open its vault.
@@ -262,5 +275,10 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Mount(a) => mount::mount(ctx, a),
         Command::Unmount(a) => mount::unmount(ctx, a),
         Command::Mounts => mount::mounts(ctx),
+        Command::Exec(a) => exec::exec(ctx, a),
+        Command::Policy(c) => exec::policy(ctx, c),
+        Command::Approvals(a) => exec::approvals(ctx, a),
+        Command::Approve(a) => exec::decide(ctx, a, true),
+        Command::Deny(a) => exec::decide(ctx, a, false),
     }
 }

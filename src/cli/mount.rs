@@ -97,62 +97,7 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
         mount::serve(opts)?;
         return Ok(0);
     }
-    // Background: start a server and wait until it says the mount is ready.
-    let run = mount::run_dir(&ctx.home);
-    std::fs::create_dir_all(&run).map_err(|e| Error::host(run.display(), e))?;
-    let log_path = run.join(format!("{}.log", mount::mount_id(&v.path, &v.workspace)));
-    let log = std::fs::File::create(&log_path).map_err(|e| Error::host(log_path.display(), e))?;
-    let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("--vault")
-        .arg(v.path.as_os_str())
-        .arg("mount")
-        .arg(&mp)
-        .arg("--foreground");
-    if a.readonly {
-        cmd.arg("--readonly");
-    }
-    if a.allow_other {
-        cmd.arg("--allow-other");
-    }
-    cmd.env(READY_ENV, "1")
-        .env("AVFS_HOME", &ctx.home)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
-    // SAFETY: setsid in the child before exec: the server outlives this terminal session.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::host("starting the mount server", e))?;
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-    let rec: Option<mount::MountRecord> = serde_json::from_str(line.trim()).ok();
-    let Some(mut rec) = rec else {
-        let _ = child.kill();
-        let _ = child.wait();
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let why = log
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("it exited without saying why");
-        return Err(Error::Refused(format!(
-            "mount server did not start: {}",
-            why.trim_start_matches("avfs: error: ")
-        )));
-    };
+    let mut rec = spawn_background(&ctx.home, &v, &mp, a.readonly, a.allow_other)?;
     rec.vault = v.name.clone();
     ctx.out.emit(&json!({"mount": rec}), || {
         println!(
@@ -215,4 +160,71 @@ pub fn mounts(ctx: &Ctx) -> Result<i32> {
         }
     });
     Ok(0)
+}
+
+/// Starts a mount server in the background and waits until it reports the mount ready.
+pub(crate) fn spawn_background(
+    home: &std::path::Path,
+    v: &crate::registry::VaultRef,
+    mp: &std::path::Path,
+    readonly: bool,
+    allow_other: bool,
+) -> Result<mount::MountRecord> {
+    // Background: start a server and wait until it says the mount is ready.
+    let run = mount::run_dir(home);
+    std::fs::create_dir_all(&run).map_err(|e| Error::host(run.display(), e))?;
+    let log_path = run.join(format!("{}.log", mount::mount_id(&v.path, &v.workspace)));
+    let log = std::fs::File::create(&log_path).map_err(|e| Error::host(log_path.display(), e))?;
+    let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--vault")
+        .arg(&v.name)
+        .arg("mount")
+        .arg(mp)
+        .arg("--foreground");
+    if readonly {
+        cmd.arg("--readonly");
+    }
+    if allow_other {
+        cmd.arg("--allow-other");
+    }
+    cmd.env(READY_ENV, "1")
+        .env("AVFS_HOME", home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    // SAFETY: setsid in the child before exec: the server outlives this terminal session.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::host("starting the mount server", e))?;
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+    let rec: Option<mount::MountRecord> = serde_json::from_str(line.trim()).ok();
+    let Some(rec) = rec else {
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let why = log
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("it exited without saying why");
+        return Err(Error::Refused(format!(
+            "mount server did not start: {}",
+            why.trim_start_matches("avfs: error: ")
+        )));
+    };
+    Ok(rec)
 }

@@ -117,7 +117,12 @@ fn attr_of(i: &Inode, dirty: Option<&DirtyFile>) -> FileAttr {
     }
 }
 
-fn open_ws<'a>(db: &'a Connection, info: &Option<WorkspaceInfo>, name: &str, open: &'a HashSet<u64>) -> Result<Workspace<'a>> {
+fn open_ws<'a>(
+    db: &'a Connection,
+    info: &Option<WorkspaceInfo>,
+    name: &str,
+    open: &'a HashSet<u64>,
+) -> Result<Workspace<'a>> {
     let mut ws = match info {
         Some(i) => Workspace::with_info(db, i.clone()),
         None => Workspace::open(db, name)?,
@@ -191,7 +196,11 @@ impl AvfsFs {
     /// Runs `f` inside the mount's open write transaction, in a savepoint of its own so a
     /// failed request undoes only itself. Metadata changes are batched: the transaction
     /// commits when `commit` says so (close, fsync, sync), or once it is `MAX_BATCH` old.
-    fn with<T>(&self, op: &'static str, f: impl FnOnce(&Connection, &mut State) -> Result<T>) -> Result<T> {
+    fn with<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Connection, &mut State) -> Result<T>,
+    ) -> Result<T> {
         self.with_commit(op, false, f)
     }
 
@@ -212,7 +221,10 @@ impl AvfsFs {
             state.tx_since = Some(Instant::now());
         }
         if state.info.is_none() {
-            state.info = Some(crate::workspace::find_workspace(db, &state.ws_name)?.ok_or_else(|| Error::NoSuchVault(state.ws_name.clone()))?);
+            state.info = Some(
+                crate::workspace::find_workspace(db, &state.ws_name)?
+                    .ok_or_else(|| Error::NoSuchVault(state.ws_name.clone()))?,
+            );
         }
         Store::exec(db, "SAVEPOINT op")?;
         let r = f(db, state);
@@ -255,7 +267,10 @@ impl AvfsFs {
         let r = self.with_commit("sync", true, |db, st| st.flush_all(db));
         if durable {
             let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            guard.0.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);")?;
+            guard
+                .0
+                .conn
+                .execute_batch("PRAGMA wal_checkpoint(PASSIVE);")?;
         }
         r
     }
@@ -643,7 +658,13 @@ impl Filesystem for AvfsFs {
                     let ws = st.ws(db)?;
                     let i = ws.get(ino.0)?;
                     if i.mode & 0o6000 != 0 {
-                        ws.setattr(ino.0, &SetAttr { mode: Some(i.mode & !0o6000), ..Default::default() })?;
+                        ws.setattr(
+                            ino.0,
+                            &SetAttr {
+                                mode: Some(i.mode & !0o6000),
+                                ..Default::default()
+                            },
+                        )?;
                     }
                 }
                 let d = st.dirty.get_mut(&ino.0).unwrap();
@@ -722,12 +743,17 @@ impl Filesystem for AvfsFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self.with_commit("fsync", true, |db, st| st.flush_file(db, ino.0)).and_then(|_| {
-            // Make it durable: fold the WAL into the database file, which syncs both.
-            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            guard.0.conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);")?;
-            Ok(())
-        });
+        let r = self
+            .with_commit("fsync", true, |db, st| st.flush_file(db, ino.0))
+            .and_then(|_| {
+                // Make it durable: fold the WAL into the database file, which syncs both.
+                let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                guard
+                    .0
+                    .conn
+                    .execute_batch("PRAGMA wal_checkpoint(PASSIVE);")?;
+                Ok(())
+            });
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -1210,7 +1236,14 @@ impl AvfsFs {
         match r {
             Ok(Some(a)) => reply.entry(&TTL, &a, Generation(0)),
             // A negative entry: the kernel may remember that the name does not exist.
-            Ok(None) => reply.entry(&TTL, &FileAttr { ino: INodeNo(0), ..attr_of(&dummy_dir(), None) }, Generation(0)),
+            Ok(None) => reply.entry(
+                &TTL,
+                &FileAttr {
+                    ino: INodeNo(0),
+                    ..attr_of(&dummy_dir(), None)
+                },
+                Generation(0),
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }

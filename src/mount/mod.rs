@@ -233,9 +233,11 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     };
     std::thread::spawn(move || server.serve(listener));
     let batcher = fs.clone();
-    std::thread::spawn(move || loop {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        batcher.commit_if_stale();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            batcher.commit_if_stale();
+        }
     });
     catch_signals(move || {
         let _ = unmounter.unmount();

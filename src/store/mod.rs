@@ -1,6 +1,7 @@
 //! The vault file: opening and format checks, schema migrations, objects and audit rows.
 //! Knows nothing about FUSE, processes or the command line.
 
+pub mod approvals;
 pub mod audit;
 pub mod objects;
 pub mod schema;

@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 1;
+pub const FORMAT_VERSION: i64 = 2;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1];
+pub const MIGRATIONS: &[&str] = &[V1, V2];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -105,5 +105,20 @@ CREATE TABLE audit (
   detail TEXT NOT NULL,
   prev_hash BLOB NOT NULL,
   hash BLOB NOT NULL
+);
+"#;
+
+/// Format 2: pending and decided approvals of `avfs exec`.
+const V2: &str = r#"
+CREATE TABLE approval (
+  id TEXT PRIMARY KEY,
+  created_at_ns INTEGER NOT NULL,
+  expires_at_ns INTEGER NOT NULL,
+  workspace TEXT NOT NULL,
+  request TEXT NOT NULL,
+  decision TEXT NOT NULL,
+  state TEXT NOT NULL,
+  decided_at_ns INTEGER,
+  used_at_ns INTEGER
 );
 "#;

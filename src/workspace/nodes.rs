@@ -202,10 +202,14 @@ impl Workspace<'_> {
         if child.kind != Kind::Dir {
             return self.unlink(parent, name);
         }
-        if child.has_links {
-            // Members outside this subtree must lose a link count.
+        let child = if child.has_links {
+            // Members outside this subtree must lose a link count; closing the links may
+            // materialize `child`, so read it again.
             self.close_links()?;
-        }
+            self.get(child.ino)?
+        } else {
+            child
+        };
         self.delete_dentry(parent.ino, name)?;
         self.delete_subtree(child)?;
         self.touch_dir(parent.ino)

@@ -1,0 +1,15 @@
+//! The exec boundary's parts: the shell parser, the policy, the process runner and the
+//! envelope every run returns. The CLI (`cli/exec.rs`) puts them together with the
+//! workspace, checkpoints and the mount. Nothing here touches SQL.
+
+pub mod envelope;
+pub mod policy;
+pub mod runner;
+pub mod shell;
+
+/// Exit status of `avfs exec` when the policy denies the command.
+pub const EXIT_DENIED: i32 = 126;
+/// Exit status when the command waits for approval (nothing ran).
+pub const EXIT_APPROVAL_REQUIRED: i32 = 75;
+/// Exit status when the command ran out of time.
+pub const EXIT_TIMED_OUT: i32 = 124;

@@ -1,0 +1,188 @@
+//! Runs one command in its own process group with a timeout (SIGTERM to the group, a
+//! grace period, SIGKILL) and bounded output capture, optionally echoing output live.
+
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    /// Processes of the command's group still running after it exited (ended by avfs).
+    pub lingering_processes_killed: bool,
+}
+
+pub struct RunSpec<'a> {
+    pub program: &'a str,
+    pub args: &'a [String],
+    pub cwd: &'a Path,
+    pub env: &'a [(String, String)],
+    pub timeout: Option<Duration>,
+    pub grace: Duration,
+    pub capture_limit: usize,
+    /// Echo output to our own stdout/stderr as it arrives.
+    pub stream: bool,
+}
+
+struct Capture {
+    data: Vec<u8>,
+    total: u64,
+}
+
+fn pump(
+    mut src: impl Read + Send + 'static,
+    limit: usize,
+    echo: Option<Box<dyn Write + Send>>,
+) -> mpsc::Receiver<Capture> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut echo = echo;
+        let mut cap = Capture {
+            data: Vec::new(),
+            total: 0,
+        };
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            match src.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    cap.total += n as u64;
+                    let room = limit.saturating_sub(cap.data.len());
+                    cap.data.extend_from_slice(&buf[..n.min(room)]);
+                    if let Some(w) = echo.as_mut() {
+                        let _ = w.write_all(&buf[..n]);
+                        let _ = w.flush();
+                    }
+                }
+            }
+        }
+        let _ = tx.send(cap);
+    });
+    rx
+}
+
+fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 to a process group only checks for existence.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    // SAFETY: sending a signal to the command's own process group.
+    unsafe {
+        libc::kill(-pgid, sig);
+    }
+}
+
+/// Ends the whole group: SIGTERM, up to `grace` to exit, then SIGKILL.
+fn end_group(pgid: i32, grace: Duration) {
+    signal_group(pgid, libc::SIGTERM);
+    let until = Instant::now() + grace;
+    while Instant::now() < until && group_alive(pgid) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if group_alive(pgid) {
+        signal_group(pgid, libc::SIGKILL);
+    }
+}
+
+fn text(c: &Capture) -> String {
+    String::from_utf8_lossy(&c.data).into_owned()
+}
+
+pub fn run(spec: &RunSpec) -> Result<RunResult> {
+    let mut cmd = Command::new(spec.program);
+    cmd.args(spec.args)
+        .current_dir(spec.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in spec.env {
+        cmd.env(k, v);
+    }
+    cmd.process_group(0);
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::host(format!("starting {}", spec.program), e))?;
+    let pgid = child.id() as i32;
+    let out_rx = pump(
+        child.stdout.take().unwrap(),
+        spec.capture_limit,
+        spec.stream
+            .then(|| Box::new(std::io::stdout()) as Box<dyn Write + Send>),
+    );
+    let err_rx = pump(
+        child.stderr.take().unwrap(),
+        spec.capture_limit,
+        spec.stream
+            .then(|| Box::new(std::io::stderr()) as Box<dyn Write + Send>),
+    );
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(st) = child
+            .try_wait()
+            .map_err(|e| Error::host("waiting for the command", e))?
+        {
+            break st;
+        }
+        if spec.timeout.is_some_and(|t| start.elapsed() >= t) {
+            timed_out = true;
+            end_group(pgid, spec.grace);
+            break child
+                .wait()
+                .map_err(|e| Error::host("waiting for the command", e))?;
+        }
+        std::thread::sleep(Duration::from_millis(
+            if start.elapsed() < Duration::from_millis(20) {
+                1
+            } else {
+                5
+            },
+        ));
+    };
+    let duration_ms = start.elapsed().as_millis() as u64;
+    // Background processes the command left in its group are ended too.
+    let lingering = group_alive(pgid);
+    if lingering {
+        end_group(pgid, spec.grace);
+    }
+    // A daemon that left the group may hold the pipes open: do not wait for it forever.
+    let wait = Duration::from_millis(500);
+    let out = out_rx.recv_timeout(wait).unwrap_or(Capture {
+        data: b"".to_vec(),
+        total: 0,
+    });
+    let err = err_rx.recv_timeout(wait).unwrap_or(Capture {
+        data: b"".to_vec(),
+        total: 0,
+    });
+    Ok(RunResult {
+        exit_code: status.code(),
+        signal: status.signal(),
+        timed_out,
+        duration_ms,
+        stdout: text(&out),
+        stderr: text(&err),
+        stdout_truncated: out.total > out.data.len() as u64,
+        stderr_truncated: err.total > err.data.len() as u64,
+        stdout_bytes: out.total,
+        stderr_bytes: err.total,
+        lingering_processes_killed: lingering,
+    })
+}
