@@ -340,6 +340,11 @@ pub fn restore_path(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
     let detail = json!({"path": shown, "from": a.from});
     let changed = ctx.mutate("restore", detail, |ws| {
         let cp = ws.find_checkpoint(&a.from)?;
+        if comps.is_empty() && ws.is_modified()? {
+            // Restoring "/" replaces everything: keep unsaved changes, as `checkpoint restore` does.
+            let auto = format!("auto-before-restore-{}", crate::store::now_ns() / 1_000_000);
+            ws.checkpoint(Some(&auto), Some(&format!("unsaved changes before restoring / from {}", a.from)), "auto")?;
+        }
         ws.restore_path(&comps, &cp)
     })?;
     ctx.out.emit(

@@ -613,7 +613,7 @@ pub fn ln(ctx: &Ctx, a: LnArgs) -> Result<i32> {
     let link = parse(&a.link)?;
     let detail =
         json!({"target": lossy(&a.target), "link": display(&link), "symbolic": a.symbolic});
-    ctx.mutate("ln", detail, |ws| {
+    let link = ctx.mutate("ln", detail, |ws| {
         let link = destination(ws, &components(a.target.as_bytes())?, &link)?;
         let (dir, name) = ws.resolve_parent(&link)?;
         if a.symbolic {
@@ -626,7 +626,7 @@ pub fn ln(ctx: &Ctx, a: LnArgs) -> Result<i32> {
             let target = ws.resolve_existing(&parse(&a.target)?, false)?;
             ws.link(target.ino, &dir, &name)?;
         }
-        Ok(())
+        Ok(link)
     })?;
     ctx.out.emit(
         &json!({"link": display(&link), "target": lossy(&a.target), "symbolic": a.symbolic}),
@@ -737,7 +737,7 @@ pub fn import(ctx: &Ctx, a: ImportArgs) -> Result<i32> {
         return Err(Error::NotADirectory(a.host_dir.display().to_string()));
     }
     let pb = progress_bar(ctx, "importing");
-    let detail = json!({"from": a.host_dir, "to": display(&dest)});
+    let detail = json!({"from": a.host_dir.display().to_string(), "to": display(&dest)});
     let stats = ctx.mutate("import", detail, |ws| {
         crate::hostio::import(ws, &a.host_dir, &dest, &|n| {
             if let Some(pb) = &pb {
@@ -749,7 +749,7 @@ pub fn import(ctx: &Ctx, a: ImportArgs) -> Result<i32> {
         pb.finish_and_clear();
     }
     ctx.out.emit(
-        &json!({"from": a.host_dir, "to": display(&dest), "stats": stats}),
+        &json!({"from": a.host_dir.display().to_string(), "to": display(&dest), "stats": stats}),
         || {
             println!(
                 "imported {} files, {} dirs, {} symlinks ({}) into {}",
@@ -778,7 +778,7 @@ pub fn export(ctx: &Ctx, a: ExportArgs) -> Result<i32> {
         pb.finish_and_clear();
     }
     ctx.out.emit(
-        &json!({"from": display(&src), "to": a.host_dir, "stats": stats}),
+        &json!({"from": display(&src), "to": a.host_dir.display().to_string(), "stats": stats}),
         || {
             println!(
                 "exported {} files, {} dirs, {} symlinks ({}) to {}",

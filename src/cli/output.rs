@@ -17,10 +17,14 @@ impl Out {
     /// Prints `value` as JSON, or runs `human` to print text.
     pub fn emit<T: Serialize>(&self, value: &T, human: impl FnOnce()) {
         if self.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(value).expect("serializable")
-            );
+            match serde_json::to_string_pretty(value) {
+                Ok(text) => println!("{text}"),
+                Err(e) => {
+                    let msg = format!("cannot print the result as JSON: {e}");
+                    let v = serde_json::json!({"error": {"kind": "internal", "message": msg, "exit_code": EXIT_ERROR}});
+                    println!("{v}");
+                }
+            }
         } else {
             human();
         }

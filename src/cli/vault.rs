@@ -126,6 +126,9 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 Some(p) => std::path::absolute(&p).map_err(|e| Error::host(p.display(), e))?,
                 None => reg.default_path_for(&name),
             };
+            if path.to_str().is_none() {
+                return Err(Error::InvalidArgument(path.display().to_string(), "vault paths must be UTF-8".into()));
+            }
             create_vault_file(&path)?;
             let v = VaultRef {
                 name: name.clone(),
@@ -281,7 +284,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             ctx.sync_mount(&v)?;
             let report = crate::vaultcopy::export_workspace(&v.path, &v.workspace, &file)?;
             ctx.out.emit(
-                &json!({"exported": v.name, "file": file, "report": report}),
+                &json!({"exported": v.name, "file": file.display().to_string(), "report": report}),
                 || {
                     println!("exported {} to {}", v.name, file.display());
                 },

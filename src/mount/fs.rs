@@ -18,7 +18,7 @@ use rusqlite::Connection;
 
 use super::buffer::DirtyFile;
 use crate::error::{Error, Result};
-use crate::store::objects::Kind;
+use crate::store::objects::{Hash, Kind};
 use crate::store::{Store, now_ns};
 use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace, WorkspaceInfo};
 
@@ -53,6 +53,15 @@ pub struct State {
     known: HashSet<(u64, Vec<u8>)>,
     /// Files whose pages the kernel may cache (opened with keep-cache).
     opened: HashSet<u64>,
+    /// Content identity (hash, size) of every regular file the kernel was told about, as
+    /// this mount last saw or produced it. With the writeback cache the kernel trusts
+    /// its own idea of a file's size, so a file changed from outside (CLI, restore) must
+    /// become a new kernel inode: this is how such files are found.
+    files: HashMap<u64, (Option<Hash>, u64)>,
+    /// Generation numbers of inodes changed from outside (default 0). A lookup answering
+    /// a new generation makes the kernel drop its old inode and its cached size.
+    gens: HashMap<u64, u64>,
+    epoch: u64,
     pub counters: Counters,
 }
 
@@ -140,13 +149,34 @@ impl State {
         attr_of(i, self.dirty.get(&i.ino))
     }
 
+    fn generation(&self, ino: u64) -> Generation {
+        Generation(self.gens.get(&ino).copied().unwrap_or(0))
+    }
+
+    /// Attributes for an entry reply (the kernel may make an inode of it): remembers
+    /// what the kernel was told, unless an earlier answer is still to be compared.
+    fn entry(&mut self, i: &Inode) -> (FileAttr, Generation) {
+        if i.kind == Kind::File {
+            self.files.entry(i.ino).or_insert((i.hash, i.size));
+        }
+        (self.attr(i), self.generation(i.ino))
+    }
+
+    /// This mount changed a file's stored content itself: the kernel knows.
+    fn own(&mut self, i: &Inode) {
+        if i.kind == Kind::File {
+            self.files.insert(i.ino, (i.hash, i.size));
+        }
+    }
+
     /// Writes one file's buffer into the vault (inside the caller's transaction).
     fn flush_file(&mut self, db: &Connection, ino: u64) -> Result<()> {
         if let Some(d) = self.dirty.remove(&ino) {
             let (hash, size) = d.commit(db)?;
             let ws = self.ws(db)?;
             if ws.try_get(ino)?.is_some() {
-                ws.set_content(ino, hash, size)?;
+                let i = ws.set_content(ino, hash, size)?;
+                self.own(&i);
             }
         }
         Ok(())
@@ -184,6 +214,9 @@ impl AvfsFs {
             next_fh: 1,
             known: HashSet::new(),
             opened: HashSet::new(),
+            files: HashMap::new(),
+            gens: HashMap::new(),
+            epoch: 0,
             counters: HashMap::new(),
         };
         Ok(AvfsFs {
@@ -311,6 +344,15 @@ impl AvfsFs {
     }
 }
 
+/// The mode after the VFS's "kill privileges" rule: no setuid; no setgid if group-executable.
+fn kill_suid(mode: u32) -> u32 {
+    let mut m = mode & !0o4000;
+    if m & 0o010 != 0 {
+        m &= !0o2000;
+    }
+    m
+}
+
 fn erofs<T>(r: Result<T>, readonly: bool) -> std::result::Result<T, Errno> {
     r.map_err(|e| {
         if readonly && matches!(e, Error::Refused(_)) {
@@ -356,7 +398,7 @@ impl Filesystem for AvfsFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -374,23 +416,21 @@ impl Filesystem for AvfsFs {
     ) {
         let r = self.check_writable().and_then(|_| {
             self.with("setattr", |db, st| {
+                let cur = st.ws(db)?.get(ino.0)?;
                 if let Some(size) = size {
+                    if cur.kind == Kind::Dir {
+                        return Err(Error::IsADirectory(String::new()));
+                    }
                     if let Some(d) = st.dirty.get_mut(&ino.0) {
                         d.truncate(db, size)?;
-                    } else {
-                        let i = st.ws(db)?.get(ino.0)?;
-                        if i.kind == Kind::Dir {
-                            return Err(Error::IsADirectory(String::new()));
-                        }
-                        if i.kind == Kind::File && i.size != size {
-                            st.ws(db)?.setattr(
-                                ino.0,
-                                &SetAttr {
-                                    size: Some(size),
-                                    ..Default::default()
-                                },
-                            )?;
-                        }
+                    } else if cur.kind == Kind::File && cur.size != size {
+                        st.ws(db)?.setattr(
+                            ino.0,
+                            &SetAttr {
+                                size: Some(size),
+                                ..Default::default()
+                            },
+                        )?;
                     }
                 }
                 let mut set = SetAttr {
@@ -406,8 +446,17 @@ impl Filesystem for AvfsFs {
                 if size.is_some() && set.mtime_ns.is_none() {
                     set.mtime_ns = Some(now_ns());
                 }
+                // HANDLE_KILLPRIV_V2: we clear setuid/setgid as the VFS would: on chown of
+                // a non-directory, and on truncate by a caller without CAP_FSETID
+                // (approximated as non-root). Setgid goes only with group-execute.
+                let chown = (uid.is_some() || gid.is_some()) && cur.kind != Kind::Dir;
+                let trunc = size.is_some() && req.uid() != 0;
+                if mode.is_none() && (chown || trunc) && kill_suid(cur.mode) != cur.mode {
+                    set.mode = Some(kill_suid(cur.mode));
+                }
                 let ws = st.ws(db)?;
                 let i = ws.setattr(ino.0, &set)?;
+                st.own(&i);
                 Ok(st.attr(&i))
             })
         });
@@ -567,7 +616,7 @@ impl Filesystem for AvfsFs {
                 let np = ws.get(newparent.0)?;
                 let i = ws.link(ino.0, &np, newname.as_bytes())?;
                 st.known.insert((newparent.0, newname.as_bytes().to_vec()));
-                Ok(st.attr(&i))
+                Ok(st.entry(&i))
             })
         });
         match erofs(
@@ -580,7 +629,7 @@ impl Filesystem for AvfsFs {
             }),
             self.readonly,
         ) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
             Err(e) => reply.error(e),
         }
     }
@@ -657,11 +706,11 @@ impl Filesystem for AvfsFs {
                 if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
                     let ws = st.ws(db)?;
                     let i = ws.get(ino.0)?;
-                    if i.mode & 0o6000 != 0 {
+                    if kill_suid(i.mode) != i.mode {
                         ws.setattr(
                             ino.0,
                             &SetAttr {
-                                mode: Some(i.mode & !0o6000),
+                                mode: Some(kill_suid(i.mode)),
                                 ..Default::default()
                             },
                         )?;
@@ -877,20 +926,24 @@ impl Filesystem for AvfsFs {
         }
         for (n, (name, inode)) in h.entries.iter().enumerate().skip((i - 2) as usize) {
             let a = attr_of(inode, st.dirty.get(&inode.ino));
+            let g = Generation(st.gens.get(&inode.ino).copied().unwrap_or(0));
             if reply.add(
                 INodeNo(inode.ino),
                 n as u64 + 3,
                 OsStr::from_bytes(name),
                 &TTL,
                 &a,
-                Generation(0),
+                g,
             ) {
                 break;
             }
-            added.push(name.clone());
+            added.push((name.clone(), inode.ino, inode.kind, inode.hash, inode.size));
         }
-        for name in added {
+        for (name, child, kind, hash, size) in added {
             st.known.insert((ino.0, name));
+            if kind == Kind::File {
+                st.files.entry(child).or_insert((hash, size));
+            }
         }
         reply.ok();
     }
@@ -1087,14 +1140,14 @@ impl Filesystem for AvfsFs {
                 st.next_fh += 1;
                 *st.open.entry(inode.ino).or_default() += 1;
                 st.open_set.insert(inode.ino);
-                Ok((st.attr(&inode), fh))
+                Ok((st.entry(&inode), fh))
             })
         });
         match erofs(r, self.readonly) {
-            Ok((a, fh)) => reply.created(
+            Ok(((a, g), fh)) => reply.created(
                 &TTL,
                 &a,
-                Generation(0),
+                g,
                 FileHandle(fh),
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
@@ -1196,11 +1249,11 @@ impl AvfsFs {
                 node.rdev = rdev;
                 let i = ws.create(&p, name.as_bytes(), node)?;
                 st.known.insert((parent.0, name.as_bytes().to_vec()));
-                Ok(st.attr(&i))
+                Ok(st.entry(&i))
             })
         });
         match erofs(r, self.readonly) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok((a, g)) => reply.entry(&TTL, &a, g),
             Err(e) => reply.error(e),
         }
     }
@@ -1231,10 +1284,10 @@ impl AvfsFs {
             let p = ws.get(parent.0)?;
             let child = ws.lookup(&p, name.as_bytes())?;
             st.known.insert((parent.0, name.as_bytes().to_vec()));
-            Ok(child.map(|c| st.attr(&c)))
+            Ok(child.map(|c| st.entry(&c)))
         });
         match r {
-            Ok(Some(a)) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(Some((a, g))) => reply.entry(&TTL, &a, g),
             // A negative entry: the kernel may remember that the name does not exist.
             Ok(None) => reply.entry(
                 &TTL,
