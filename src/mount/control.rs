@@ -36,16 +36,20 @@ impl Server {
         let req: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
         let reply = match req["op"].as_str() {
             Some("ping") => json!({"ok": true, "mount": self.record}),
-            Some("sync") => match self.fs.sync(req["durable"].as_bool().unwrap_or(false)) {
-                Ok(()) => json!({"ok": true}),
+            Some("sync") => {
+                self.kernel_writeback();
+                match self.fs.sync(req["durable"].as_bool().unwrap_or(false)) {
+                    Ok(()) => json!({"ok": true}),
+                    Err(e) => json!({"ok": false, "error": e.to_string()}),
+                }
+            }
+            Some("invalidate") => match self.invalidate() {
+                Ok(n) => json!({"ok": true, "invalidated": n}),
                 Err(e) => json!({"ok": false, "error": e.to_string()}),
             },
-            Some("invalidate") => {
-                let n = self.invalidate();
-                json!({"ok": true, "invalidated": n})
-            }
             Some("counters") => json!({"ok": true, "counters": self.fs.counters()}),
             Some("unmount") => {
+                self.kernel_writeback();
                 let r = self.fs.sync(true);
                 let mut w = conn.try_clone()?;
                 writeln!(w, "{}", json!({"ok": r.is_ok()}))?;
@@ -58,18 +62,36 @@ impl Server {
         writeln!(w, "{reply}")
     }
 
-    /// Tells the kernel to forget every name and page it may have cached from us.
-    fn invalidate(&self) -> usize {
-        let (names, inos) = self.fs.take_known();
-        for (parent, name) in &names {
+    /// Tells the kernel to forget what it cached from us that an outside change made
+    /// stale (see `AvfsFs::outside_change`).
+    fn invalidate(&self) -> Result<usize> {
+        let inv = self.fs.outside_change()?;
+        for ino in &inv.pages {
+            let _ = self.notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
+        }
+        for (parent, name) in &inv.names {
             let _ = self
                 .notifier
                 .inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::from_bytes(name));
         }
-        for ino in &inos {
-            let _ = self.notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
+        for ino in &inv.attrs {
+            let _ = self.notifier.inval_inode(fuser::INodeNo(*ino), -1, 0);
         }
-        names.len() + inos.len()
+        Ok(inv.names.len() + inv.pages.len() + inv.attrs.len())
+    }
+
+    /// Makes the kernel write back the pages it holds dirty (writeback cache, shared
+    /// mmaps), so they reach our buffers before we flush those: a checkpoint then holds
+    /// every write() that returned, also of files still open.
+    fn kernel_writeback(&self) {
+        match std::fs::File::open(&self.mountpoint) {
+            Ok(f) => {
+                use std::os::fd::AsRawFd;
+                // SAFETY: syncfs on a valid, open descriptor.
+                unsafe { libc::syncfs(f.as_raw_fd()) };
+            }
+            Err(e) => eprintln!("avfs: cannot open {} for syncfs: {e}", self.mountpoint.display()),
+        }
     }
 }
 

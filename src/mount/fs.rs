@@ -30,11 +30,24 @@ const MAX_BATCH: Duration = Duration::from_millis(50);
 /// A file's write buffer is flushed to the vault once it holds this much.
 const MAX_DIRTY_PER_FILE: usize = 64 << 20;
 
+/// What the kernel must forget after an outside change (see `AvfsFs::outside_change`).
+#[derive(Default, Debug)]
+pub struct Invalidation {
+    /// Cached names (parent, name).
+    pub names: Vec<(u64, Vec<u8>)>,
+    /// Inodes whose attributes and pages go.
+    pub pages: Vec<u64>,
+    /// Inodes whose attributes go.
+    pub attrs: Vec<u64>,
+}
+
 /// Counts requests per operation in debug builds (see `avfs mounts --json`).
 pub type Counters = HashMap<&'static str, u64>;
 
 struct DirHandle {
-    entries: Vec<(Vec<u8>, Inode)>,
+    ino: u64,
+    /// The listing, read on the first readdir (a snapshot, as POSIX allows).
+    entries: Option<Vec<(Vec<u8>, Inode)>>,
 }
 
 pub struct State {
@@ -182,6 +195,26 @@ impl State {
         Ok(())
     }
 
+    /// Reads a directory handle's listing if it has not been read yet; false if `fh`
+    /// is no open directory handle.
+    fn load_dir(&mut self, db: &Connection, fh: u64) -> Result<bool> {
+        let Some(h) = self.dirs.get(&fh) else {
+            return Ok(false);
+        };
+        if h.entries.is_none() {
+            let dir_ino = h.ino;
+            let entries = {
+                let ws = self.ws(db)?;
+                let dir = ws.get(dir_ino)?;
+                ws.readdir(&dir)?
+            };
+            if let Some(h) = self.dirs.get_mut(&fh) {
+                h.entries = Some(entries);
+            }
+        }
+        Ok(true)
+    }
+
     fn flush_all(&mut self, db: &Connection) -> Result<()> {
         let inos: Vec<u64> = self.dirty.keys().copied().collect();
         for ino in inos {
@@ -252,6 +285,9 @@ impl AvfsFs {
         if state.tx_since.is_none() {
             Store::exec(db, "BEGIN IMMEDIATE")?;
             state.tx_since = Some(Instant::now());
+            // Between our transactions another process may have changed the workspace
+            // row (a restore starts a new live layer): read it again.
+            state.info = None;
         }
         if state.info.is_none() {
             state.info = Some(
@@ -308,23 +344,58 @@ impl AvfsFs {
         r
     }
 
-    /// After a change made outside the mount (CLI, restore): drops cached directory
-    /// listings and returns every name and inode the kernel may have cached.
-    pub fn take_known(&self) -> (Vec<(u64, Vec<u8>)>, Vec<u64>) {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let state = &mut guard.1;
-        state.dirs.clear();
-        state.info = None;
-        let names: Vec<(u64, Vec<u8>)> = state.known.drain().collect();
-        let mut inos: Vec<u64> = names
-            .iter()
-            .map(|(p, _)| *p)
-            .chain(state.opened.drain())
-            .collect();
-        inos.push(ROOT_INO);
-        inos.sort_unstable();
-        inos.dedup();
-        (names, inos)
+    /// After a change made outside the mount (CLI, restore): works out what the kernel
+    /// must forget. Every name it may have cached goes; files whose content changed get
+    /// a new generation (so the next lookup makes a fresh kernel inode, whose size is not
+    /// the stale cached one) and lose their pages; files that no longer exist lose their
+    /// pages, so open handles reach us and fail with ESTALE instead of showing old data.
+    pub fn outside_change(&self) -> Result<Invalidation> {
+        self.with("invalidate", |db, st| {
+            st.info = None;
+            st.info = Some(
+                crate::workspace::find_workspace(db, &st.ws_name)?
+                    .ok_or_else(|| Error::NoSuchVault(st.ws_name.clone()))?,
+            );
+            let mut inv = Invalidation::default();
+            let mut vanished = Vec::new();
+            let mut changed = Vec::new();
+            {
+                let ws = st.ws(db)?;
+                for (&ino, fp) in &st.files {
+                    match ws.try_get(ino)? {
+                        None => vanished.push(ino),
+                        Some(i) if (i.hash, i.size) != *fp => changed.push((ino, (i.hash, i.size))),
+                        Some(_) => {}
+                    }
+                }
+            }
+            for ino in vanished {
+                st.files.remove(&ino);
+                st.gens.remove(&ino);
+                st.opened.remove(&ino);
+                inv.pages.push(ino);
+            }
+            for (ino, fp) in changed {
+                st.epoch += 1;
+                st.gens.insert(ino, st.epoch);
+                st.files.insert(ino, fp);
+                inv.pages.push(ino);
+            }
+            inv.names = st.known.drain().collect();
+            // Directories whose names were cached, the root, and open files (mode, owner
+            // and times may have changed) lose their cached attributes.
+            let mut attrs: Vec<u64> = inv
+                .names
+                .iter()
+                .map(|(p, _)| *p)
+                .chain(st.open.keys().copied())
+                .chain([ROOT_INO])
+                .collect();
+            attrs.sort_unstable();
+            attrs.dedup();
+            inv.attrs = attrs;
+            Ok(inv)
+        })
     }
 
     pub fn counters(&self) -> Counters {
@@ -351,6 +422,17 @@ fn kill_suid(mode: u32) -> u32 {
         m &= !0o2000;
     }
     m
+}
+
+/// The answer for a missing attribute outside `user.*`: known namespaces have none of
+/// it (ENODATA); unknown ones are not supported at all.
+fn xattr_namespace_errno(name: &[u8]) -> i32 {
+    let known = [&b"security."[..], b"trusted.", b"system."];
+    if known.iter().any(|p| name.starts_with(p)) {
+        libc::ENODATA
+    } else {
+        libc::EOPNOTSUPP
+    }
 }
 
 fn erofs<T>(r: Result<T>, readonly: bool) -> std::result::Result<T, Errno> {
@@ -810,13 +892,16 @@ impl Filesystem for AvfsFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The listing is read on the first readdir: many opens (fchdir, openat-based
+        // walks, syncfs) never list.
         let r = self.with("opendir", |db, st| {
-            let ws = st.ws(db)?;
-            let dir = ws.get(ino.0)?;
-            let entries = ws.readdir(&dir)?;
+            let dir = st.ws(db)?.get(ino.0)?;
+            if dir.kind != Kind::Dir {
+                return Err(Error::NotADirectory(String::new()));
+            }
             let fh = st.next_fh;
             st.next_fh += 1;
-            st.dirs.insert(fh, DirHandle { entries });
+            st.dirs.insert(fh, DirHandle { ino: ino.0, entries: None });
             Ok(fh)
         });
         match r {
@@ -833,35 +918,41 @@ impl Filesystem for AvfsFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let st = &mut guard.1;
-        let Some(h) = st.dirs.get(&fh.0) else {
-            return reply.error(Errno::from_i32(libc::EBADF));
-        };
-        let mut i = offset;
-        if i == 0 {
-            if reply.add(ino, 1, FileType::Directory, ".") {
-                return reply.ok();
+        let r = self.with("readdir", |db, st| {
+            if !st.load_dir(db, fh.0)? {
+                return Ok(false);
             }
-            i = 1;
-        }
-        if i == 1 {
-            if reply.add(ino, 2, FileType::Directory, "..") {
-                return reply.ok();
+            let entries = st.dirs[&fh.0].entries.as_deref().unwrap_or_default();
+            let mut i = offset;
+            if i == 0 {
+                if reply.add(ino, 1, FileType::Directory, ".") {
+                    return Ok(true);
+                }
+                i = 1;
             }
-            i = 2;
-        }
-        for (n, (name, inode)) in h.entries.iter().enumerate().skip((i - 2) as usize) {
-            if reply.add(
-                INodeNo(inode.ino),
-                n as u64 + 3,
-                file_type(inode.kind),
-                OsStr::from_bytes(name),
-            ) {
-                break;
+            if i == 1 {
+                if reply.add(ino, 2, FileType::Directory, "..") {
+                    return Ok(true);
+                }
+                i = 2;
             }
+            for (n, (name, inode)) in entries.iter().enumerate().skip((i - 2) as usize) {
+                if reply.add(
+                    INodeNo(inode.ino),
+                    n as u64 + 3,
+                    file_type(inode.kind),
+                    OsStr::from_bytes(name),
+                ) {
+                    break;
+                }
+            }
+            Ok(true)
+        });
+        match r {
+            Ok(true) => reply.ok(),
+            Ok(false) => reply.error(Errno::from_i32(libc::EBADF)),
+            Err(e) => reply.error(errno(&e)),
         }
-        reply.ok();
     }
 
     fn readdirplus(
@@ -872,80 +963,60 @@ impl Filesystem for AvfsFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let st = &mut guard.1;
-        if cfg!(debug_assertions) {
-            *st.counters.entry("readdirplus").or_default() += 1;
-        }
-        let Some(h) = st.dirs.get(&fh.0) else {
-            return reply.error(Errno::from_i32(libc::EBADF));
-        };
-        let mut added = Vec::new();
-        let dot = FileAttr {
-            ino,
-            ..attr_of(
-                &h.entries
-                    .first()
-                    .map(|e| e.1.clone())
-                    .unwrap_or_else(dummy_dir),
-                None,
-            )
-        };
-        let mut i = offset;
-        if i == 0 {
-            if reply.add(
+        let r = self.with("readdirplus", |db, st| {
+            if !st.load_dir(db, fh.0)? {
+                return Ok(false);
+            }
+            let st = &mut *st;
+            let entries = st.dirs[&fh.0].entries.as_deref().unwrap_or_default();
+            // The kernel skips "." and ".." of a readdirplus reply (no dentries for them).
+            let dot = FileAttr {
                 ino,
-                1,
-                ".",
-                &Duration::ZERO,
-                &FileAttr {
-                    kind: FileType::Directory,
-                    ..dot
-                },
-                Generation(0),
-            ) {
-                return reply.ok();
+                kind: FileType::Directory,
+                ..attr_of(&dummy_dir(), None)
+            };
+            let mut i = offset;
+            if i == 0 {
+                if reply.add(ino, 1, ".", &Duration::ZERO, &dot, Generation(0)) {
+                    return Ok(true);
+                }
+                i = 1;
             }
-            i = 1;
-        }
-        if i == 1 {
-            if reply.add(
-                ino,
-                2,
-                "..",
-                &Duration::ZERO,
-                &FileAttr {
-                    kind: FileType::Directory,
-                    ..dot
-                },
-                Generation(0),
-            ) {
-                return reply.ok();
+            if i == 1 {
+                if reply.add(ino, 2, "..", &Duration::ZERO, &dot, Generation(0)) {
+                    return Ok(true);
+                }
+                i = 2;
             }
-            i = 2;
-        }
-        for (n, (name, inode)) in h.entries.iter().enumerate().skip((i - 2) as usize) {
-            let a = attr_of(inode, st.dirty.get(&inode.ino));
-            let g = Generation(st.gens.get(&inode.ino).copied().unwrap_or(0));
-            if reply.add(
-                INodeNo(inode.ino),
-                n as u64 + 3,
-                OsStr::from_bytes(name),
-                &TTL,
-                &a,
-                g,
-            ) {
-                break;
+            let mut added = Vec::new();
+            for (n, (name, inode)) in entries.iter().enumerate().skip((i - 2) as usize) {
+                let a = attr_of(inode, st.dirty.get(&inode.ino));
+                let g = Generation(st.gens.get(&inode.ino).copied().unwrap_or(0));
+                if reply.add(
+                    INodeNo(inode.ino),
+                    n as u64 + 3,
+                    OsStr::from_bytes(name),
+                    &TTL,
+                    &a,
+                    g,
+                ) {
+                    break;
+                }
+                added.push((name.clone(), inode.ino, inode.kind, inode.hash, inode.size));
             }
-            added.push((name.clone(), inode.ino, inode.kind, inode.hash, inode.size));
-        }
-        for (name, child, kind, hash, size) in added {
-            st.known.insert((ino.0, name));
-            if kind == Kind::File {
-                st.files.entry(child).or_insert((hash, size));
+            for (name, child, kind, hash, size) in added {
+                st.known.insert((ino.0, name));
+                if kind == Kind::File {
+                    st.files.entry(child).or_insert((hash, size));
+                }
             }
+            Ok(true)
+        });
+        match r {
+            Ok(true) => reply.ok(),
+            Ok(false) => reply.error(Errno::from_i32(libc::EBADF)),
+            Err(e) => reply.error(errno(&e)),
         }
-        reply.ok();
     }
 
     fn releasedir(
@@ -1042,9 +1113,10 @@ impl Filesystem for AvfsFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         // Only user.* attributes are stored; the kernel asks for security.capability on
-        // every chown and write, so answer those without touching the vault.
+        // every chown and write, so answer those without touching the vault. Names in
+        // no namespace Linux knows get EOPNOTSUPP, as from ext4.
         if !name.as_bytes().starts_with(b"user.") {
-            return reply.error(Errno::from_i32(libc::ENODATA));
+            return reply.error(Errno::from_i32(xattr_namespace_errno(name.as_bytes())));
         }
         let r = self.with("getxattr", |db, st| {
             Ok(st
@@ -1081,6 +1153,14 @@ impl Filesystem for AvfsFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !name.as_bytes().starts_with(b"user.") {
+            let e = if self.readonly {
+                libc::EROFS
+            } else {
+                xattr_namespace_errno(name.as_bytes())
+            };
+            return reply.error(Errno::from_i32(e));
+        }
         let r = self.check_writable().and_then(|_| {
             self.with("removexattr", |db, st| {
                 st.ws(db)?.remove_xattr(ino.0, name.as_bytes())
