@@ -50,6 +50,12 @@ pub enum Error {
     Host { what: String, message: String },
     #[error("vault is busy (another process holds the write lock); try again")]
     Busy,
+    #[error(
+        "no space left on the disk that holds the vault; nothing was changed (free some space, or run `avfs gc`)"
+    )]
+    NoSpace,
+    #[error("quota exceeded: {0}")]
+    Quota(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -77,6 +83,8 @@ impl Error {
             Error::Refused(_) => "refused",
             Error::Host { .. } => "host_io",
             Error::Busy => "busy",
+            Error::NoSpace => "no_space",
+            Error::Quota(_) => "quota_exceeded",
             Error::Internal(_) => "internal",
         }
     }
@@ -94,6 +102,8 @@ impl Error {
             Error::SymlinkLoop(_) => libc::ELOOP,
             Error::Refused(_) => libc::EPERM,
             Error::Busy => libc::EBUSY,
+            Error::NoSpace => libc::ENOSPC,
+            Error::Quota(_) => libc::EDQUOT,
             _ => libc::EIO,
         }
     }
@@ -108,6 +118,11 @@ impl Error {
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
+        if let rusqlite::Error::SqliteFailure(f, _) = &e {
+            if f.code == rusqlite::ErrorCode::DiskFull {
+                return Error::NoSpace;
+            }
+        }
         if let rusqlite::Error::SqliteFailure(f, _) = &e
             && matches!(
                 f.code,
@@ -122,6 +137,9 @@ impl From<rusqlite::Error> for Error {
 
 impl From<std::io::Error> for Error {
     fn from(e: std::io::Error) -> Self {
+        if e.raw_os_error() == Some(libc::ENOSPC) {
+            return Error::NoSpace;
+        }
         Error::Host {
             what: "io".into(),
             message: e.to_string(),

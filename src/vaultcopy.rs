@@ -83,7 +83,7 @@ fn copy_rows(
     for h in hashes {
         let row: Vec<rusqlite::types::Value> =
             get.query_row([&h.0[..]], |r| (0..n).map(|i| r.get(i)).collect())?;
-        if let Some(rusqlite::types::Value::Blob(b)) = row.last() {
+        if let Some(rusqlite::types::Value::Blob(b)) = row.get(1) {
             bytes += b.len() as u64;
         }
         put.execute(rusqlite::params_from_iter(row))?;
@@ -126,7 +126,7 @@ pub fn export_workspace(src_path: &Path, workspace: &str, dst_path: &Path) -> Re
         let s = &src.conn;
         report.bytes += copy_rows(s, d, "chunk", "hash, data", &reach.chunks)?;
         copy_rows(s, d, "content", "hash, size, chunks", &reach.contents)?;
-        copy_rows(s, d, "tree", "hash, data", &reach.trees)?;
+        copy_rows(s, d, "tree", "hash, data, files, bytes", &reach.trees)?;
         report.trees = reach.trees.len();
         report.contents = reach.contents.len();
         report.chunks = reach.chunks.len();

@@ -1677,14 +1677,23 @@ fn checkpoint_includes_acknowledged_writes_of_open_files() {
     // write() returned, the file is still open in another process: the checkpoint
     // must hold these bytes (they may still sit in the kernel's page cache).
     m.avfs(&["checkpoint", "save", "mid"]);
-    assert_eq!(String::from_utf8_lossy(&at("mid", "/open.txt")), "first part;");
+    assert_eq!(
+        String::from_utf8_lossy(&at("mid", "/open.txt")),
+        "first part;"
+    );
     w.cmd("w second part");
     m.avfs(&["checkpoint", "save", "later"]);
-    assert_eq!(String::from_utf8_lossy(&at("later", "/open.txt")), "first part;second part");
+    assert_eq!(
+        String::from_utf8_lossy(&at("later", "/open.txt")),
+        "first part;second part"
+    );
     // diff and cat see them too, while the file stays open.
     w.cmd("w TAIL");
     let d = m.avfs_json(&["diff", "later"]);
-    assert!(common::changes(&d).iter().any(|(_, p)| p == "/open.txt"), "{d}");
+    assert!(
+        common::changes(&d).iter().any(|(_, p)| p == "/open.txt"),
+        "{d}"
+    );
     assert!(m.avfs_cat("/open.txt").ends_with(b"TAIL"));
     w.cmd("close");
     drop(w);
@@ -1737,7 +1746,9 @@ fn restore_while_mounted_shows_restored_files_at_once() {
     let root = names(&m.mp).unwrap();
     assert!(!root.contains(&b"added".to_vec()), "{root:?}");
     // An fd on a file that no longer exists fails cleanly, never shows other data.
-    let clean = |r: &Result<Vec<u8>, i32>| matches!(r, Err(libc::ESTALE) | Err(libc::EBADF) | Err(libc::EIO));
+    let clean = |r: &Result<Vec<u8>, i32>| {
+        matches!(r, Err(libc::ESTALE) | Err(libc::EBADF) | Err(libc::EIO))
+    };
     let r = gone.pread(100, 0);
     assert!(clean(&r), "read of a restored-away file gave {r:?}");
     let r = gone.fstat().map(|s| vec![s.st_size as u8]);

@@ -297,7 +297,7 @@ fn content(seed: u64, size: usize) -> Vec<u8> {
                 out.push(b' ');
             }
             let r = rng.next();
-            if r % 5 == 0 {
+            if r.is_multiple_of(5) {
                 let _ = write!(out, "v{}", (r >> 8) % 100_000);
             } else {
                 out.extend_from_slice(WORDS[((r >> 8) % WORDS.len() as u64) as usize].as_bytes());
@@ -367,8 +367,11 @@ fn apply_native(root: &Path, changes: &[(String, Vec<u8>)]) -> BoxResult<()> {
     Ok(())
 }
 
-/// Writes the changes through the library, as `avfs write` does (untimed setup).
-fn apply_vault(store: &mut Store, ws_name: &str, changes: &[(String, Vec<u8>)]) -> BoxResult<()> {
+/// Writes the changes through the library, as `avfs write` does (untimed setup). Opens its
+/// own connection and closes it, so when no other connection is open, SQLite checkpoints
+/// the WAL on close and the next timed `avfs` process starts as it would for a user.
+fn apply_vault(vault: &Path, ws_name: &str, changes: &[(String, Vec<u8>)]) -> BoxResult<()> {
+    let mut store = Store::open(vault)?;
     store.write(|db| {
         let ws = Workspace::open(db, ws_name)?;
         for (rel, data) in changes {
@@ -820,6 +823,9 @@ fn bench_size(
     let after_dir = work.join("cp-1");
 
     run(&mut env.avfs(["--vault", "bench", "checkpoint", "save", "base"]))?;
+    // Library figures use one long-lived connection (as a mount or a host program would);
+    // it is closed before whole-process figures, so that each `avfs` process is the only
+    // connection, as when a user runs it (SQLite then checkpoints the WAL on close).
     let mut store = Store::open(&vault_path)?;
 
     // Fork.
@@ -846,6 +852,7 @@ fn bench_size(
         fork_lib.push(d);
         fork_phases.add(&ph);
     }
+    drop(store);
     let mut fork_proc = Stat::default();
     for k in 0..reps {
         let (d, _) = run_timed(
@@ -891,11 +898,12 @@ fn bench_size(
     // Checkpoint save with 10 changed files, in a fork of the base.
     progress(n, t0, "checkpoint save (10 changed files)");
     run(&mut env.avfs(["vault", "fork", "bench", "save"]))?;
+    let mut store = Store::open(&vault_path)?;
     let mut save_lib = Stat::default();
     let mut save_phases = PhaseStats::default();
     for k in 0..reps {
         let changes = pick_changes(&mut rng, &plan, 10, &format!("save lib {k}"));
-        apply_vault(&mut store, "save", &changes)?;
+        apply_vault(&vault_path, "save", &changes)?;
         let name = format!("ls{k}");
         let (d, _, ph) = lib_timed(&mut store, |db, ph| {
             let mut m = Mark(Instant::now());
@@ -915,10 +923,11 @@ fn bench_size(
         save_lib.push(d);
         save_phases.add(&ph);
     }
+    drop(store);
     let mut save_proc = Stat::default();
     for k in 0..reps {
         let changes = pick_changes(&mut rng, &plan, 10, &format!("save proc {k}"));
-        apply_vault(&mut store, "save", &changes)?;
+        apply_vault(&vault_path, "save", &changes)?;
         let (d, _) = run_timed(
             &mut env.avfs(["--vault", "save", "checkpoint", "save", &format!("ps{k}")]),
             &[0],
@@ -963,11 +972,12 @@ fn bench_size(
     progress(n, t0, "checkpoint restore (100 changed files)");
     run(&mut env.avfs(["vault", "fork", "bench", "restore"]))?;
     run(&mut env.avfs(["--vault", "restore", "checkpoint", "save", "r0"]))?;
+    let mut store = Store::open(&vault_path)?;
     let mut restore_lib = Stat::default();
     let mut restore_phases = PhaseStats::default();
     for k in 0..reps {
         let changes = pick_changes(&mut rng, &plan, 100, &format!("restore lib {k}"));
-        apply_vault(&mut store, "restore", &changes)?;
+        apply_vault(&vault_path, "restore", &changes)?;
         let auto = format!("auto-lib-{k}");
         let (d, saved, ph) = lib_timed(&mut store, |db, ph| {
             let mut m = Mark(Instant::now());
@@ -1006,7 +1016,7 @@ fn bench_size(
     let mut restore_only_phases = PhaseStats::default();
     for k in 0..reps {
         let changes = pick_changes(&mut rng, &plan, 100, &format!("restore-only {k}"));
-        apply_vault(&mut store, "restore", &changes)?;
+        apply_vault(&vault_path, "restore", &changes)?;
         let (d, _, ph) = lib_timed(&mut store, |db, ph| {
             let mut m = Mark(Instant::now());
             let mut ws = Workspace::open(db, "restore")?;
@@ -1018,10 +1028,11 @@ fn bench_size(
         restore_only.push(d);
         restore_only_phases.add(&ph);
     }
+    drop(store);
     let mut restore_proc = Stat::default();
     for k in 0..reps {
         let changes = pick_changes(&mut rng, &plan, 100, &format!("restore proc {k}"));
-        apply_vault(&mut store, "restore", &changes)?;
+        apply_vault(&vault_path, "restore", &changes)?;
         let (d, _) = run_timed(
             &mut env.avfs(["--vault", "restore", "checkpoint", "restore", "r0"]),
             &[0],
@@ -1079,9 +1090,10 @@ fn bench_size(
     run(&mut env.avfs(["vault", "fork", "bench", "diffws"]))?;
     run(&mut env.avfs(["--vault", "diffws", "checkpoint", "save", "d0"]))?;
     let changes = pick_changes(&mut rng, &plan, 100, "diff");
-    apply_vault(&mut store, "diffws", &changes)?;
+    apply_vault(&vault_path, "diffws", &changes)?;
     apply_native(&after_dir, &changes)?;
     run(&mut env.avfs(["--vault", "diffws", "checkpoint", "save", "d1"]))?;
+    let mut store = Store::open(&vault_path)?;
     let mut diff_lib = Stat::default();
     let mut diff_phases = PhaseStats::default();
     for _ in 0..reps {
@@ -1108,6 +1120,7 @@ fn bench_size(
         diff_lib.push(d);
         diff_phases.add(&ph);
     }
+    drop(store);
     let mut diff_proc = Stat::default();
     for _ in 0..reps {
         let (d, out) = run_timed(
@@ -1196,7 +1209,6 @@ fn bench_size(
         rate: false,
     });
 
-    drop(store);
     notes.push(format!(
         "vault file at the end: {:.1} MB (with -wal)",
         dir_bytes(&vault_path) as f64 / 1e6

@@ -343,7 +343,14 @@ pub fn restore_path(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
         if comps.is_empty() && ws.is_modified()? {
             // Restoring "/" replaces everything: keep unsaved changes, as `checkpoint restore` does.
             let auto = format!("auto-before-restore-{}", crate::store::now_ns() / 1_000_000);
-            ws.checkpoint(Some(&auto), Some(&format!("unsaved changes before restoring / from {}", a.from)), "auto")?;
+            ws.checkpoint(
+                Some(&auto),
+                Some(&format!(
+                    "unsaved changes before restoring / from {}",
+                    a.from
+                )),
+                "auto",
+            )?;
         }
         ws.restore_path(&comps, &cp)
     })?;

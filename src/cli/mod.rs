@@ -5,6 +5,7 @@ mod exec;
 mod fs;
 mod mount;
 mod output;
+mod quota;
 mod upkeep;
 mod vault;
 
@@ -103,6 +104,8 @@ pub enum Command {
     Approve(exec::DecideArgs),
     /// Deny a pending request.
     Deny(exec::DecideArgs),
+    /// Show, set or clear quotas (total bytes, file count, single file size).
+    Quota(quota::QuotaArgs),
 }
 
 /// Everything a command needs to find and open its vault.
@@ -178,6 +181,8 @@ impl Ctx {
         let r = store.write(|db| {
             let mut ws = Workspace::open(db, &v.workspace)?;
             let r = f(&mut ws)?;
+            // Over quota: the whole command is rolled back.
+            ws.check_quota()?;
             audit::append(db, Some(&v.workspace), "cli", action, &detail)?;
             Ok(r)
         })?;
@@ -280,5 +285,6 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Approvals(a) => exec::approvals(ctx, a),
         Command::Approve(a) => exec::decide(ctx, a, true),
         Command::Deny(a) => exec::decide(ctx, a, false),
+        Command::Quota(a) => quota::run(ctx, a),
     }
 }

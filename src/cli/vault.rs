@@ -127,7 +127,10 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 None => reg.default_path_for(&name),
             };
             if path.to_str().is_none() {
-                return Err(Error::InvalidArgument(path.display().to_string(), "vault paths must be UTF-8".into()));
+                return Err(Error::InvalidArgument(
+                    path.display().to_string(),
+                    "vault paths must be UTF-8".into(),
+                ));
             }
             create_vault_file(&path)?;
             let v = VaultRef {

@@ -4,6 +4,7 @@
 //! One JSON request per line, one JSON reply per line.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,16 +82,29 @@ impl Server {
     }
 
     /// Makes the kernel write back the pages it holds dirty (writeback cache, shared
-    /// mmaps), so they reach our buffers before we flush those: a checkpoint then holds
-    /// every write() that returned, also of files still open.
+    /// mmaps) and waits until they reached us, so a checkpoint holds every write() that
+    /// returned, also of files still open. syncfs(2) does not wait for a FUSE server's
+    /// replies; fsync(2) does (it waits for the inode's outstanding writes), so each
+    /// file open for writing is fsynced through the mount.
     fn kernel_writeback(&self) {
-        match std::fs::File::open(&self.mountpoint) {
-            Ok(f) => {
-                use std::os::fd::AsRawFd;
-                // SAFETY: syncfs on a valid, open descriptor.
-                unsafe { libc::syncfs(f.as_raw_fd()) };
+        let paths = match self.fs.written_paths() {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("avfs: listing open files: {e}");
+                return;
             }
-            Err(e) => eprintln!("avfs: cannot open {} for syncfs: {e}", self.mountpoint.display()),
+        };
+        for rel in paths {
+            let path = self.mountpoint.join(rel);
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(&path);
+            if let Ok(f) = f {
+                if f.metadata().map(|m| m.is_file()).unwrap_or(false) {
+                    let _ = f.sync_all();
+                }
+            }
         }
     }
 }

@@ -64,8 +64,9 @@ pub struct State {
     next_fh: u64,
     /// Names the kernel may have cached, for invalidation after outside changes.
     known: HashSet<(u64, Vec<u8>)>,
-    /// Files whose pages the kernel may cache (opened with keep-cache).
-    opened: HashSet<u64>,
+    /// Open file handles that may write (fh -> ino): the only files that can have dirty
+    /// pages in the kernel.
+    writers: HashMap<u64, u64>,
     /// Content identity (hash, size) of every regular file the kernel was told about, as
     /// this mount last saw or produced it. With the writeback cache the kernel trusts
     /// its own idea of a file's size, so a file changed from outside (CLI, restore) must
@@ -246,7 +247,7 @@ impl AvfsFs {
             dirs: HashMap::new(),
             next_fh: 1,
             known: HashSet::new(),
-            opened: HashSet::new(),
+            writers: HashMap::new(),
             files: HashMap::new(),
             gens: HashMap::new(),
             epoch: 0,
@@ -372,7 +373,6 @@ impl AvfsFs {
             for ino in vanished {
                 st.files.remove(&ino);
                 st.gens.remove(&ino);
-                st.opened.remove(&ino);
                 inv.pages.push(ino);
             }
             for (ino, fp) in changed {
@@ -395,6 +395,38 @@ impl AvfsFs {
             attrs.dedup();
             inv.attrs = attrs;
             Ok(inv)
+        })
+    }
+
+    /// Paths (relative to the mountpoint) of files open for writing: the files whose
+    /// pages the kernel may hold dirty. Unlinked files have none and are left out.
+    pub fn written_paths(&self) -> Result<Vec<std::path::PathBuf>> {
+        self.with("written_paths", |db, st| {
+            let ws = st.ws(db)?;
+            let mut inos: Vec<u64> = st.writers.values().copied().collect();
+            inos.sort_unstable();
+            inos.dedup();
+            let mut out = Vec::new();
+            'files: for ino in inos {
+                let mut comps: Vec<Vec<u8>> = Vec::new();
+                let mut cur = ino;
+                while cur != ROOT_INO {
+                    let Some((parent, name)) = ws.names_of(cur)?.into_iter().next() else {
+                        continue 'files;
+                    };
+                    comps.push(name);
+                    cur = parent;
+                    if comps.len() > 4096 {
+                        continue 'files;
+                    }
+                }
+                let mut p = std::path::PathBuf::new();
+                for c in comps.iter().rev() {
+                    p.push(OsStr::from_bytes(c));
+                }
+                out.push(p);
+            }
+            Ok(out)
         })
     }
 
@@ -716,7 +748,7 @@ impl Filesystem for AvfsFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let r = self.with("open", |db, st| {
             let i = st.ws(db)?.get(ino.0)?;
             if i.kind == Kind::Dir {
@@ -726,7 +758,9 @@ impl Filesystem for AvfsFs {
             st.next_fh += 1;
             *st.open.entry(ino.0).or_default() += 1;
             st.open_set.insert(ino.0);
-            st.opened.insert(ino.0);
+            if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+                st.writers.insert(fh, ino.0);
+            }
             Ok(fh)
         });
         match r {
@@ -831,7 +865,7 @@ impl Filesystem for AvfsFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
@@ -841,6 +875,7 @@ impl Filesystem for AvfsFs {
             // Fast path: nothing buffered and other handles remain, or nothing to delete.
             let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             let st = &mut guard.1;
+            st.writers.remove(&fh.0);
             if !st.dirty.contains_key(&ino.0) {
                 let n = st.open.entry(ino.0).or_default();
                 if *n > 1 {
@@ -901,7 +936,13 @@ impl Filesystem for AvfsFs {
             }
             let fh = st.next_fh;
             st.next_fh += 1;
-            st.dirs.insert(fh, DirHandle { ino: ino.0, entries: None });
+            st.dirs.insert(
+                fh,
+                DirHandle {
+                    ino: ino.0,
+                    entries: None,
+                },
+            );
             Ok(fh)
         });
         match r {
@@ -1220,17 +1261,16 @@ impl Filesystem for AvfsFs {
                 st.next_fh += 1;
                 *st.open.entry(inode.ino).or_default() += 1;
                 st.open_set.insert(inode.ino);
+                if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                    st.writers.insert(fh, inode.ino);
+                }
                 Ok((st.entry(&inode), fh))
             })
         });
         match erofs(r, self.readonly) {
-            Ok(((a, g), fh)) => reply.created(
-                &TTL,
-                &a,
-                g,
-                FileHandle(fh),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
+            Ok(((a, g), fh)) => {
+                reply.created(&TTL, &a, g, FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE)
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -4,6 +4,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod objects;
+pub mod quota;
 pub mod schema;
 
 use std::io::Read;
@@ -78,7 +79,14 @@ fn check_header(path: &Path) -> Result<()> {
         n => n as u64,
     };
     // The in-header page count is valid when the change counter matches "version valid for".
-    if be32(24) == be32(92) {
+    // With a non-empty WAL the file may legitimately lag behind (an interrupted checkpoint,
+    // say on a full disk): the WAL still holds those pages, so only SQLite can judge.
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal_pending = std::fs::metadata(&wal)
+        .map(|m| m.len() > 0)
+        .unwrap_or(false);
+    if be32(24) == be32(92) && !wal_pending {
         let expected = be32(28) as u64 * page_size;
         if meta.len() < expected {
             return Err(Error::Corrupt {

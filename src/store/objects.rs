@@ -197,9 +197,73 @@ pub fn empty_root(uid: u32, gid: u32, mtime_ns: i64) -> Tree {
 pub fn put_tree(db: &Connection, tree: &Tree) -> Result<Hash> {
     let data = tree.encode();
     let hash = Tree::hash_of(&data);
-    db.prepare_cached("INSERT OR IGNORE INTO tree (hash, data) VALUES (?1, ?2)")?
-        .execute(params![&hash.0[..], data])?;
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for e in &tree.entries {
+        match (e.kind, e.hash) {
+            (Kind::Dir, Some(sub)) => {
+                let u = tree_usage(db, &sub)?;
+                files += u.files;
+                bytes += u.bytes;
+            }
+            (Kind::Dir, None) => {}
+            _ => {
+                files += 1;
+                bytes += e.size;
+            }
+        }
+    }
+    db.prepare_cached(
+        "INSERT OR IGNORE INTO tree (hash, data, files, bytes) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![&hash.0[..], data, files as i64, bytes as i64])?;
     Ok(hash)
+}
+
+/// Names (non-directories) and bytes below a tree; a hard-linked file counts per name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// The totals of a stored tree, computed (and remembered) when a tree from an older
+/// format has none yet.
+pub fn tree_usage(db: &Connection, hash: &Hash) -> Result<Usage> {
+    let row: Option<(Option<i64>, Option<i64>)> = db
+        .prepare_cached("SELECT files, bytes FROM tree WHERE hash = ?1")?
+        .query_row([&hash.0[..]], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match row {
+        Some((Some(f), Some(b))) => Ok(Usage {
+            files: f as u64,
+            bytes: b as u64,
+        }),
+        Some(_) => {
+            let tree = get_tree(db, hash)?;
+            let mut u = Usage::default();
+            for e in &tree.entries {
+                match (e.kind, e.hash) {
+                    (Kind::Dir, Some(sub)) => {
+                        let s = tree_usage(db, &sub)?;
+                        u.files += s.files;
+                        u.bytes += s.bytes;
+                    }
+                    (Kind::Dir, None) => {}
+                    _ => {
+                        u.files += 1;
+                        u.bytes += e.size;
+                    }
+                }
+            }
+            db.prepare_cached("UPDATE tree SET files = ?2, bytes = ?3 WHERE hash = ?1")?
+                .execute(params![&hash.0[..], u.files as i64, u.bytes as i64])?;
+            Ok(u)
+        }
+        None => Err(Error::Corrupt {
+            path: Default::default(),
+            reason: format!("missing tree {}", hash.to_hex()),
+        }),
+    }
 }
 
 pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {

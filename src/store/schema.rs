@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 2;
+pub const FORMAT_VERSION: i64 = 3;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1, V2];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -120,5 +120,19 @@ CREATE TABLE approval (
   state TEXT NOT NULL,
   decided_at_ns INTEGER,
   used_at_ns INTEGER
+);
+"#;
+
+/// Format 3: quotas, and per-tree totals (files and bytes below a directory) so a
+/// workspace's usage is known from its root without walking it. Trees written by older
+/// formats have NULL totals, computed on first use.
+const V3: &str = r#"
+ALTER TABLE tree ADD COLUMN files INTEGER;
+ALTER TABLE tree ADD COLUMN bytes INTEGER;
+CREATE TABLE quota (
+  scope TEXT PRIMARY KEY,
+  max_bytes INTEGER,
+  max_files INTEGER,
+  max_file_size INTEGER
 );
 "#;

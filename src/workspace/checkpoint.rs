@@ -47,7 +47,10 @@ fn cp_from_row(r: &Row) -> rusqlite::Result<Checkpoint> {
 
 pub fn validate_checkpoint_name(name: &str) -> Result<()> {
     if name == "live" || name.starts_with('(') {
-        return Err(Error::InvalidArgument(name.into(), "\"live\" and names starting with '(' are reserved".into()));
+        return Err(Error::InvalidArgument(
+            name.into(),
+            "\"live\" and names starting with '(' are reserved".into(),
+        ));
     }
     if name.is_empty() || name.len() > 200 || name.chars().any(|c| c.is_control() || c == '/') {
         return Err(Error::InvalidArgument(

@@ -142,6 +142,9 @@ impl Workspace<'_> {
         if self.lookup(parent, name)?.is_some() {
             return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
         }
+        if entry.kind != Kind::Dir {
+            self.check_file_size(entry.size)?;
+        }
         let mut entry = entry.clone();
         entry.name = name.to_vec();
         if entry.link_group != 0 || entry.has_links {

@@ -8,6 +8,7 @@
 
 mod checkpoint;
 pub mod flush;
+mod limits;
 mod nodes;
 pub mod path;
 

@@ -84,6 +84,9 @@ impl Workspace<'_> {
         }
         let now = now_ns();
         let ino = self.alloc_inos(1)?;
+        if let (Kind::File, Some((_, size))) = (node.kind, node.content) {
+            self.check_file_size(size)?;
+        }
         let (hash, size) = match (node.kind, node.content) {
             (Kind::File, Some((h, s))) => (Some(h), s),
             (Kind::File, None) => (Some(objects::put_content(self.db, b"")?), 0),
@@ -344,6 +347,9 @@ impl Workspace<'_> {
             let hash = i
                 .hash
                 .ok_or_else(|| Error::Internal("file without content".into()))?;
+            if size > i.size {
+                self.check_file_size(size)?;
+            }
             i.hash = Some(objects::resize_content(self.db, &hash, i.size, size)?);
             i.size = size;
             i.mtime_ns = now;
@@ -360,6 +366,9 @@ impl Workspace<'_> {
     /// Replaces a file's whole content.
     pub fn set_content(&self, ino: u64, hash: Hash, size: u64) -> Result<Inode> {
         let mut i = self.get(ino)?;
+        if size > i.size {
+            self.check_file_size(size)?;
+        }
         if i.kind != Kind::File {
             return Err(Error::InvalidArgument(
                 format!("inode {ino}"),

@@ -1,0 +1,181 @@
+//! quota, quota set, quota clear.
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::Ctx;
+use super::output::human_size;
+use crate::error::{Error, Result};
+use crate::store::quota::{self, Quota};
+use crate::store::{audit, objects};
+use crate::workspace::Workspace;
+
+#[derive(Args, Debug)]
+pub struct QuotaArgs {
+    #[command(subcommand)]
+    cmd: Option<QuotaCmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum QuotaCmd {
+    /// Set limits (sizes take K, M, G suffixes: 10M, 1.5G); unset ones stay as they are.
+    Set {
+        /// Limit the whole vault instead of this workspace.
+        #[arg(long)]
+        vault_wide: bool,
+        #[arg(long, value_name = "SIZE")]
+        max_bytes: Option<String>,
+        #[arg(long, value_name = "N")]
+        max_files: Option<u64>,
+        #[arg(long, value_name = "SIZE")]
+        max_file_size: Option<String>,
+    },
+    /// Remove limits.
+    Clear {
+        #[arg(long)]
+        vault_wide: bool,
+    },
+}
+
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| {
+        Error::InvalidArgument(s.into(), "expected a size like 500K, 10M, 2G".into())
+    })?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => {
+            return Err(Error::InvalidArgument(
+                s.into(),
+                "unknown size unit (use K, M, G, T)".into(),
+            ));
+        }
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+pub fn run(ctx: &Ctx, a: QuotaArgs) -> Result<i32> {
+    match a.cmd {
+        None => {
+            let (v, mut store) = ctx.open()?;
+            let (ws_q, vault_q, usage, vault_bytes) = store.write(|db| {
+                let mut ws = Workspace::open(db, &v.workspace)?;
+                let (w, vq) = ws.quotas()?;
+                let root = ws.flush()?;
+                Ok((
+                    w,
+                    vq,
+                    objects::tree_usage(db, &root)?,
+                    quota::vault_bytes(db)?,
+                ))
+            })?;
+            let value = json!({"vault": v.name, "workspace": v.workspace, "workspace_quota": ws_q, "vault_quota": vault_q,
+                "usage": {"files": usage.files, "bytes": usage.bytes, "vault_bytes": vault_bytes}});
+            ctx.out.emit(&value, || {
+                let show = |q: &Option<Quota>| match q {
+                    None => "none".to_string(),
+                    Some(q) => format!(
+                        "max bytes {}, max files {}, max file size {}",
+                        q.max_bytes.map(human_size).unwrap_or("-".into()),
+                        q.max_files.map(|n| n.to_string()).unwrap_or("-".into()),
+                        q.max_file_size.map(human_size).unwrap_or("-".into())
+                    ),
+                };
+                println!(
+                    "workspace {}: {} files, {}; quota: {}",
+                    v.workspace,
+                    usage.files,
+                    human_size(usage.bytes),
+                    show(&ws_q)
+                );
+                println!(
+                    "vault {}: {} in the file; quota: {}",
+                    v.name,
+                    human_size(vault_bytes),
+                    show(&vault_q)
+                );
+            });
+        }
+        Some(QuotaCmd::Set {
+            vault_wide,
+            max_bytes,
+            max_files,
+            max_file_size,
+        }) => {
+            let max_bytes = max_bytes.as_deref().map(parse_size).transpose()?;
+            let max_file_size = max_file_size.as_deref().map(parse_size).transpose()?;
+            let (v, mut store) = ctx.open()?;
+            let scope = if vault_wide {
+                String::new()
+            } else {
+                v.workspace.clone()
+            };
+            let q = store.write(|db| {
+                let mut q = quota::get(db, &scope)?.unwrap_or(Quota {
+                    scope: scope.clone(),
+                    ..Default::default()
+                });
+                if max_bytes.is_some() {
+                    q.max_bytes = max_bytes;
+                }
+                if max_files.is_some() {
+                    q.max_files = max_files;
+                }
+                if max_file_size.is_some() {
+                    q.max_file_size = max_file_size;
+                }
+                quota::set(db, &q)?;
+                audit::append(
+                    db,
+                    Some(&v.workspace),
+                    "cli",
+                    "quota.set",
+                    &serde_json::to_value(&q).unwrap_or_default(),
+                )?;
+                Ok(q)
+            })?;
+            ctx.out.emit(&json!({"quota": q}), || {
+                println!(
+                    "quota set for {}",
+                    if vault_wide {
+                        "the vault"
+                    } else {
+                        &v.workspace
+                    }
+                )
+            });
+        }
+        Some(QuotaCmd::Clear { vault_wide }) => {
+            let (v, mut store) = ctx.open()?;
+            let scope = if vault_wide {
+                String::new()
+            } else {
+                v.workspace.clone()
+            };
+            store.write(|db| {
+                quota::clear(db, &scope)?;
+                audit::append(
+                    db,
+                    Some(&v.workspace),
+                    "cli",
+                    "quota.clear",
+                    &json!({"scope": scope}),
+                )?;
+                Ok(())
+            })?;
+            ctx.out.emit(
+                &json!({"cleared": if vault_wide { "vault" } else { "workspace" }}),
+                || println!("quota cleared"),
+            );
+        }
+    }
+    Ok(0)
+}
