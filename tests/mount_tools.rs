@@ -220,7 +220,7 @@ mod tests {
     )
     .unwrap();
     run(cargo(&dir).args(["build", "--offline"]));
-    let out = run(Command::new(dir.join("target/debug/hello")));
+    let out = run(&mut Command::new(dir.join("target/debug/hello")));
     assert_eq!(stdout(&out), "hello from the mount: 5\n");
     let t = run(cargo(&dir).args(["test", "--offline"]));
     assert!(stdout(&t).contains("test tests::adds ... ok"), "{}", stdout(&t));
@@ -231,11 +231,11 @@ mod tests {
     )
     .unwrap();
     run(cargo(&dir).args(["build", "--offline"]));
-    let out = run(Command::new(dir.join("target/debug/hello")));
+    let out = run(&mut Command::new(dir.join("target/debug/hello")));
     assert_eq!(stdout(&out), "edited\n");
     // A release build too (different codegen, more files).
     run(cargo(&dir).args(["build", "--offline", "--release"]));
-    let out = run(Command::new(dir.join("target/release/hello")));
+    let out = run(&mut Command::new(dir.join("target/release/hello")));
     assert_eq!(stdout(&out), "edited\n");
 }
 
