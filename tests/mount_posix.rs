@@ -1798,3 +1798,363 @@ fn cli_writes_show_in_the_mount_at_once() {
     m.avfs(&["write", "/created", "rewritten"]);
     assert_eq!(get(&m.p("created")), b"rewritten");
 }
+
+// ------------------------------------------------------------------ differential random ops
+
+/// One random operation, applied identically to the native directory and the mount.
+#[derive(Clone, Debug)]
+enum Op {
+    Open { path: String, flags: i32, mode: u32 },
+    Close { slot: usize },
+    Write { slot: usize, len: usize, seed: u64 },
+    Pwrite { slot: usize, off: i64, len: usize, seed: u64 },
+    Pread { slot: usize, off: i64, len: usize },
+    Read { slot: usize, len: usize },
+    Seek { slot: usize, off: i64, whence: i32 },
+    Ftruncate { slot: usize, len: i64 },
+    Truncate { path: String, len: i64 },
+    Fsync { slot: usize, data: bool },
+    Rename { from: String, to: String, flags: u32 },
+    Link { from: String, to: String },
+    Unlink { path: String },
+    Mkdir { path: String, mode: u32 },
+    Rmdir { path: String },
+    Symlink { target: String, path: String },
+    Chmod { path: String, mode: u32 },
+    Mmap { slot: usize, page: usize, len: usize, seed: u64, sync: bool },
+    Fallocate { slot: usize, mode: i32, off: i64, len: i64 },
+    Stat { path: String },
+    Fstat { slot: usize },
+    Readdir { path: String },
+    Readlink { path: String },
+}
+
+const NAMES: &[&str] = &["a", "b", "c", "d0", "d1", "e"];
+
+fn rand_path(rng: &mut Rng) -> String {
+    let depth = 1 + rng.below(3) as usize;
+    let mut comps = Vec::new();
+    for i in 0..depth {
+        // Inner components are mostly directory-ish names.
+        let n = if i + 1 < depth && rng.chance(80) {
+            ["d0", "d1"][rng.below(2) as usize]
+        } else {
+            NAMES[rng.below(NAMES.len() as u64) as usize]
+        };
+        comps.push(n);
+    }
+    comps.join("/")
+}
+
+fn rand_op(rng: &mut Rng, slots: &[usize]) -> Op {
+    let slot = |rng: &mut Rng| slots[rng.below(slots.len() as u64) as usize];
+    let small_len = |rng: &mut Rng| -> usize {
+        match rng.below(10) {
+            0 => rng.below(200_000) as usize,
+            1..=3 => rng.below(70_000) as usize,
+            _ => rng.below(5_000) as usize,
+        }
+    };
+    let off = |rng: &mut Rng| -> i64 {
+        match rng.below(4) {
+            0 => rng.below(1 << 20) as i64,
+            1 => (65_536 * rng.below(6)) as i64 + rng.below(3) as i64 - 1,
+            _ => rng.below(140_000) as i64,
+        }
+        .max(0)
+    };
+    let k = rng.below(100);
+    if slots.is_empty() || k < 14 {
+        let flags = [
+            libc::O_CREAT | libc::O_RDWR,
+            libc::O_CREAT | libc::O_RDWR,
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            libc::O_RDWR | libc::O_TRUNC,
+            libc::O_RDONLY,
+            libc::O_WRONLY | libc::O_APPEND,
+            libc::O_CREAT | libc::O_APPEND | libc::O_RDWR,
+            libc::O_RDWR,
+        ][rng.below(8) as usize];
+        return Op::Open { path: rand_path(rng), flags, mode: [0o644, 0o600, 0o755][rng.below(3) as usize] };
+    }
+    match k {
+        14..=21 => Op::Close { slot: slot(rng) },
+        22..=33 => Op::Write { slot: slot(rng), len: small_len(rng), seed: rng.next() },
+        34..=43 => Op::Pwrite { slot: slot(rng), off: off(rng), len: small_len(rng), seed: rng.next() },
+        44..=50 => Op::Pread { slot: slot(rng), off: off(rng), len: small_len(rng) },
+        51..=53 => Op::Read { slot: slot(rng), len: small_len(rng) },
+        54..=55 => Op::Seek {
+            slot: slot(rng),
+            off: off(rng),
+            whence: [libc::SEEK_SET, libc::SEEK_CUR, libc::SEEK_END][rng.below(3) as usize],
+        },
+        56..=58 => Op::Ftruncate { slot: slot(rng), len: off(rng) },
+        59..=60 => Op::Truncate { path: rand_path(rng), len: off(rng) },
+        61..=62 => Op::Fsync { slot: slot(rng), data: rng.chance(50) },
+        63..=67 => Op::Rename {
+            from: rand_path(rng),
+            to: rand_path(rng),
+            flags: [0, 0, 0, libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE][rng.below(5) as usize],
+        },
+        68..=70 => Op::Link { from: rand_path(rng), to: rand_path(rng) },
+        71..=74 => Op::Unlink { path: rand_path(rng) },
+        75..=78 => Op::Mkdir { path: rand_path(rng), mode: [0o755, 0o700][rng.below(2) as usize] },
+        79..=80 => Op::Rmdir { path: rand_path(rng) },
+        81..=82 => Op::Symlink {
+            target: ["a", "../a", "d0/b", "zz", "d1", "../d0/c"][rng.below(6) as usize].to_string(),
+            path: rand_path(rng),
+        },
+        83 => Op::Chmod { path: rand_path(rng), mode: [0o644, 0o600, 0o755, 0o4755, 0o777][rng.below(5) as usize] },
+        84..=86 => Op::Mmap {
+            slot: slot(rng),
+            page: rng.below(40) as usize,
+            len: 1 + rng.below(10_000) as usize,
+            seed: rng.next(),
+            sync: rng.chance(50),
+        },
+        87..=88 => Op::Fallocate {
+            slot: slot(rng),
+            mode: [0, libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE][rng.below(3) as usize],
+            off: off(rng),
+            len: 1 + rng.below(100_000) as i64,
+        },
+        89..=92 => Op::Stat { path: rand_path(rng) },
+        93..=95 => Op::Fstat { slot: slot(rng) },
+        96..=97 => Op::Readdir {
+            path: ["", "d0", "d1", "d0/d1", "d1/d0"][rng.below(5) as usize].to_string(),
+        },
+        _ => Op::Readlink { path: rand_path(rng) },
+    }
+}
+
+/// Applies `op` under `root` with this side's fd table; the result as text.
+fn apply(root: &Path, fds: &mut std::collections::BTreeMap<usize, Fd>, next_slot: usize, op: &Op) -> String {
+    let p = |s: &str| root.join(s);
+    let fd = |fds: &std::collections::BTreeMap<usize, Fd>, s: &usize| fds[s].0;
+    let res = |r: Result<i64, i32>| format!("{r:?}");
+    match op {
+        Op::Open { path, flags, mode } => match open(&p(path), *flags, *mode) {
+            Ok(f) => {
+                fds.insert(next_slot, f);
+                "opened".into()
+            }
+            Err(e) => format!("Err({e})"),
+        },
+        Op::Close { slot } => format!("{:?}", fds.remove(slot).unwrap().close()),
+        Op::Write { slot, len, seed } => {
+            let data = Rng::new(*seed).bytes(*len);
+            res(sc!(libc::write(fd(fds, slot), data.as_ptr().cast(), data.len())))
+        }
+        Op::Pwrite { slot, off, len, seed } => {
+            let data = Rng::new(*seed).bytes(*len);
+            res(sc!(libc::pwrite(fd(fds, slot), data.as_ptr().cast(), data.len(), *off)))
+        }
+        Op::Pread { slot, off, len } => {
+            let mut buf = vec![0u8; *len];
+            match sc!(libc::pread(fd(fds, slot), buf.as_mut_ptr().cast(), *len, *off)) {
+                Ok(n) => format!("{n} {}", blake3::hash(&buf[..n as usize])),
+                Err(e) => format!("Err({e})"),
+            }
+        }
+        Op::Read { slot, len } => {
+            let mut buf = vec![0u8; *len];
+            match sc!(libc::read(fd(fds, slot), buf.as_mut_ptr().cast(), *len)) {
+                Ok(n) => format!("{n} {}", blake3::hash(&buf[..n as usize])),
+                Err(e) => format!("Err({e})"),
+            }
+        }
+        Op::Seek { slot, off, whence } => {
+            // Directory offsets are filesystem-specific cookies.
+            if fds[slot].fstat().map(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR).unwrap_or(false) {
+                return "dir".into();
+            }
+            res(sc!(libc::lseek(fd(fds, slot), *off, *whence)))
+        }
+        Op::Ftruncate { slot, len } => res(sc!(libc::ftruncate(fd(fds, slot), *len))),
+        Op::Truncate { path, len } => {
+            let c = cs(&p(path));
+            res(sc!(libc::truncate(c.as_ptr(), *len)))
+        }
+        Op::Fsync { slot, data } => {
+            if *data {
+                res(sc!(libc::fdatasync(fd(fds, slot))))
+            } else {
+                res(sc!(libc::fsync(fd(fds, slot))))
+            }
+        }
+        Op::Rename { from, to, flags } => {
+            let (a, b) = (cs(&p(from)), cs(&p(to)));
+            res(sc!(libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), *flags)))
+        }
+        Op::Link { from, to } => {
+            let (a, b) = (cs(&p(from)), cs(&p(to)));
+            res(sc!(libc::link(a.as_ptr(), b.as_ptr())))
+        }
+        Op::Unlink { path } => {
+            let c = cs(&p(path));
+            res(sc!(libc::unlink(c.as_ptr())))
+        }
+        Op::Mkdir { path, mode } => {
+            let c = cs(&p(path));
+            res(sc!(libc::mkdir(c.as_ptr(), *mode)))
+        }
+        Op::Rmdir { path } => {
+            let c = cs(&p(path));
+            res(sc!(libc::rmdir(c.as_ptr())))
+        }
+        Op::Symlink { target, path } => {
+            let (t, c) = (std::ffi::CString::new(target.as_str()).unwrap(), cs(&p(path)));
+            res(sc!(libc::symlink(t.as_ptr(), c.as_ptr())))
+        }
+        Op::Chmod { path, mode } => {
+            let c = cs(&p(path));
+            res(sc!(libc::chmod(c.as_ptr(), *mode)))
+        }
+        Op::Mmap { slot, page, len, seed, sync } => {
+            let f = fd(fds, slot);
+            let size = match fds[slot].fstat() {
+                Ok(s) if s.st_mode & libc::S_IFMT == libc::S_IFDIR => return "dir".into(),
+                Ok(s) => s.st_size as usize,
+                Err(e) => return format!("fstat Err({e})"),
+            };
+            let off = page * 4096;
+            if off >= size {
+                return format!("skip {size}");
+            }
+            let len = (*len).min(size - off);
+            unsafe {
+                let m = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f, off as i64);
+                if m == libc::MAP_FAILED {
+                    return format!("mmap Err({})", last_errno());
+                }
+                let data = Rng::new(*seed).bytes(len);
+                let old = blake3::hash(std::slice::from_raw_parts(m as *const u8, len));
+                std::ptr::copy_nonoverlapping(data.as_ptr(), m as *mut u8, len);
+                let r = if *sync { libc::msync(m, len, libc::MS_SYNC) } else { 0 };
+                libc::munmap(m, len);
+                format!("mapped {len} {old} {r}")
+            }
+        }
+        Op::Fallocate { slot, mode, off, len } => res(sc!(libc::fallocate(fd(fds, slot), *mode, *off, *len))),
+        Op::Stat { path } => format!("{:?}", st(&p(path))),
+        Op::Fstat { slot } => format!("{:?}", fds[slot].fstat().map(|s| st_of(&s))),
+        Op::Readdir { path } => format!("{:?}", names(&p(path))),
+        Op::Readlink { path } => format!("{:?}", en(std::fs::read_link(p(path)))),
+    }
+}
+
+/// Every entry under `root`: (path, St, content hash or link target), sorted.
+fn snapshot(root: &Path) -> Vec<(Vec<u8>, St, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for n in names(&d).unwrap() {
+            let path = d.join(std::ffi::OsStr::from_bytes(&n));
+            let s = st(&path).unwrap();
+            let rel = path.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec();
+            let extra = match s.fmt {
+                libc::S_IFDIR => {
+                    stack.push(path.clone());
+                    String::new()
+                }
+                libc::S_IFLNK => format!("{:?}", std::fs::read_link(&path).unwrap()),
+                libc::S_IFREG => blake3::hash(&std::fs::read(&path).unwrap()).to_string(),
+                _ => String::new(),
+            };
+            out.push((rel, s, extra));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn compare_trees(m: &Mount, when: &str) {
+    let (a, b) = (snapshot(&m.native.join("rnd")), snapshot(&m.p("rnd")));
+    if a != b {
+        let only_a: Vec<_> = a.iter().filter(|x| !b.contains(x)).collect();
+        let only_b: Vec<_> = b.iter().filter(|x| !a.contains(x)).collect();
+        panic!("{when}: trees differ\nnative only: {only_a:?}\nmount only: {only_b:?}");
+    }
+}
+
+#[test]
+fn differential_random_operations() {
+    let mut m = mount!("differential_random_operations");
+    let ops: usize = std::env::var("AVFS_DIFF_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let seed: u64 = std::env::var("AVFS_DIFF_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(20_240_601);
+    let every: usize = 5_000;
+    std::fs::create_dir(m.native.join("rnd")).unwrap();
+    std::fs::create_dir(m.p("rnd")).unwrap();
+    let (na, mo) = (m.native.join("rnd"), m.p("rnd"));
+    let mut rng = Rng::new(seed);
+    let mut fa = std::collections::BTreeMap::new();
+    let mut fb = std::collections::BTreeMap::new();
+    let mut next_slot = 0usize;
+    let mut history: std::collections::VecDeque<String> = Default::default();
+    let t0 = std::time::Instant::now();
+    let mut mount_time = std::time::Duration::ZERO;
+    let mut stats: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    for i in 0..ops {
+        let slots: Vec<usize> = fa.keys().copied().collect();
+        let mut op = rand_op(&mut rng, &slots);
+        // Keep the number of open files bounded.
+        if slots.len() >= 12 && matches!(op, Op::Open { .. }) {
+            op = Op::Close { slot: slots[rng.below(slots.len() as u64) as usize] };
+        }
+        let want = apply(&na, &mut fa, next_slot, &op);
+        let tm = std::time::Instant::now();
+        let got = apply(&mo, &mut fb, next_slot, &op);
+        mount_time += tm.elapsed();
+        if matches!(op, Op::Open { .. }) {
+            next_slot += 1;
+        }
+        let kind = format!("{op:?}").split([' ', '{']).next().unwrap_or("").to_string();
+        let e = stats.entry(kind).or_insert((0usize, 0usize));
+        if want.contains("Err") {
+            e.1 += 1;
+        } else {
+            e.0 += 1;
+        }
+        history.push_back(format!("#{i} {op:?} -> {want}"));
+        if history.len() > 400 {
+            history.pop_front();
+        }
+        if got != want {
+            let h: Vec<String> = history.iter().cloned().collect();
+            panic!(
+                "op #{i} (seed {seed}) {op:?}\n  mount:  {got}\n  native: {want}\nrecent ops:\n{}",
+                h.join("\n")
+            );
+        }
+        if (i + 1) % every == 0 {
+            compare_trees(&m, &format!("after op #{i} (seed {seed})"));
+            for (s, f) in &fa {
+                let (x, y) = (f.fstat().map(|s| st_of(&s)), fb[s].fstat().map(|s| st_of(&s)));
+                assert_eq!(y, x, "fstat of slot {s} after op #{i}");
+            }
+            if (i + 1) % (every * 4) == 0 {
+                // The vault agrees: a checkpoint in the middle of it all works.
+                m.avfs(&["checkpoint", "save"]);
+            }
+        }
+    }
+    let total = t0.elapsed();
+    eprintln!(
+        "differential: {ops} ops in {:.1?} ({:.0} ops/s on the mount side, {:.1?} in mount calls)",
+        total,
+        ops as f64 / mount_time.as_secs_f64(),
+        mount_time
+    );
+    eprintln!("differential: (succeeded, failed) per operation: {stats:?}");
+    for (_, f) in std::mem::take(&mut fa) {
+        let _ = f.close();
+    }
+    for (_, f) in std::mem::take(&mut fb) {
+        let _ = f.close();
+    }
+    compare_trees(&m, "at the end");
+    m.remount();
+    compare_trees(&m, "after a remount");
+    let v = m.avfs_json(&["vault", "verify"]);
+    assert!(v["report"]["ok"].as_bool().unwrap_or(false), "{v}");
+}

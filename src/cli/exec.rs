@@ -14,7 +14,7 @@ use crate::exec::envelope::{self, ApprovalInfo, Envelope, Rollback};
 use crate::exec::policy::{Action, Decision, Policy};
 use crate::exec::runner::{self, RunSpec};
 use crate::exec::{EXIT_APPROVAL_REQUIRED, EXIT_DENIED, EXIT_TIMED_OUT};
-use crate::registry::VaultRef;
+use crate::registry::{VaultRef, validate_name};
 use crate::store::{Store, approvals, audit};
 use crate::workspace::Workspace;
 
@@ -90,15 +90,21 @@ pub struct DecideArgs {
 const CAPTURE_LIMIT: usize = 1 << 20;
 const PATCH_LIMIT: u64 = 64 * 1024;
 
-fn policy_files(ctx: &Ctx, v: &VaultRef) -> Vec<PathBuf> {
-    vec![
+/// The policy files, lowest precedence first: user-wide, the vault's, and (when the
+/// command runs in a fork of it) the fork's own. A fork never escapes its vault's policy.
+fn policy_files(ctx: &Ctx, v: &VaultRef, fork: Option<&str>) -> Vec<PathBuf> {
+    let mut files = vec![
         ctx.home.join("policy.toml"),
         ctx.home.join("policies").join(format!("{}.toml", v.name)),
-    ]
+    ];
+    if let Some(f) = fork.filter(|f| *f != v.name) {
+        files.push(ctx.home.join("policies").join(format!("{f}.toml")));
+    }
+    files
 }
 
-pub fn load_policy(ctx: &Ctx, v: &VaultRef) -> Result<Policy> {
-    let files = policy_files(ctx, v);
+pub fn load_policy(ctx: &Ctx, v: &VaultRef, fork: Option<&str>) -> Result<Policy> {
+    let files = policy_files(ctx, v, fork);
     let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     Policy::load(&refs)
 }
@@ -139,7 +145,7 @@ fn with_vault(ctx: &Ctx, sel: Option<String>) -> Ctx {
 
 pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
     let (_, v) = ctx.target()?;
-    let p = load_policy(ctx, &v)?;
+    let p = load_policy(ctx, &v, None)?;
     match cmd {
         PolicyCmd::Show => {
             ctx.out.emit(&p, || {
@@ -243,7 +249,7 @@ pub fn approvals(ctx: &Ctx, a: ApprovalsArgs) -> Result<i32> {
                 "{} {:<9} {:<10} {}  ({})",
                 ap.id,
                 ap.state,
-                ap.workspace,
+                ap.request["vault"].as_str().unwrap_or(&ap.workspace),
                 shown,
                 ap.decision["reason"].as_str().unwrap_or("")
             );
@@ -280,41 +286,99 @@ pub fn decide(ctx: &Ctx, a: DecideArgs, approve: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// Where the command runs: a fork (created or reused), an ephemeral fork, or the target.
-fn resolve_workspace(ctx: &Ctx, a: &ExecArgs) -> Result<(VaultRef, Option<String>)> {
-    let (reg, base) = ctx.target()?;
-    let fork_name = if a.ephemeral {
-        Some(new_id("eph"))
-    } else {
-        a.fork.clone()
-    };
-    let Some(name) = fork_name else {
-        return Ok((base, None));
-    };
-    if let Some(existing) = reg.get(&name)? {
-        return Ok((existing, None));
+/// Where the command will run, decided before anything is created: the policy decides
+/// first, and a denied or unapproved command leaves no fork behind.
+enum Place {
+    /// The target vault itself, or a fork that already exists.
+    Existing(VaultRef),
+    /// A fork of `base` to create under this name (`--fork NAME` on first use).
+    NewFork(String),
+    /// A fresh ephemeral fork of `base`.
+    Ephemeral,
+}
+
+fn plan_workspace(reg: &crate::registry::Registry, base: &VaultRef, a: &ExecArgs) -> Result<Place> {
+    if a.ephemeral {
+        return Ok(Place::Ephemeral);
     }
-    ctx.sync_mount(&base)?;
+    let Some(name) = &a.fork else {
+        return Ok(Place::Existing(base.clone()));
+    };
+    match reg.get(name)? {
+        Some(existing) if existing.path == base.path => Ok(Place::Existing(existing)),
+        Some(existing) => Err(Error::Refused(format!(
+            "--fork {name}: {name} is registered for another vault file ({}), not a fork of {}",
+            existing.path.display(),
+            base.name
+        ))),
+        None => {
+            validate_name(name)?;
+            Ok(Place::NewFork(name.clone()))
+        }
+    }
+}
+
+/// Creates the fork of `base` the plan asks for; returns it and whether it is ephemeral.
+fn create_workspace_for(
+    ctx: &Ctx,
+    reg: &crate::registry::Registry,
+    base: &VaultRef,
+    place: Place,
+) -> Result<(VaultRef, bool)> {
+    let (name, ephemeral) = match place {
+        Place::Existing(v) => return Ok((v, false)),
+        Place::NewFork(n) => (n, false),
+        Place::Ephemeral => (new_id("eph"), true),
+    };
+    ctx.sync_mount(base)?;
     let mut store = Store::open(&base.path)?;
     store.write(|db| {
         let mut ws = Workspace::open(db, &base.workspace)?;
-        ws.fork(&name, None)?;
+        if ephemeral && ws.is_modified()? {
+            // Forking a modified workspace would checkpoint the source first (and move its
+            // head); an ephemeral fork must leave nothing behind, so it starts from the
+            // live tree directly.
+            let root = ws.flush()?;
+            crate::workspace::create_workspace(db, &name, Some(root), Some((&ws.info, None)))?;
+        } else {
+            ws.fork(&name, None)?;
+        }
         audit::append(
             db,
             Some(&base.workspace),
             "exec",
             "vault.fork",
-            &json!({"fork": name}),
+            &json!({"fork": name, "ephemeral": ephemeral}),
         )?;
         Ok(())
     })?;
     let v = VaultRef {
         name: name.clone(),
         path: base.path.clone(),
-        workspace: name.clone(),
+        workspace: name,
     };
-    reg.add(&v)?;
-    Ok((v, a.ephemeral.then_some(name)))
+    if let Err(e) = reg.add(&v) {
+        let _ = store.write(|db| crate::workspace::delete_workspace(db, &v.workspace).map(|_| ()));
+        return Err(e);
+    }
+    Ok((v, ephemeral))
+}
+
+/// Deletes an ephemeral fork (its workspace and its registration).
+fn discard_fork(ctx: &Ctx, v: &VaultRef) -> Result<()> {
+    let reg = ctx.registry()?;
+    let mut store = Store::open(&v.path)?;
+    store.write(|db| {
+        crate::workspace::delete_workspace(db, &v.workspace)?;
+        audit::append(
+            db,
+            Some(&v.workspace),
+            "exec",
+            "vault.delete",
+            &json!({"fork": v.name, "ephemeral": true}),
+        )
+    })?;
+    reg.remove(&v.name)
 }
 
 struct MountGuard {
@@ -373,62 +437,64 @@ fn show_command(c: &envelope::Command) -> String {
         .unwrap_or_else(|| c.argv.clone().unwrap_or_default().join(" "))
 }
 
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|v| {
+            v.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The request an approval was given for, as exec arguments (the command line given
+/// with `--approve`, if any, must be exactly that one).
+fn approved_args(ctx: &Ctx, a: &ExecArgs, ap_id: &str) -> Result<(ExecArgs, approvals::Approval)> {
+    let (_, mut store) = ctx.open()?;
+    let ap = store.read(|db| approvals::get(db, ap_id))?;
+    if ap.state != "approved" {
+        return Err(Error::Refused(format!(
+            "approval {ap_id} is {}; only an approved request can run",
+            ap.state
+        )));
+    }
+    let req = &ap.request;
+    let opts = &req["options"];
+    let stored = ExecArgs {
+        fork: opts["fork"].as_str().map(String::from),
+        ephemeral: opts["ephemeral"].as_bool().unwrap_or(false),
+        keep: opts["keep"].as_bool().unwrap_or(false),
+        cwd: req["cwd"].as_str().unwrap_or("/").to_string(),
+        timeout: opts["timeout_secs"].as_f64(),
+        env: strings(&opts["env"]),
+        checkpoint: opts["checkpoint"].as_bool().unwrap_or(false),
+        no_checkpoint: opts["no_checkpoint"].as_bool().unwrap_or(false),
+        rollback_on_failure: opts["rollback_on_failure"].as_bool().unwrap_or(false),
+        approve: Some(ap_id.to_string()),
+        shell: req["command"]["shell"].as_str().map(String::from),
+        argv: strings(&req["command"]["argv"]),
+    };
+    let given = a.shell.is_some() || !a.argv.is_empty();
+    if given && (stored.shell != a.shell || stored.argv != a.argv) {
+        return Err(Error::Refused(format!(
+            "approval {ap_id} is for `{}`, not for this command",
+            show_command(&envelope::Command {
+                kind: "",
+                argv: Some(stored.argv.clone()),
+                shell: stored.shell.clone()
+            })
+        )));
+    }
+    Ok((stored, ap))
+}
+
 pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
     let id = new_id("ex");
-    // An approved request replaces whatever command line was given.
-    let (mut a, approved) = match &a.approve {
+    // An approved request replaces whatever command line was given, and runs in the
+    // vault it was asked in.
+    let (a, approved) = match &a.approve {
         Some(ap_id) => {
-            let (v0, mut store) = ctx.open()?;
-            let ap = store.read(|db| approvals::get(db, ap_id))?;
-            if ap.state != "approved" {
-                return Err(Error::Refused(format!(
-                    "approval {ap_id} is {}; only an approved request can run",
-                    ap.state
-                )));
-            }
-            let req = &ap.request;
-            let given = a.shell.is_some() || !a.argv.is_empty();
-            let stored = ExecArgs {
-                fork: None,
-                ephemeral: false,
-                keep: false,
-                cwd: req["cwd"].as_str().unwrap_or("/").to_string(),
-                timeout: req["options"]["timeout_secs"].as_f64(),
-                env: req["options"]["env"]
-                    .as_array()
-                    .map(|v| {
-                        v.iter()
-                            .filter_map(|x| x.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                checkpoint: req["options"]["checkpoint"].as_bool().unwrap_or(false),
-                no_checkpoint: req["options"]["no_checkpoint"].as_bool().unwrap_or(false),
-                rollback_on_failure: req["options"]["rollback_on_failure"]
-                    .as_bool()
-                    .unwrap_or(false),
-                approve: Some(ap_id.clone()),
-                shell: req["command"]["shell"].as_str().map(String::from),
-                argv: req["command"]["argv"]
-                    .as_array()
-                    .map(|v| {
-                        v.iter()
-                            .filter_map(|x| x.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            };
-            if given && (stored.shell != a.shell || stored.argv != a.argv) {
-                return Err(Error::Refused(format!(
-                    "approval {ap_id} is for `{}`, not for this command",
-                    show_command(&envelope::Command {
-                        kind: "",
-                        argv: Some(stored.argv.clone()),
-                        shell: stored.shell.clone()
-                    })
-                )));
-            }
-            let _ = v0;
+            let (stored, ap) = approved_args(ctx, &a, ap_id)?;
             (stored, Some(ap))
         }
         None => (a, None),
@@ -440,16 +506,29 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         ));
     }
     let ctx_target = match &approved {
-        Some(ap) => with_vault(ctx, Some(ap.workspace_ref())),
+        Some(ap) => with_vault(ctx, Some(ap.workspace.clone())),
         None => with_vault(ctx, ctx.vault_sel.clone()),
     };
-    if let Some(ap) = &approved {
-        a.fork = None;
-        let _ = ap;
-    }
     let cwd = cwd_components(&a.cwd)?;
-    let (v, ephemeral) = resolve_workspace(&ctx_target, &a)?;
-    let policy = load_policy(ctx, &v)?;
+    let mut env_pairs: Vec<(String, String)> = Vec::new();
+    for kv in &a.env {
+        match kv.split_once('=') {
+            Some((k, val)) if !k.is_empty() => env_pairs.push((k.into(), val.into())),
+            _ => return Err(Error::InvalidArgument(kv.clone(), "--env takes K=V".into())),
+        }
+    }
+    let (reg, base) = ctx_target.target()?;
+    let place = plan_workspace(&reg, &base, &a)?;
+    let (planned_vault, planned_ws) = match &place {
+        Place::Existing(v) => (v.name.clone(), v.workspace.clone()),
+        Place::NewFork(n) => (n.clone(), n.clone()),
+        Place::Ephemeral => (base.name.clone(), base.workspace.clone()),
+    };
+    let fork_name = match &place {
+        Place::Ephemeral => None,
+        _ => Some(planned_vault.as_str()),
+    };
+    let policy = load_policy(ctx, &base, fork_name)?;
     let command = envelope::Command {
         kind: if a.shell.is_some() { "shell" } else { "argv" },
         argv: (!a.argv.is_empty()).then(|| a.argv.clone()),
@@ -458,8 +537,8 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
     let request = envelope::Request {
         command: command.clone(),
         cwd: format!("/{}", cwd.join("/")),
-        vault: v.name.clone(),
-        workspace: v.workspace.clone(),
+        vault: planned_vault,
+        workspace: planned_ws,
         options: json!({
             "timeout_secs": a.timeout, "env": a.env, "checkpoint": a.checkpoint, "no_checkpoint": a.no_checkpoint,
             "rollback_on_failure": a.rollback_on_failure, "fork": a.fork, "ephemeral": a.ephemeral, "keep": a.keep,
@@ -470,14 +549,6 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         Some(s) => policy.decide_shell(s, &cwd, None),
         None => policy.decide_argv(&a.argv, &cwd, None),
     };
-    let mut env_pairs: Vec<(String, String)> = Vec::new();
-    for kv in &a.env {
-        let (k, val) = kv
-            .split_once('=')
-            .ok_or_else(|| Error::InvalidArgument(kv.clone(), "--env takes K=V".into()))?;
-        env_pairs.push((k.into(), val.into()));
-    }
-    let mut approval_info = None;
     if let Some(ap) = &approved {
         // A human approved exactly this request: it runs once, with a checkpoint.
         if decision.action == Action::RequireApproval {
@@ -503,48 +574,80 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         mountpoint: None,
         exit_code: 0,
     };
-    let mut store = Store::open(&v.path)?;
+    // Nothing is created before the policy has said yes.
     match decision.action {
         Action::Deny => {
             envelope.exit_code = EXIT_DENIED;
+            let mut store = Store::open(&base.path)?;
             store.write(|db| {
                 audit::append(
                     db,
-                    Some(&v.workspace),
+                    Some(&envelope.request.workspace),
                     "exec",
                     "exec.deny",
                     &serde_json::to_value(&envelope).unwrap_or_default(),
                 )
             })?;
-            return finish(ctx, &envelope, ephemeral.as_deref(), &v, a.keep);
+            return finish(ctx, &envelope, None, false);
         }
         Action::RequireApproval if approved.is_none() => {
             let ap_id = new_id("ap");
             let req = serde_json::to_value(&envelope.request).unwrap_or_default();
             let dec = serde_json::to_value(&decision).unwrap_or_default();
+            let mut store = Store::open(&base.path)?;
+            // The approval names the vault the command was asked in; a fork (or a fresh
+            // ephemeral one) is made from it when the approved command runs.
             let ap = store.write(|db| {
-                let ap = approvals::create(db, &ap_id, &v.name, &req, &dec)?;
+                let ap = approvals::create(db, &ap_id, &base.name, &req, &dec)?;
                 audit::append(
                     db,
-                    Some(&v.workspace),
+                    Some(&envelope.request.workspace),
                     "exec",
                     "approval.request",
                     &json!({"approval": ap_id, "request": req, "decision": dec}),
                 )?;
                 Ok(ap)
             })?;
-            approval_info = Some(ApprovalInfo {
+            envelope.approval = Some(ApprovalInfo {
                 id: ap.id,
                 state: ap.state,
                 expires_at_ns: Some(ap.expires_at_ns),
             });
-            envelope.approval = approval_info;
             envelope.exit_code = EXIT_APPROVAL_REQUIRED;
-            return finish(ctx, &envelope, ephemeral.as_deref(), &v, a.keep);
+            return finish(ctx, &envelope, None, false);
         }
         _ => {}
     }
-    if let Some(ap) = &approved {
+    let (v, ephemeral) = create_workspace_for(ctx, &reg, &base, place)?;
+    envelope.request.vault = v.name.clone();
+    envelope.request.workspace = v.workspace.clone();
+    let result = run_approved(ctx, &a, &v, approved.as_ref(), &cwd, &decision, &env_pairs, &mut envelope);
+    let discard = ephemeral && !a.keep;
+    if discard {
+        // Also when the run failed: an ephemeral fork never outlives its command.
+        let gone = discard_fork(ctx, &v);
+        result?;
+        gone?;
+    } else {
+        result?;
+    }
+    finish(ctx, &envelope, ephemeral.then_some(v.name.as_str()), ephemeral && a.keep)
+}
+
+/// Uses the approval (if any), mounts, runs and reports.
+#[allow(clippy::too_many_arguments)]
+fn run_approved(
+    ctx: &Ctx,
+    a: &ExecArgs,
+    v: &VaultRef,
+    approved: Option<&approvals::Approval>,
+    cwd: &[String],
+    decision: &Decision,
+    env_pairs: &[(String, String)],
+    envelope: &mut Envelope,
+) -> Result<()> {
+    let mut store = Store::open(&v.path)?;
+    if let Some(ap) = approved {
         let used = store.write(|db| {
             let used = approvals::consume(db, &ap.id)?;
             audit::append(
@@ -552,34 +655,23 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
                 Some(&v.workspace),
                 "exec",
                 "approval.use",
-                &json!({"approval": ap.id, "exec": id}),
+                &json!({"approval": ap.id, "exec": envelope.id}),
             )?;
             Ok(used)
         })?;
-        approval_info = Some(ApprovalInfo {
+        envelope.approval = Some(ApprovalInfo {
             id: used.id,
             state: used.state,
             expires_at_ns: Some(used.expires_at_ns),
         });
     }
-    envelope.approval = approval_info;
-
-    let mount = MountGuard::acquire(ctx, &v, &id)?;
+    let mount = MountGuard::acquire(ctx, v, &envelope.id)?;
     envelope.mountpoint = Some(mount.mountpoint.display().to_string());
     let result = run_in_mount(
-        ctx,
-        &a,
-        &v,
-        &mut store,
-        &mount,
-        &cwd,
-        &decision,
-        &env_pairs,
-        &mut envelope,
+        ctx, a, v, &mut store, &mount, cwd, decision, env_pairs, envelope,
     );
     mount.release();
-    result?;
-    finish(ctx, &envelope, ephemeral.as_deref(), &v, a.keep)
+    result
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -598,6 +690,19 @@ fn run_in_mount(
         && (a.checkpoint
             || a.rollback_on_failure
             || decision.action == Action::AllowWithCheckpoint);
+    // Every component must be a real directory of the workspace: following a symlink
+    // (`sub -> /etc`) would start the command outside it.
+    let mut dir = mount.mountpoint.clone();
+    for c in cwd {
+        dir.push(c);
+        if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            return Err(Error::NotADirectory(format!(
+                "--cwd {} ({} in the workspace)",
+                envelope.request.cwd,
+                c
+            )));
+        }
+    }
     ctx.sync_mount(v)?;
     let cp_name = format!("exec-{}", &envelope.id[3..]);
     let shown = show_command(&envelope.request.command);
@@ -611,13 +716,6 @@ fn run_in_mount(
         }
     })?;
     envelope.checkpoint = checkpoint.clone();
-    let dir = cwd.iter().fold(mount.mountpoint.clone(), |p, c| p.join(c));
-    if !dir.is_dir() {
-        return Err(Error::NotADirectory(format!(
-            "--cwd {}",
-            envelope.request.cwd
-        )));
-    }
     let mut env = vec![
         ("AVFS_VAULT".to_string(), v.name.clone()),
         ("AVFS_WORKSPACE".to_string(), v.workspace.clone()),
@@ -680,28 +778,7 @@ fn run_in_mount(
     Ok(())
 }
 
-fn finish(
-    ctx: &Ctx,
-    env: &Envelope,
-    ephemeral: Option<&str>,
-    v: &VaultRef,
-    keep: bool,
-) -> Result<i32> {
-    if let (Some(name), false) = (ephemeral, keep) {
-        let reg = ctx.registry()?;
-        let mut store = Store::open(&v.path)?;
-        store.write(|db| {
-            crate::workspace::delete_workspace(db, name)?;
-            audit::append(
-                db,
-                Some(name),
-                "exec",
-                "vault.delete",
-                &json!({"fork": name, "ephemeral": true}),
-            )
-        })?;
-        reg.remove(name)?;
-    }
+fn finish(ctx: &Ctx, env: &Envelope, ephemeral: Option<&str>, keep: bool) -> Result<i32> {
     ctx.out.emit(env, || {
         let d = &env.decision;
         eprintln!("--- avfs exec {}", env.id);
@@ -755,18 +832,9 @@ fn finish(
         }
         if let (Some(name), true) = (ephemeral, keep) {
             eprintln!("kept fork:  {name}");
+        } else if let Some(name) = ephemeral {
+            eprintln!("ephemeral fork {name} discarded");
         }
     });
     Ok(env.exit_code)
-}
-
-trait WorkspaceRef {
-    fn workspace_ref(&self) -> String;
-}
-
-impl WorkspaceRef for approvals::Approval {
-    /// Approvals record the registry name of the vault or fork they were asked in.
-    fn workspace_ref(&self) -> String {
-        self.workspace.clone()
-    }
 }

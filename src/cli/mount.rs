@@ -113,6 +113,8 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
 pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<i32> {
     let mp =
         std::path::absolute(&a.mountpoint).map_err(|e| Error::host(a.mountpoint.display(), e))?;
+    // Before list_mounts, which detaches the mountpoints of dead servers on its way.
+    let was_mounted = mount::is_mountpoint(&mp);
     let rec = mount::list_mounts(&ctx.home)?
         .into_iter()
         .find(|r| r.mountpoint == mp);
@@ -128,7 +130,7 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<i32> {
             }
             "unmounted"
         }
-        None if mount::is_mountpoint(&mp) => {
+        None if was_mounted || mount::is_mountpoint(&mp) => {
             mount::force_unmount(&mp)?;
             "cleaned up a stale mount"
         }

@@ -1139,7 +1139,24 @@ impl Policy {
             }
         }
         let base = prog.rsplit('/').next().unwrap_or(&prog).to_string();
-        out.push(self.finding_for(&c.argv));
+        if base == "git" {
+            // Classify the subcommand, not the global options before it (`git -C DIR
+            // status` is read-only); user rules may still match the line as written.
+            let (sub, dirs) = git_without_globals(&c.argv);
+            out.push(self.finding_for_git(&c.argv, &sub));
+            for (opt, p) in dirs {
+                if let Some(why) = escapes(&p, dir.as_deref(), mp) {
+                    out.push(self.category_finding(
+                        &prog,
+                        Category::HostEscapeRisk,
+                        "path-outside",
+                        format!("git {opt} {p}: {why}"),
+                    ));
+                }
+            }
+        } else {
+            out.push(self.finding_for(&c.argv));
+        }
         // Arguments that name paths.
         let skip_paths = matches!(base.as_str(), "echo" | "printf");
         if !skip_paths {
@@ -1193,30 +1210,92 @@ impl Policy {
                 }
             }
         }
-        if base == "git" {
-            let mut it = c.argv.iter().skip(1);
-            while let Some(a) = it.next() {
-                if a == "-C" {
-                    if let Some(p) = it.next() {
-                        if let Some(why) = escapes(p, dir.as_deref(), mp) {
-                            out.push(self.category_finding(
-                                &prog,
-                                Category::HostEscapeRisk,
-                                "path-outside",
-                                format!("git -C {p}: {why}"),
-                            ));
-                        }
-                        // Classify the subcommand after -C DIR.
-                        let rest: Vec<String> = std::iter::once("git".to_string())
-                            .chain(c.argv.iter().skip_while(|x| *x != p).skip(1).cloned())
-                            .collect();
-                        out.push(self.finding_for(&rest));
-                    }
-                } else if !a.starts_with('-') {
-                    break;
+    }
+}
+
+/// `git` global options that take a value, and whether that value is a directory.
+const GIT_VALUE_OPTS: &[(&str, bool)] = &[
+    ("-C", true),
+    ("-c", false),
+    ("--git-dir", true),
+    ("--work-tree", true),
+    ("--namespace", false),
+    ("--super-prefix", false),
+    ("--config-env", false),
+    ("--exec-path", true),
+];
+
+const GIT_FLAG_OPTS: &[&str] = &[
+    "-p",
+    "-P",
+    "--paginate",
+    "--no-pager",
+    "--bare",
+    "--no-replace-objects",
+    "--literal-pathspecs",
+    "--glob-pathspecs",
+    "--noglob-pathspecs",
+    "--icase-pathspecs",
+    "--no-optional-locks",
+];
+
+/// A git command line without its global options (`git -C d -c k=v status` becomes
+/// `git status`), and the directories those options name, as (option, directory).
+fn git_without_globals(argv: &[String]) -> (Vec<String>, Vec<(String, String)>) {
+    let mut dirs = Vec::new();
+    let mut i = 1;
+    while i < argv.len() {
+        let a = argv[i].as_str();
+        if GIT_FLAG_OPTS.contains(&a) {
+            i += 1;
+            continue;
+        }
+        if let Some((opt, is_dir)) = GIT_VALUE_OPTS.iter().find(|(o, _)| *o == a) {
+            if let Some(v) = argv.get(i + 1) {
+                if *is_dir {
+                    dirs.push((opt.to_string(), v.clone()));
                 }
             }
+            i += 2;
+            continue;
         }
+        if let Some((opt, v)) = a.split_once('=') {
+            if let Some((o, is_dir)) = GIT_VALUE_OPTS.iter().find(|(o, _)| *o == opt) {
+                if *is_dir {
+                    dirs.push((o.to_string(), v.to_string()));
+                }
+                i += 1;
+                continue;
+            }
+        }
+        break;
+    }
+    let mut sub = vec![argv[0].clone()];
+    sub.extend(argv[i.min(argv.len())..].iter().cloned());
+    (sub, dirs)
+}
+
+impl Policy {
+    /// The first rule that matches: a user rule may match the git line as written or
+    /// without its global options; built-in rules see it without them.
+    fn finding_for_git(&self, raw: &[String], sub: &[String]) -> Finding {
+        if raw.len() == sub.len() {
+            return self.finding_for(raw);
+        }
+        for rule in &self.rules {
+            let user = rule.source != "built-in";
+            if rule.matches(sub) || (user && rule.matches(raw)) {
+                let category = rule.category.unwrap_or(Category::Mutating);
+                return Finding {
+                    program: raw[0].clone(),
+                    category,
+                    action: rule.decision.unwrap_or_else(|| self.action_for(category)),
+                    rule: rule.name.clone(),
+                    reason: rule.reason.clone(),
+                };
+            }
+        }
+        self.finding_for(sub)
     }
 }
 

@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -77,7 +77,17 @@ fn pump(
     rx
 }
 
+/// Reaps every exited member of the group that is our child (the command's orphans are,
+/// see `run`). Call only once the leader itself has been reaped through `Child`, or its
+/// status would be lost.
+fn reap_group(pgid: i32) {
+    // SAFETY: non-blocking waitpid on members of the command's own process group.
+    while unsafe { libc::waitpid(-pgid, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
+}
+
+/// True while some process of the group exists (zombies we could reap are reaped first).
 fn group_alive(pgid: i32) -> bool {
+    reap_group(pgid);
     // SAFETY: signal 0 to a process group only checks for existence.
     unsafe { libc::kill(-pgid, 0) == 0 }
 }
@@ -89,15 +99,55 @@ fn signal_group(pgid: i32, sig: i32) {
     }
 }
 
-/// Ends the whole group: SIGTERM, up to `grace` to exit, then SIGKILL.
-fn end_group(pgid: i32, grace: Duration) {
+/// Ends the whole group: SIGTERM, up to `grace` for every member to exit, then SIGKILL.
+/// Reaps `child` (the group leader) on the way: an unreaped leader is a zombie that
+/// still counts as a member of the group, so without reaping the wait would always
+/// last the whole grace period.
+fn end_group(pgid: i32, grace: Duration, child: &mut Child) {
     signal_group(pgid, libc::SIGTERM);
     let until = Instant::now() + grace;
-    while Instant::now() < until && group_alive(pgid) {
-        std::thread::sleep(Duration::from_millis(10));
+    loop {
+        let leader_gone = !matches!(child.try_wait(), Ok(None));
+        if leader_gone && !group_alive(pgid) {
+            return;
+        }
+        if Instant::now() >= until {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
-    if group_alive(pgid) {
-        signal_group(pgid, libc::SIGKILL);
+    signal_group(pgid, libc::SIGKILL);
+    // SIGKILL cannot be ignored: wait (briefly) until the group is really gone.
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        let leader_gone = !matches!(child.try_wait(), Ok(None));
+        if leader_gone && !group_alive(pgid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A command that could not even start, reported like a shell would: 127 when the
+/// program is missing, 126 when it cannot be executed.
+fn not_started(program: &str, e: &std::io::Error) -> RunResult {
+    let code = match e.kind() {
+        std::io::ErrorKind::NotFound => 127,
+        _ => 126,
+    };
+    let msg = format!("avfs: cannot start {program}: {e}\n");
+    RunResult {
+        exit_code: Some(code),
+        signal: None,
+        timed_out: false,
+        duration_ms: 0,
+        stdout: String::new(),
+        stderr_bytes: msg.len() as u64,
+        stderr: msg,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        stdout_bytes: 0,
+        lingering_processes_killed: false,
     }
 }
 
@@ -116,10 +166,21 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         cmd.env(k, v);
     }
     cmd.process_group(0);
+    // Orphans the command leaves behind (a background job whose shell exited) are
+    // reparented to us rather than to init, so we can reap them: an unreaped zombie
+    // keeps its process group alive as far as kill(-pgid, 0) can tell.
+    // SAFETY: sets a flag on this process only.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::host(format!("starting {}", spec.program), e))?;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            if spec.stream {
+                eprint!("{}", not_started(spec.program, &e).stderr);
+            }
+            return Ok(not_started(spec.program, &e));
+        }
+    };
     let pgid = child.id() as i32;
     let out_rx = pump(
         child.stdout.take().unwrap(),
@@ -143,7 +204,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         }
         if spec.timeout.is_some_and(|t| start.elapsed() >= t) {
             timed_out = true;
-            end_group(pgid, spec.grace);
+            end_group(pgid, spec.grace, &mut child);
             break child
                 .wait()
                 .map_err(|e| Error::host("waiting for the command", e))?;
@@ -160,7 +221,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     // Background processes the command left in its group are ended too.
     let lingering = group_alive(pgid);
     if lingering {
-        end_group(pgid, spec.grace);
+        end_group(pgid, spec.grace, &mut child);
     }
     // A daemon that left the group may hold the pipes open: do not wait for it forever.
     let wait = Duration::from_millis(500);

@@ -181,6 +181,12 @@ impl Store {
     fn configure(&mut self) -> Result<()> {
         self.conn.busy_timeout(Duration::from_secs(30))?;
         self.conn.set_prepared_statement_cache_capacity(256);
+        // Plans must not depend on bound values: otherwise SQLite re-prepares cached join
+        // statements on every use (measured: 42% of a restore's instructions).
+        self.conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+        // Keep the -wal file between processes instead of deleting and recreating it on
+        // every command (the last connection to close would remove it).
+        persist_wal(&self.conn);
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode survives a killed process; fsync-class operations raise it to FULL.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -250,6 +256,21 @@ impl Store {
         let r = f(&self.conn);
         let _ = Self::exec(&self.conn, "ROLLBACK");
         r.map_err(|e| self.corrupt_if_sqlite(e))
+    }
+}
+
+fn persist_wal(conn: &Connection) {
+    let mut on: std::os::raw::c_int = 1;
+    let main = c"main";
+    // SAFETY: a valid connection handle, a NUL-terminated schema name and an int argument,
+    // as SQLITE_FCNTL_PERSIST_WAL requires.
+    unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            main.as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&mut on as *mut std::os::raw::c_int).cast(),
+        );
     }
 }
 

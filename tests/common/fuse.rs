@@ -291,7 +291,7 @@ pub fn stat(p: &Path) -> Result<libc::stat, i32> {
 }
 
 /// The parts of a stat that a workspace keeps exactly like a native filesystem.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct St {
     pub fmt: u32,
     pub perm: u32,
