@@ -1831,7 +1831,71 @@ enum Op {
 
 const NAMES: &[&str] = &["a", "b", "c", "d0", "d1", "e"];
 
+/// Paths that exist in the native tree, refreshed now and then, so most operations hit
+/// something: (all entries, directories including the root "").
+#[derive(Default)]
+struct Known {
+    entries: Vec<String>,
+    dirs: Vec<String>,
+}
+
+thread_local! {
+    static KNOWN: std::cell::RefCell<Known> = Default::default();
+}
+
+fn refresh_known(root: &Path) {
+    let mut k = Known { entries: vec![], dirs: vec![String::new()] };
+    for (rel, s, _) in snapshot_meta(root) {
+        let rel = String::from_utf8(rel).unwrap();
+        if s.fmt == libc::S_IFDIR {
+            k.dirs.push(rel.clone());
+        }
+        k.entries.push(rel);
+    }
+    KNOWN.with(|c| *c.borrow_mut() = k);
+}
+
+/// Mostly an existing entry.
+fn old_path(rng: &mut Rng) -> String {
+    let p = KNOWN.with(|c| {
+        let k = c.borrow();
+        (!k.entries.is_empty() && rng.chance(85)).then(|| k.entries[rng.below(k.entries.len() as u64) as usize].clone())
+    });
+    p.unwrap_or_else(|| rand_path(rng))
+}
+
+/// Mostly a name in an existing directory.
+fn new_path(rng: &mut Rng) -> String {
+    let p = KNOWN.with(|c| {
+        let k = c.borrow();
+        rng.chance(85).then(|| {
+            let d = &k.dirs[rng.below(k.dirs.len() as u64) as usize];
+            let n = NAMES[rng.below(NAMES.len() as u64) as usize];
+            if d.is_empty() { n.to_string() } else { format!("{d}/{n}") }
+        })
+    });
+    p.filter(|p| p.matches('/').count() < 4).unwrap_or_else(|| rand_path(rng))
+}
+
 fn rand_path(rng: &mut Rng) -> String {
+    let pick = rng.below(100);
+    let known = KNOWN.with(|c| {
+        let k = c.borrow();
+        if pick < 55 && !k.entries.is_empty() {
+            Some(k.entries[rng.below(k.entries.len() as u64) as usize].clone())
+        } else if pick < 85 {
+            let d = &k.dirs[rng.below(k.dirs.len() as u64) as usize];
+            let n = NAMES[rng.below(NAMES.len() as u64) as usize];
+            Some(if d.is_empty() { n.to_string() } else { format!("{d}/{n}") })
+        } else {
+            None
+        }
+    });
+    if let Some(p) = known {
+        if p.matches('/').count() < 4 {
+            return p;
+        }
+    }
     let depth = 1 + rng.below(3) as usize;
     let mut comps = Vec::new();
     for i in 0..depth {
@@ -1889,22 +1953,22 @@ fn rand_op(rng: &mut Rng, slots: &[usize]) -> Op {
             whence: [libc::SEEK_SET, libc::SEEK_CUR, libc::SEEK_END][rng.below(3) as usize],
         },
         56..=58 => Op::Ftruncate { slot: slot(rng), len: off(rng) },
-        59..=60 => Op::Truncate { path: rand_path(rng), len: off(rng) },
+        59..=60 => Op::Truncate { path: old_path(rng), len: off(rng) },
         61..=62 => Op::Fsync { slot: slot(rng), data: rng.chance(50) },
         63..=67 => Op::Rename {
-            from: rand_path(rng),
-            to: rand_path(rng),
+            from: old_path(rng),
+            to: if rng.chance(50) { new_path(rng) } else { old_path(rng) },
             flags: [0, 0, 0, libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE][rng.below(5) as usize],
         },
-        68..=70 => Op::Link { from: rand_path(rng), to: rand_path(rng) },
-        71..=74 => Op::Unlink { path: rand_path(rng) },
-        75..=78 => Op::Mkdir { path: rand_path(rng), mode: [0o755, 0o700][rng.below(2) as usize] },
-        79..=80 => Op::Rmdir { path: rand_path(rng) },
+        68..=70 => Op::Link { from: old_path(rng), to: new_path(rng) },
+        71..=74 => Op::Unlink { path: old_path(rng) },
+        75..=78 => Op::Mkdir { path: new_path(rng), mode: [0o755, 0o700][rng.below(2) as usize] },
+        79..=80 => Op::Rmdir { path: old_path(rng) },
         81..=82 => Op::Symlink {
             target: ["a", "../a", "d0/b", "zz", "d1", "../d0/c"][rng.below(6) as usize].to_string(),
-            path: rand_path(rng),
+            path: new_path(rng),
         },
-        83 => Op::Chmod { path: rand_path(rng), mode: [0o644, 0o600, 0o755, 0o4755, 0o777][rng.below(5) as usize] },
+        83 => Op::Chmod { path: old_path(rng), mode: [0o644, 0o600, 0o755, 0o4755, 0o777][rng.below(5) as usize] },
         84..=86 => Op::Mmap {
             slot: slot(rng),
             page: rng.below(40) as usize,
@@ -1923,7 +1987,7 @@ fn rand_op(rng: &mut Rng, slots: &[usize]) -> Op {
         96..=97 => Op::Readdir {
             path: ["", "d0", "d1", "d0/d1", "d1/d0"][rng.below(5) as usize].to_string(),
         },
-        _ => Op::Readlink { path: rand_path(rng) },
+        _ => Op::Readlink { path: old_path(rng) },
     }
 }
 
@@ -2043,6 +2107,23 @@ fn apply(root: &Path, fds: &mut std::collections::BTreeMap<usize, Fd>, next_slot
     }
 }
 
+/// Every entry under `root` with its stat, without reading contents.
+fn snapshot_meta(root: &Path) -> Vec<(Vec<u8>, St, ())> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for n in names(&d).unwrap_or_default() {
+            let path = d.join(std::ffi::OsStr::from_bytes(&n));
+            let Ok(s) = st(&path) else { continue };
+            if s.fmt == libc::S_IFDIR {
+                stack.push(path.clone());
+            }
+            out.push((path.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec(), s, ()));
+        }
+    }
+    out
+}
+
 /// Every entry under `root`: (path, St, content hash or link target), sorted.
 fn snapshot(root: &Path) -> Vec<(Vec<u8>, St, String)> {
     let mut out = Vec::new();
@@ -2095,6 +2176,9 @@ fn differential_random_operations() {
     let mut mount_time = std::time::Duration::ZERO;
     let mut stats: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     for i in 0..ops {
+        if i % 50 == 0 {
+            refresh_known(&na);
+        }
         let slots: Vec<usize> = fa.keys().copied().collect();
         let mut op = rand_op(&mut rng, &slots);
         // Keep the number of open files bounded.

@@ -1233,6 +1233,7 @@ impl Filesystem for AvfsFs {
             self.with("create", |db, st| {
                 let ws = open_ws(db, &st.info, &st.ws_name, &st.open_set)?;
                 let p = ws.get(parent.0)?;
+                let mut truncated = false;
                 let inode = match ws.lookup(&p, name.as_bytes())? {
                     Some(_) if flags & libc::O_EXCL != 0 => {
                         return Err(Error::Exists(String::new()));
@@ -1241,8 +1242,11 @@ impl Filesystem for AvfsFs {
                         return Err(Error::IsADirectory(String::new()));
                     }
                     Some(existing) => {
-                        if flags & libc::O_TRUNC != 0 && existing.size != 0 {
+                        if flags & libc::O_TRUNC != 0
+                            && (existing.size != 0 || st.dirty.contains_key(&existing.ino))
+                        {
                             st.dirty.remove(&existing.ino);
+                            truncated = true;
                             ws.setattr(
                                 existing.ino,
                                 &SetAttr {
@@ -1257,6 +1261,9 @@ impl Filesystem for AvfsFs {
                     None => ws.create(&p, name.as_bytes(), new_node(req, &p, Kind::File, mode))?,
                 };
                 st.known.insert((parent.0, name.as_bytes().to_vec()));
+                if truncated {
+                    st.own(&inode);
+                }
                 let fh = st.next_fh;
                 st.next_fh += 1;
                 *st.open.entry(inode.ino).or_default() += 1;

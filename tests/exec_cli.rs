@@ -1,0 +1,1310 @@
+//! `avfs exec` end to end: the real binary, a real FUSE mount, every envelope validated
+//! against `schemas/execution-envelope.schema.json`.
+//!
+//! Tests that run a command need FUSE: without it they skip with a message, and with
+//! `AVFS_REQUIRE_FUSE=1` they fail. Tests whose commands are denied or wait for approval
+//! never mount, and always run.
+
+mod common;
+#[path = "common/fuse.rs"]
+mod fuse;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{Env, Run};
+use serde_json::{Value, json};
+
+// ---------------------------------------------------------------- helpers
+
+fn validator() -> &'static jsonschema::Validator {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    V.get_or_init(|| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/execution-envelope.schema.json");
+        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+        jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("invalid schema: {e}"))
+    })
+}
+
+/// Panics with every violation if `v` is not a valid ExecutionEnvelope.
+fn assert_envelope(v: &Value) {
+    let errors: Vec<String> = validator()
+        .iter_errors(v)
+        .map(|e| format!("  at {}: {e}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "envelope does not match the schema:\n{}\n{}",
+        errors.join("\n"),
+        serde_json::to_string_pretty(v).unwrap()
+    );
+}
+
+/// Whether commands may run (a real mount works here). Probed once per test binary.
+fn fuse_probe() -> &'static Result<(), String> {
+    static P: OnceLock<Result<(), String>> = OnceLock::new();
+    P.get_or_init(|| {
+        if let Some(why) = fuse::fuse_unusable() {
+            return Err(why);
+        }
+        let env = Env::new();
+        env.ok(&["vault", "create", "probe"]);
+        let mp = env.path("probe-mnt");
+        std::fs::create_dir_all(&mp).unwrap();
+        let r = env.run(&["mount", "probe", mp.to_str().unwrap()]);
+        if r.code != 0 {
+            return Err(format!("avfs mount failed: {}", r.stderr.trim()));
+        }
+        let r = env.run(&["unmount", mp.to_str().unwrap()]);
+        if r.code != 0 {
+            fuse::force_detach(&mp);
+        }
+        Ok(())
+    })
+}
+
+/// True when the test may run commands; fails the test under `AVFS_REQUIRE_FUSE=1`.
+fn can_mount(test: &str) -> bool {
+    match fuse_probe() {
+        Ok(()) => true,
+        Err(why) => {
+            if std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
+                panic!("{test}: FUSE is required (AVFS_REQUIRE_FUSE=1) but mounting fails: {why}");
+            }
+            eprintln!("SKIPPED {test}: cannot mount ({why})");
+            false
+        }
+    }
+}
+
+/// A private `$AVFS_HOME` with a vault `t` holding `a.txt` ("hi\n") and `sub/b.txt`.
+fn setup() -> Env {
+    let env = Env::new();
+    env.ok(&["vault", "create", "t"]);
+    env.ok(&["--vault", "t", "write", "a.txt", "hi\n"]);
+    env.ok(&["--vault", "t", "write", "-p", "sub/b.txt", "bee\n"]);
+    env
+}
+
+struct Exec {
+    code: i32,
+    env: Value,
+    run: Run,
+}
+
+/// `avfs --json --vault t exec ARGS...`: checks that stdout is exactly one valid
+/// envelope, that the exit status is the envelope's, and that no exec mount is left.
+fn exec_in(env: &Env, vault: &str, args: &[&str]) -> Exec {
+    let mut a = vec!["--json", "--vault", vault, "exec"];
+    a.extend_from_slice(args);
+    let run = env.run(&a);
+    let v: Value = serde_json::from_str(&run.stdout).unwrap_or_else(|e| {
+        panic!(
+            "avfs exec {args:?}: stdout is not one JSON document ({e})\nexit {}\nstdout: {}\nstderr: {}",
+            run.code, run.stdout, run.stderr
+        )
+    });
+    assert!(
+        v.get("error").is_none(),
+        "avfs exec {args:?} failed: {v}\nstderr: {}",
+        run.stderr
+    );
+    assert_envelope(&v);
+    assert_eq!(
+        run.code,
+        v["exit_code"].as_i64().unwrap() as i32,
+        "exit status differs from the envelope's exit_code: {v}"
+    );
+    let exec_dir = env.home().join("run/exec");
+    if let Ok(rd) = std::fs::read_dir(&exec_dir) {
+        let left: Vec<_> = rd.map(|e| e.unwrap().path()).collect();
+        assert!(left.is_empty(), "exec left mountpoints behind: {left:?}");
+    }
+    Exec {
+        code: run.code,
+        env: v,
+        run,
+    }
+}
+
+fn exec(env: &Env, args: &[&str]) -> Exec {
+    exec_in(env, "t", args)
+}
+
+/// `avfs --json --vault t exec ARGS...` that must fail as avfs itself (not the command).
+fn exec_error(env: &Env, args: &[&str]) -> Value {
+    let mut a = vec!["--vault", "t", "exec"];
+    a.extend_from_slice(args);
+    env.json_err(&a, 1)
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn categories(e: &Value) -> Vec<String> {
+    strs(&e["decision"]["categories"])
+}
+
+/// (kind, path) of every change, as reported.
+fn change_set(e: &Value) -> BTreeSet<(String, String)> {
+    common::changes(e).into_iter().collect()
+}
+
+fn set(items: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    items
+        .iter()
+        .map(|(k, p)| (k.to_string(), p.to_string()))
+        .collect()
+}
+
+fn change<'a>(e: &'a Value, path: &str) -> &'a Value {
+    e["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == path)
+        .unwrap_or_else(|| panic!("no change for {path}: {}", e["changes"]))
+}
+
+fn checkpoint_names(env: &Env, vault: &str) -> Vec<String> {
+    env.json(&["--vault", vault, "checkpoint", "list"])["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn vault_names(env: &Env) -> Vec<String> {
+    env.json(&["vault", "list"])["vaults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn exists(env: &Env, vault: &str, path: &str) -> bool {
+    env.run(&["--vault", vault, "stat", path]).code == 0
+}
+
+fn audit_entries(env: &Env, vault: &str) -> Vec<Value> {
+    env.json(&["--vault", vault, "audit"])["entries"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Asserts a command was turned away without running: nothing in the result, no
+/// checkpoint, no mount, no change.
+fn assert_nothing_ran(e: &Value) {
+    assert!(e["result"].is_null(), "a result for a command that must not run: {e}");
+    assert!(e["checkpoint"].is_null(), "{e}");
+    assert!(e["mountpoint"].is_null(), "{e}");
+    assert_eq!(e["changes"], json!([]), "{e}");
+    assert!(!e["rollback"]["performed"].as_bool().unwrap());
+}
+
+// ---------------------------------------------------------------- the schema
+
+/// The schema is strict: a real envelope passes, and each kind of damage is caught.
+#[test]
+fn schema_accepts_real_envelopes_and_rejects_damaged_ones() {
+    let env = setup();
+    let denied = exec(&env, &["--shell", "cat /etc/passwd"]).env;
+    let asked = exec(&env, &["--", "curl", "x"]).env;
+    // A full envelope with a result and changes, built from a real one (no mount needed).
+    let mut ran = denied.clone();
+    ran["decision"]["action"] = json!("allow_with_checkpoint");
+    ran["checkpoint"] = json!("exec-0123456789");
+    ran["mountpoint"] = json!("/tmp/m");
+    ran["result"] = json!({
+        "exit_code": 0, "signal": null, "timed_out": false, "duration_ms": 3,
+        "stdout": "", "stderr": "", "stdout_truncated": false, "stderr_truncated": false,
+        "stdout_bytes": 0, "stderr_bytes": 0, "lingering_processes_killed": false
+    });
+    ran["changes"] = json!([{
+        "path": "/f", "kind": "added", "type_before": null, "type_after": "file",
+        "size_before": null, "size_after": 2, "mode_before": null, "mode_after": "0644",
+        "patch": "--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
+    }]);
+    ran["exit_code"] = json!(0);
+    for ok in [&denied, &asked, &ran] {
+        assert_envelope(ok);
+    }
+    type Damage = fn(&mut Value);
+    let damages: &[(&str, Damage)] = &[
+        ("unknown top-level field", |v| v["extra"] = json!(1)),
+        ("missing field", |v| {
+            v.as_object_mut().unwrap().remove("rollback");
+        }),
+        ("unknown action", |v| v["decision"]["action"] = json!("maybe")),
+        ("unknown category", |v| v["decision"]["categories"] = json!(["network"])),
+        ("unknown finding field", |v| v["decision"]["findings"][0]["x"] = json!(1)),
+        ("unknown change kind", |v| v["changes"][0]["kind"] = json!("renamed")),
+        ("bad mode", |v| v["changes"][0]["mode_after"] = json!("644")),
+        ("added with a type before", |v| v["changes"][0]["type_before"] = json!("file")),
+        ("negative size", |v| v["changes"][0]["size_after"] = json!(-1)),
+        ("string exit code", |v| v["exit_code"] = json!("0")),
+        ("result without stdout", |v| {
+            v["result"].as_object_mut().unwrap().remove("stdout");
+        }),
+        ("result with extra field", |v| v["result"]["pid"] = json!(1)),
+        ("command kind", |v| v["request"]["command"]["kind"] = json!("exec")),
+        ("argv kind with a shell line", |v| {
+            v["request"]["command"] = json!({"kind": "argv", "argv": null, "shell": "ls"})
+        }),
+        ("unknown option", |v| v["request"]["options"]["sudo"] = json!(true)),
+        ("relative cwd", |v| v["request"]["cwd"] = json!("sub")),
+        ("rollback extra", |v| v["rollback"]["when"] = json!(0)),
+        ("approval state", |v| {
+            v["approval"] = json!({"id": "ap-0123456789", "state": "maybe", "expires_at_ns": 1})
+        }),
+        ("summary field", |v| v["change_summary"]["renamed"] = json!(0)),
+        ("schema version", |v| v["schema_version"] = json!(2)),
+    ];
+    for (what, damage) in damages {
+        let mut v = ran.clone();
+        damage(&mut v);
+        assert!(!validator().is_valid(&v), "the schema accepts an envelope with: {what}");
+    }
+}
+
+// ---------------------------------------------------------------- categories
+
+#[test]
+fn read_only_is_allowed_without_a_checkpoint() {
+    if !can_mount("read_only_is_allowed_without_a_checkpoint") {
+        return;
+    }
+    let env = setup();
+    let before = checkpoint_names(&env, "t");
+    for args in [
+        vec!["--", "ls", "-a"],
+        vec!["--shell", "cat a.txt && grep -c bee sub/b.txt | wc -l"],
+    ] {
+        let x = exec(&env, &args);
+        let e = &x.env;
+        assert_eq!(x.code, 0, "{e}");
+        assert_eq!(e["decision"]["action"], "allow", "{e}");
+        assert_eq!(categories(e), ["read_only"]);
+        assert!(e["checkpoint"].is_null(), "{e}");
+        assert!(e["approval"].is_null());
+        assert_eq!(e["changes"], json!([]));
+        assert_eq!(e["result"]["exit_code"], 0);
+        assert_eq!(e["result"]["timed_out"], false);
+        assert!(e["mountpoint"].is_string());
+    }
+    let x = exec(&env, &["--", "ls", "-a"]);
+    assert!(x.env["result"]["stdout"].as_str().unwrap().contains("a.txt"));
+    assert_eq!(x.env["request"]["command"]["kind"], "argv");
+    assert_eq!(x.env["request"]["command"]["argv"], json!(["ls", "-a"]));
+    assert_eq!(x.env["request"]["vault"], "t");
+    assert_eq!(x.env["request"]["workspace"], "main");
+    assert_eq!(x.env["request"]["cwd"], "/");
+    let x = exec(&env, &["--shell", "cat a.txt"]);
+    assert_eq!(x.env["result"]["stdout"], "hi\n");
+    assert_eq!(x.env["request"]["command"]["kind"], "shell");
+    assert_eq!(checkpoint_names(&env, "t"), before, "read-only runs took checkpoints");
+    assert!(!x.run.stdout.contains("\nhi\n"), "output is in the envelope only");
+}
+
+#[test]
+fn mutating_takes_a_listed_checkpoint() {
+    if !can_mount("mutating_takes_a_listed_checkpoint") {
+        return;
+    }
+    let env = setup();
+    let x = exec(&env, &["--", "touch", "new.txt"]);
+    let e = &x.env;
+    assert_eq!(x.code, 0, "{e}");
+    assert_eq!(e["decision"]["action"], "allow_with_checkpoint");
+    assert_eq!(categories(e), ["mutating"]);
+    assert_eq!(e["decision"]["matched_rule"], "build-or-edit");
+    let cp = e["checkpoint"].as_str().expect("a checkpoint name").to_string();
+    assert!(checkpoint_names(&env, "t").contains(&cp), "{cp} not listed");
+    assert_eq!(change_set(e), set(&[("added", "/new.txt")]));
+    // The checkpoint is the state before the run.
+    let r = env.run(&["--vault", "t", "diff", &cp, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        common::changes(&r.json()),
+        [("added".to_string(), "/new.txt".to_string())]
+    );
+    // --no-checkpoint overrides the policy; the change report does not need one.
+    let x = exec(&env, &["--no-checkpoint", "--", "touch", "other.txt"]);
+    assert!(x.env["checkpoint"].is_null());
+    assert_eq!(change_set(&x.env), set(&[("added", "/other.txt")]));
+    // --checkpoint forces one for a read-only command.
+    let x = exec(&env, &["--checkpoint", "--", "ls"]);
+    assert!(x.env["checkpoint"].is_string());
+    assert_eq!(x.env["decision"]["action"], "allow");
+}
+
+#[test]
+fn destructive_takes_a_checkpoint_and_reports_deletions() {
+    if !can_mount("destructive_takes_a_checkpoint_and_reports_deletions") {
+        return;
+    }
+    let env = setup();
+    env.ok(&["--vault", "t", "write", "-p", "dir/x/y.txt", "y\n"]);
+    env.ok(&["--vault", "t", "write", "dir/z.txt", "z\n"]);
+    let x = exec(&env, &["--shell", "rm -rf dir"]);
+    let e = &x.env;
+    assert_eq!(x.code, 0, "{e}");
+    assert_eq!(e["decision"]["action"], "allow_with_checkpoint");
+    assert_eq!(categories(e), ["destructive"]);
+    assert_eq!(e["decision"]["matched_rule"], "rm-recursive-or-force");
+    let cp = e["checkpoint"].as_str().unwrap();
+    assert!(checkpoint_names(&env, "t").contains(&cp.to_string()));
+    assert_eq!(
+        change_set(e),
+        set(&[
+            ("deleted", "/dir"),
+            ("deleted", "/dir/x"),
+            ("deleted", "/dir/x/y.txt"),
+            ("deleted", "/dir/z.txt"),
+        ])
+    );
+    assert_eq!(e["change_summary"]["deleted"], 4);
+    let y = change(e, "/dir/x/y.txt");
+    assert_eq!(y["size_before"], 2);
+    assert!(y["size_after"].is_null());
+    assert!(!exists(&env, "t", "dir"));
+    // What was deleted is in the checkpoint.
+    env.ok(&["--vault", "t", "checkpoint", "restore", cp]);
+    assert_eq!(env.cat(Some("t"), "dir/x/y.txt"), "y\n");
+}
+
+#[test]
+fn networked_requires_approval_and_runs_nothing() {
+    let env = setup();
+    let before = checkpoint_names(&env, "t");
+    let mut ids = BTreeSet::new();
+    for (i, cmd) in [
+        vec!["curl", "x"],
+        vec!["git", "push"],
+        vec!["npm", "install", "x"],
+        vec!["pip", "install", "x"],
+        vec!["cargo", "add", "x"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // As argv...
+        let mut args = vec!["--"];
+        args.extend(cmd.iter());
+        let x = exec(&env, &args);
+        let e = &x.env;
+        assert_eq!(x.code, 75, "{cmd:?}: {e}");
+        assert_eq!(e["decision"]["action"], "require_approval", "{cmd:?}");
+        assert_eq!(categories(e), ["networked"], "{cmd:?}");
+        assert_nothing_ran(e);
+        let ap = &e["approval"];
+        assert_eq!(ap["state"], "pending");
+        assert!(ap["expires_at_ns"].as_i64().unwrap() > 0);
+        assert!(ids.insert(ap["id"].as_str().unwrap().to_string()), "ids are unique");
+        // ...and after a command that would leave a trace if the line ran at all.
+        let line = format!("touch ran{i}.txt; {}", cmd.join(" "));
+        let x = exec(&env, &["--shell", &line]);
+        assert_eq!(x.code, 75, "{line}: {}", x.env);
+        assert!(categories(&x.env).contains(&"networked".to_string()));
+        assert_nothing_ran(&x.env);
+        assert!(!exists(&env, "t", &format!("ran{i}.txt")), "{line} ran");
+    }
+    assert_eq!(checkpoint_names(&env, "t"), before);
+    let listed = env.json(&["--vault", "t", "approvals"]);
+    assert_eq!(listed["approvals"].as_array().unwrap().len(), 10);
+}
+
+#[test]
+fn host_escape_is_denied_and_runs_nothing() {
+    let env = setup();
+    for line in ["cat /etc/passwd", "ls ~/.ssh", "cd / && ls", "ls ../../.."] {
+        for l in [line.to_string(), format!("touch ran.txt; {line}")] {
+            let x = exec(&env, &["--shell", &l]);
+            let e = &x.env;
+            assert_eq!(x.code, 126, "{l}: {e}");
+            assert_eq!(e["decision"]["action"], "deny", "{l}");
+            assert!(
+                categories(e).contains(&"host_escape_risk".to_string()),
+                "{l}: {e}"
+            );
+            assert!(e["approval"].is_null(), "a denied command gets no approval");
+            assert_nothing_ran(e);
+            assert!(!exists(&env, "t", "ran.txt"), "{l} ran");
+        }
+    }
+    // argv form too, and from a subdirectory `..` stays inside but `../..` does not.
+    assert_eq!(exec(&env, &["--", "cat", "/etc/passwd"]).code, 126);
+    assert_eq!(exec(&env, &["--cwd", "sub", "--", "ls", "../.."]).code, 126);
+    let denies = audit_entries(&env, "t")
+        .into_iter()
+        .filter(|a| a["action"] == "exec.deny")
+        .collect::<Vec<_>>();
+    assert_eq!(denies.len(), 10);
+    for d in &denies {
+        assert_envelope(&d["detail"]);
+    }
+    assert!(env.json(&["--vault", "t", "approvals"])["approvals"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+// ---------------------------------------------------------------- shell parsing
+
+#[test]
+fn shell_lines_are_parsed_and_the_strictest_finding_wins() {
+    let env = setup();
+    // (line, action, categories that must be among the decision's)
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("cd .. && curl x", "deny", &["networked", "host_escape_risk"]),
+        ("echo $(curl x)", "require_approval", &["read_only", "networked"]),
+        ("echo `curl x`", "require_approval", &["read_only", "networked"]),
+        ("echo \"$(cat /etc/passwd)\"", "deny", &["host_escape_risk"]),
+        ("ls | curl -d @- x", "require_approval", &["read_only", "networked"]),
+        ("cat a.txt | sh -c 'wget y'", "require_approval", &["networked"]),
+        ("(cd sub && ls) || wget y", "require_approval", &["networked"]),
+        ("git -C /etc status", "deny", &["host_escape_risk"]),
+        ("sudo ls", "deny", &["host_escape_risk"]),
+        ("env X=1 curl y", "require_approval", &["networked"]),
+        ("echo x > /tmp/out", "deny", &["host_escape_risk"]),
+        ("xargs curl < urls.txt", "require_approval", &["networked"]),
+        ("find . -exec curl {} ;", "require_approval", &["networked"]),
+        ("echo 'unterminated", "require_approval", &["unknown"]),
+        ("cat <<EOF", "require_approval", &["unknown"]),
+        ("frobnicate --all", "require_approval", &["unknown"]),
+    ];
+    for (line, action, cats) in cases {
+        let x = exec(&env, &["--shell", line]);
+        let e = &x.env;
+        assert_eq!(e["decision"]["action"], *action, "{line}: {e}");
+        for c in *cats {
+            assert!(categories(e).contains(&c.to_string()), "{line}: no {c}: {e}");
+        }
+        assert_eq!(
+            x.code,
+            if *action == "deny" { 126 } else { 75 },
+            "{line}"
+        );
+        assert_nothing_ran(e);
+        assert_eq!(e["approval"].is_null(), *action == "deny", "{line}");
+        // `policy check` says the same.
+        let d = env.json(&["--vault", "t", "policy", "check", "--shell", line]);
+        assert_eq!(d["action"], e["decision"]["action"], "{line}");
+        assert_eq!(d["matched_rule"], e["decision"]["matched_rule"], "{line}");
+    }
+    // Unparseable lines fail closed with the rule that says so.
+    let x = exec(&env, &["--shell", "echo 'unterminated"]);
+    assert_eq!(x.env["decision"]["matched_rule"], "unparseable");
+    assert_eq!(categories(&x.env), ["unknown"]);
+    assert!(x.env["approval"]["id"].is_string());
+    // Policy-only cases, decided without running anything.
+    for (line, action, cat) in [
+        ("bash -c \"rm -rf .\"", "allow_with_checkpoint", "destructive"),
+        ("find . -name '*.o' -delete", "allow_with_checkpoint", "destructive"),
+        ("git -C sub status", "allow", "read_only"),
+        ("git -C sub push", "require_approval", "networked"),
+        ("ls > /dev/null 2>&1", "allow", "read_only"),
+        ("cat a.txt | grep h | wc -l", "allow", "read_only"),
+    ] {
+        let d = env.json(&["--vault", "t", "policy", "check", "--shell", line]);
+        assert_eq!(d["action"], action, "{line}: {d}");
+        assert!(strs(&d["categories"]).contains(&cat.to_string()), "{line}: {d}");
+    }
+    let d = env.json(&["--vault", "t", "policy", "check", "--shell", "git -C sub status"]);
+    assert_eq!(strs(&d["categories"]), ["read_only"], "git -C is not mutating: {d}");
+}
+
+#[test]
+fn shell_lines_that_run() {
+    if !can_mount("shell_lines_that_run") {
+        return;
+    }
+    let env = setup();
+    env.ok(&["--vault", "t", "write", "-p", "gone/one.o", "1"]);
+    env.ok(&["--vault", "t", "write", "gone/two.o", "2"]);
+    env.ok(&["--vault", "t", "write", "-p", "victim/v.txt", "v"]);
+
+    // A redirection makes echo mutating.
+    let x = exec(&env, &["--shell", "echo x > f"]);
+    assert_eq!(x.code, 0, "{}", x.env);
+    assert_eq!(x.env["decision"]["action"], "allow_with_checkpoint");
+    assert_eq!(x.env["decision"]["matched_rule"], "redirect-write");
+    assert!(categories(&x.env).contains(&"mutating".to_string()));
+    assert!(x.env["checkpoint"].is_string());
+    assert_eq!(change_set(&x.env), set(&[("added", "/f")]));
+    assert_eq!(env.cat(Some("t"), "f"), "x\n");
+
+    // sh -c is parsed recursively: destructive, checkpointed.
+    let x = exec(&env, &["--cwd", "victim", "--shell", "bash -c \"rm -rf .\""]);
+    assert_eq!(x.env["decision"]["action"], "allow_with_checkpoint");
+    assert!(categories(&x.env).contains(&"destructive".to_string()));
+    assert!(x.env["checkpoint"].is_string());
+    let x = exec(&env, &["--", "bash", "-c", "rm -rf victim"]);
+    assert!(categories(&x.env).contains(&"destructive".to_string()));
+    assert_eq!(
+        change_set(&x.env),
+        set(&[("deleted", "/victim"), ("deleted", "/victim/v.txt")])
+    );
+
+    // find -delete is destructive.
+    let x = exec(&env, &["--cwd", "gone", "--shell", "find . -name '*.o' -delete"]);
+    assert_eq!(x.code, 0, "{}", x.env);
+    assert_eq!(x.env["decision"]["matched_rule"], "find-delete");
+    assert!(x.env["checkpoint"].is_string());
+    assert_eq!(
+        change_set(&x.env),
+        set(&[("deleted", "/gone/one.o"), ("deleted", "/gone/two.o")])
+    );
+
+    // Pipelines and command substitution run when every part is allowed.
+    let x = exec(&env, &["--shell", "cat a.txt sub/b.txt | wc -l"]);
+    assert_eq!(x.env["decision"]["action"], "allow");
+    assert_eq!(x.env["result"]["stdout"].as_str().unwrap().trim(), "2");
+    let x = exec(&env, &["--shell", "echo \"$(cat a.txt)-`cat sub/b.txt`\""]);
+    assert_eq!(x.env["decision"]["action"], "allow");
+    assert_eq!(x.env["result"]["stdout"], "hi-bee\n");
+}
+
+// ---------------------------------------------------------------- approvals
+
+const FAKE_NETWORK_POLICY: &str = r#"
+[[rule]]
+name = "fake-network"
+program = "echo"
+args = ["net-*"]
+category = "networked"
+reason = "pretend this talks to the network"
+examples = ["echo net-ping"]
+counter_examples = ["echo hello"]
+"#;
+
+#[test]
+fn approval_flow_runs_exactly_the_approved_command_once() {
+    if !can_mount("approval_flow_runs_exactly_the_approved_command_once") {
+        return;
+    }
+    let env = setup();
+    std::fs::write(env.home().join("policy.toml"), FAKE_NETWORK_POLICY).unwrap();
+    let line = "echo net-ping >> ran.log";
+    let t0 = now_ns();
+    let x = exec(&env, &["--cwd", "sub", "--env", "K=V", "--shell", line]);
+    assert_eq!(x.code, 75, "{}", x.env);
+    assert_eq!(x.env["decision"]["matched_rule"], "fake-network");
+    assert_nothing_ran(&x.env);
+    let id = x.env["approval"]["id"].as_str().unwrap().to_string();
+    assert!(!exists(&env, "t", "sub/ran.log"));
+
+    // Listed with the exact request.
+    let list = env.json(&["--vault", "t", "approvals"]);
+    let aps = list["approvals"].as_array().unwrap();
+    assert_eq!(aps.len(), 1, "{list}");
+    let ap = &aps[0];
+    assert_eq!(ap["id"], id.as_str());
+    assert_eq!(ap["state"], "pending");
+    assert_eq!(ap["request"]["command"], json!({"kind": "shell", "argv": null, "shell": line}));
+    assert_eq!(ap["request"]["cwd"], "/sub");
+    assert_eq!(ap["request"]["vault"], "t");
+    assert_eq!(ap["request"]["workspace"], "main");
+    assert_eq!(ap["request"]["options"]["env"], json!(["K=V"]));
+    assert_eq!(ap["workspace"], "t");
+    let cats = strs(&ap["decision"]["categories"]);
+    assert!(cats.contains(&"networked".to_string()) && cats.contains(&"mutating".to_string()));
+    let exp = ap["expires_at_ns"].as_i64().unwrap();
+    let day = 24 * 3600 * 1_000_000_000i64;
+    assert!(exp >= t0 + day - 60_000_000_000 && exp <= now_ns() + day, "expiry {exp}");
+    assert_eq!(ap["expires_at_ns"], x.env["approval"]["expires_at_ns"]);
+    let human = env.ok(&["--vault", "t", "approvals"]).stdout;
+    assert!(human.contains(&id) && human.contains(line), "{human}");
+
+    // Not yet approved: refused.
+    let err = exec_error(&env, &["--approve", &id]);
+    assert_eq!(err["kind"], "refused", "{err}");
+    // Approve; a different command line with the id is refused.
+    let d = env.json(&["--vault", "t", "approve", &id]);
+    assert_eq!(d["approval"]["state"], "approved");
+    let err = exec_error(&env, &["--approve", &id, "--shell", "echo net-other >> ran.log"]);
+    assert_eq!(err["kind"], "refused");
+    assert!(err["message"].as_str().unwrap().contains(line), "{err}");
+
+    // Runs exactly that command (with its cwd and env), once.
+    let x = exec(&env, &["--approve", &id]);
+    let e = &x.env;
+    assert_eq!(x.code, 0, "{e}");
+    assert_eq!(e["approval"]["id"], id.as_str());
+    assert_eq!(e["approval"]["state"], "used");
+    assert_eq!(e["request"]["command"]["shell"], line);
+    assert_eq!(e["request"]["cwd"], "/sub");
+    assert_eq!(e["request"]["options"]["approve"], id.as_str());
+    assert_eq!(e["decision"]["action"], "allow_with_checkpoint");
+    assert!(e["checkpoint"].is_string(), "an approved run is checkpointed");
+    assert_eq!(change_set(e), set(&[("added", "/sub/ran.log")]));
+    assert_eq!(env.cat(Some("t"), "sub/ran.log"), "net-ping\n");
+    // The same command line given explicitly is fine too, but the approval is used up.
+    let err = exec_error(&env, &["--approve", &id]);
+    assert_eq!(err["kind"], "refused");
+    let err = exec_error(&env, &["--approve", &id, "--shell", line]);
+    assert_eq!(err["kind"], "refused");
+    assert_eq!(env.cat(Some("t"), "sub/ran.log"), "net-ping\n", "ran twice");
+    let err = env.json_err(&["--vault", "t", "approve", &id], 1);
+    assert_eq!(err["kind"], "refused");
+
+    // Deny: the command can never run.
+    let x = exec(&env, &["--shell", "echo net-second >> ran2.log"]);
+    let id2 = x.env["approval"]["id"].as_str().unwrap().to_string();
+    let d = env.json(&["--vault", "t", "deny", &id2]);
+    assert_eq!(d["approval"]["state"], "denied");
+    let err = exec_error(&env, &["--approve", &id2]);
+    assert_eq!(err["kind"], "refused");
+    assert!(err["message"].as_str().unwrap().contains("denied"), "{err}");
+    let err = env.json_err(&["--vault", "t", "approve", &id2], 1);
+    assert_eq!(err["kind"], "refused");
+    assert!(!exists(&env, "t", "ran2.log"));
+    // Neither is pending any more; --all shows both.
+    let list = env.json(&["--vault", "t", "approvals"]);
+    assert!(list["approvals"].as_array().unwrap().is_empty(), "{list}");
+    let all = env.json(&["--vault", "t", "approvals", "--all"]);
+    let states: Vec<_> = all["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["id"].as_str().unwrap().to_string(), a["state"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(
+        states,
+        [(id.clone(), "used".to_string()), (id2.clone(), "denied".to_string())]
+    );
+    let err = exec_error(&env, &["--approve", "ap-0000000000"]);
+    assert_eq!(err["kind"], "not_found", "{err}");
+
+    // Every step is audited, in order.
+    let audit = audit_entries(&env, "t");
+    let steps: Vec<(String, String)> = audit
+        .iter()
+        .filter_map(|a| {
+            let act = a["action"].as_str().unwrap();
+            let d = &a["detail"];
+            let ap = match act {
+                "approval.request" | "approval.use" => d["approval"].as_str(),
+                "approval.approve" | "approval.deny" => d["id"].as_str(),
+                "exec.run" => d["approval"]["id"].as_str(),
+                _ => None,
+            }?;
+            Some((act.to_string(), ap.to_string()))
+        })
+        .collect();
+    let s = |a: &str, i: &str| (a.to_string(), i.to_string());
+    assert_eq!(
+        steps,
+        [
+            s("approval.request", &id),
+            s("approval.approve", &id),
+            s("approval.use", &id),
+            s("exec.run", &id),
+            s("approval.request", &id2),
+            s("approval.deny", &id2),
+        ]
+    );
+    let req = audit.iter().find(|a| a["action"] == "approval.request").unwrap();
+    assert_eq!(req["detail"]["request"]["command"]["shell"], line);
+    let run = audit.iter().find(|a| a["action"] == "exec.run").unwrap();
+    assert_envelope(&run["detail"]);
+    assert_eq!(run["detail"]["id"], e["id"]);
+}
+
+#[test]
+fn approved_fork_and_ephemeral_requests_run_where_they_were_asked() {
+    if !can_mount("approved_fork_and_ephemeral_requests_run_where_they_were_asked") {
+        return;
+    }
+    let env = setup();
+    std::fs::write(env.home().join("policy.toml"), FAKE_NETWORK_POLICY).unwrap();
+    let vaults = vault_names(&env);
+    // Asking creates nothing: no fork for a command that did not run.
+    let x = exec(&env, &["--fork", "task", "--shell", "echo net-a > a.log"]);
+    assert_eq!(x.code, 75);
+    assert_eq!(x.env["request"]["vault"], "task");
+    let fork_id = x.env["approval"]["id"].as_str().unwrap().to_string();
+    let x = exec(&env, &["--ephemeral", "--shell", "echo net-b > b.log"]);
+    assert_eq!(x.code, 75);
+    let eph_id = x.env["approval"]["id"].as_str().unwrap().to_string();
+    assert_eq!(vault_names(&env), vaults, "a request that did not run created a fork");
+    for id in [&fork_id, &eph_id] {
+        env.ok(&["--vault", "t", "approve", id]);
+    }
+    let x = exec(&env, &["--approve", &fork_id]);
+    assert_eq!(x.code, 0, "{}", x.env);
+    assert_eq!(x.env["request"]["vault"], "task");
+    assert_eq!(env.cat(Some("task"), "a.log"), "net-a\n");
+    assert!(!exists(&env, "t", "a.log"));
+    let x = exec(&env, &["--approve", &eph_id]);
+    assert_eq!(x.code, 0, "{}", x.env);
+    assert!(x.env["request"]["vault"].as_str().unwrap().starts_with("eph-"));
+    assert_eq!(change_set(&x.env), set(&[("added", "/b.log")]));
+    assert!(!exists(&env, "t", "b.log"));
+    let mut want = vaults.clone();
+    want.push("task".into());
+    want.sort();
+    let mut got = vault_names(&env);
+    got.sort();
+    assert_eq!(got, want, "the ephemeral fork was not discarded");
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+// ---------------------------------------------------------------- timeouts, rollback
+
+#[test]
+fn timeout_ends_a_process_that_ignores_sigterm() {
+    if !can_mount("timeout_ends_a_process_that_ignores_sigterm") {
+        return;
+    }
+    let env = setup();
+    let start = Instant::now();
+    let x = exec(
+        &env,
+        &[
+            "--timeout",
+            "1",
+            "--shell",
+            "echo before > early.txt; trap \"\" TERM; sleep 30",
+        ],
+    );
+    let took = start.elapsed();
+    let e = &x.env;
+    assert_eq!(x.code, 124, "{e}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    let r = &e["result"];
+    assert_eq!(r["timed_out"], true);
+    assert!(r["exit_code"].is_null(), "{r}");
+    assert_eq!(r["signal"], 9, "SIGTERM was ignored, so SIGKILL: {r}");
+    let ms = r["duration_ms"].as_u64().unwrap();
+    assert!((1000..8000).contains(&ms), "duration {ms} ms");
+    // What happened before the timeout is reported and kept.
+    assert_eq!(change_set(e), set(&[("added", "/early.txt")]));
+    assert_eq!(env.cat(Some("t"), "early.txt"), "before\n");
+
+    // A process that obeys SIGTERM ends without the grace period.
+    let start = Instant::now();
+    let x = exec(&env, &["--timeout", "0.5", "--", "sleep", "30"]);
+    assert_eq!(x.code, 124);
+    assert_eq!(x.env["result"]["signal"], 15, "{}", x.env);
+    assert!(start.elapsed() < Duration::from_millis(1900), "{:?}", start.elapsed());
+
+    // A background job left in the group is ended when the command exits.
+    let start = Instant::now();
+    let x = exec(&env, &["--shell", "sleep 30 & echo started"]);
+    assert_eq!(x.code, 0);
+    assert_eq!(x.env["result"]["lingering_processes_killed"], true);
+    assert_eq!(x.env["result"]["stdout"], "started\n");
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+}
+
+#[test]
+fn rollback_on_failure_restores_the_checkpoint() {
+    if !can_mount("rollback_on_failure_restores_the_checkpoint") {
+        return;
+    }
+    let env = setup();
+    let x = exec(
+        &env,
+        &[
+            "--rollback-on-failure",
+            "--shell",
+            "echo x > made.txt; echo more >> a.txt; exit 1",
+        ],
+    );
+    let e = &x.env;
+    assert_eq!(x.code, 1, "{e}");
+    assert_eq!(e["rollback"]["requested"], true);
+    assert_eq!(e["rollback"]["performed"], true);
+    let cp = e["checkpoint"].as_str().unwrap();
+    assert_eq!(e["rollback"]["checkpoint"], cp);
+    assert_eq!(
+        change_set(e),
+        set(&[("added", "/made.txt"), ("modified", "/a.txt")])
+    );
+    assert!(change(e, "/a.txt")["patch"].as_str().unwrap().contains("+more"));
+    let r = env.run(&["--vault", "t", "cat", "made.txt"]);
+    assert_ne!(r.code, 0, "made.txt survived the rollback");
+    assert_eq!(env.cat(Some("t"), "a.txt"), "hi\n");
+
+    // Even a read-only command gets a checkpoint to roll back to.
+    let x = exec(&env, &["--rollback-on-failure", "--", "ls", "no-such-file"]);
+    assert_ne!(x.code, 0);
+    assert!(x.env["checkpoint"].is_string());
+    assert_eq!(x.env["rollback"]["performed"], true);
+
+    // A timeout is a failure too.
+    let x = exec(
+        &env,
+        &["--rollback-on-failure", "--timeout", "0.5", "--shell", "echo t > slow.txt; sleep 30"],
+    );
+    assert_eq!(x.code, 124);
+    assert_eq!(x.env["rollback"]["performed"], true);
+    assert_eq!(change_set(&x.env), set(&[("added", "/slow.txt")]));
+    assert!(!exists(&env, "t", "slow.txt"));
+
+    // Success: nothing is rolled back.
+    let x = exec(&env, &["--rollback-on-failure", "--shell", "echo y > kept.txt"]);
+    assert_eq!(x.code, 0);
+    assert_eq!(x.env["rollback"]["requested"], true);
+    assert_eq!(x.env["rollback"]["performed"], false);
+    assert!(x.env["rollback"]["checkpoint"].is_null());
+    assert_eq!(env.cat(Some("t"), "kept.txt"), "y\n");
+
+    // Without the flag a failure keeps its changes.
+    let x = exec(&env, &["--shell", "echo z > failed.txt; exit 3"]);
+    assert_eq!(x.code, 3);
+    assert_eq!(x.env["rollback"]["requested"], false);
+    assert_eq!(x.env["rollback"]["performed"], false);
+    assert_eq!(env.cat(Some("t"), "failed.txt"), "z\n");
+}
+
+// ---------------------------------------------------------------- forks
+
+#[test]
+fn ephemeral_forks_leave_nothing_behind() {
+    if !can_mount("ephemeral_forks_leave_nothing_behind") {
+        return;
+    }
+    let env = setup();
+    env.ok(&["--vault", "t", "checkpoint", "save", "base"]);
+    // Unsaved changes in the source: forking must not checkpoint them.
+    env.ok(&["--vault", "t", "write", "unsaved.txt", "u\n"]);
+    let vaults = env.json(&["vault", "list"]);
+    let cps = checkpoint_names(&env, "t");
+    let tree = env.ok(&["--vault", "t", "tree"]).stdout;
+    let x = exec(
+        &env,
+        &["--ephemeral", "--shell", "echo e > eph.txt && rm a.txt && cat unsaved.txt"],
+    );
+    let e = &x.env;
+    assert_eq!(x.code, 0, "{e}");
+    let name = e["request"]["vault"].as_str().unwrap().to_string();
+    assert!(name.starts_with("eph-"), "{name}");
+    assert_eq!(e["request"]["workspace"], name.as_str());
+    assert_eq!(e["request"]["options"]["ephemeral"], true);
+    assert_eq!(e["result"]["stdout"], "u\n", "the fork starts from the live state");
+    assert_eq!(change_set(e), set(&[("added", "/eph.txt"), ("deleted", "/a.txt")]));
+    assert_eq!(env.json(&["vault", "list"]), vaults, "vault list changed");
+    assert_eq!(checkpoint_names(&env, "t"), cps, "source checkpoints changed");
+    assert_eq!(env.ok(&["--vault", "t", "tree"]).stdout, tree, "source changed");
+    assert_ne!(env.run(&["--vault", &name, "ls"]).code, 0, "{name} still usable");
+    // Denied or failing to start: nothing either.
+    assert_eq!(exec(&env, &["--ephemeral", "--", "cat", "/etc/passwd"]).code, 126);
+    let err = exec_error(&env, &["--ephemeral", "--cwd", "nope", "--", "ls"]);
+    assert_eq!(err["kind"], "not_a_directory", "{err}");
+    assert_eq!(env.json(&["vault", "list"]), vaults);
+    assert_eq!(checkpoint_names(&env, "t"), cps);
+
+    // --keep keeps it, with what the command did.
+    let x = exec(&env, &["--ephemeral", "--keep", "--shell", "echo k > kept.txt"]);
+    assert_eq!(x.code, 0);
+    let kept = x.env["request"]["vault"].as_str().unwrap().to_string();
+    assert!(vault_names(&env).contains(&kept));
+    assert_eq!(env.cat(Some(&kept), "kept.txt"), "k\n");
+    assert_eq!(env.cat(Some(&kept), "unsaved.txt"), "u\n");
+    assert!(!exists(&env, "t", "kept.txt"));
+    assert_eq!(env.ok(&["--vault", "t", "tree"]).stdout, tree);
+}
+
+#[test]
+fn fork_is_created_then_reused() {
+    if !can_mount("fork_is_created_then_reused") {
+        return;
+    }
+    let env = setup();
+    let x = exec(&env, &["--fork", "task", "--shell", "echo 1 > one.txt"]);
+    assert_eq!(x.code, 0, "{}", x.env);
+    assert_eq!(x.env["request"]["vault"], "task");
+    assert_eq!(x.env["request"]["workspace"], "task");
+    assert_eq!(x.env["request"]["options"]["fork"], "task");
+    assert!(vault_names(&env).contains(&"task".to_string()));
+    let x = exec(&env, &["--fork", "task", "--shell", "echo 2 > two.txt && cat one.txt"]);
+    assert_eq!(x.code, 0, "{}", x.env);
+    assert_eq!(x.env["result"]["stdout"], "1\n", "the fork was not reused");
+    assert_eq!(change_set(&x.env), set(&[("added", "/two.txt")]));
+    let x = exec(&env, &["--fork", "task", "--shell", "rm a.txt"]);
+    assert_eq!(x.code, 0);
+    assert_eq!(env.cat(Some("task"), "two.txt"), "2\n");
+    // The source sees none of it.
+    for p in ["one.txt", "two.txt"] {
+        assert!(!exists(&env, "t", p), "{p} leaked into the source");
+    }
+    assert_eq!(env.cat(Some("t"), "a.txt"), "hi\n");
+    // A denied command creates no fork; a name taken by another vault is refused.
+    assert_eq!(exec(&env, &["--fork", "never", "--", "sudo", "ls"]).code, 126);
+    assert!(!vault_names(&env).contains(&"never".to_string()));
+    env.ok(&["vault", "create", "other"]);
+    let err = exec_error(&env, &["--fork", "other", "--", "ls"]);
+    assert_eq!(err["kind"], "refused", "{err}");
+}
+
+// ---------------------------------------------------------------- the change report
+
+#[test]
+fn change_report_has_exactly_the_expected_kinds() {
+    if !can_mount("change_report_has_exactly_the_expected_kinds") {
+        return;
+    }
+    let env = setup();
+    let w = |p: &str, c: &str| {
+        env.ok(&["--vault", "t", "write", p, c]);
+    };
+    w("edit.txt", "line1\nline2\nline3\n");
+    w("del.txt", "delete me\n");
+    w("ren.txt", "rename me\n");
+    w("mode.sh", "#!/bin/sh\n");
+    w("repl", "a file, then a directory\n");
+    env.ok(&["--vault", "t", "chmod", "644", "mode.sh"]);
+    let line = "echo new > created.txt && printf 'line1\\nCHANGED\\nline3\\n' > edit.txt \
+                && rm del.txt && mv ren.txt renamed.txt && chmod 755 mode.sh \
+                && rm repl && mkdir repl && echo inner > repl/inside.txt";
+    let x = exec(&env, &["--shell", line]);
+    let e = &x.env;
+    assert_eq!(x.code, 0, "{e}");
+    assert_eq!(
+        change_set(e),
+        set(&[
+            ("added", "/created.txt"),
+            ("modified", "/edit.txt"),
+            ("deleted", "/del.txt"),
+            ("deleted", "/ren.txt"),
+            ("added", "/renamed.txt"),
+            ("mode_changed", "/mode.sh"),
+            ("type_changed", "/repl"),
+            ("added", "/repl/inside.txt"),
+        ])
+    );
+    assert_eq!(e["changes"].as_array().unwrap().len(), 8, "duplicates: {e}");
+    assert_eq!(
+        e["change_summary"],
+        json!({"added": 3, "modified": 1, "deleted": 2, "type_changed": 1, "mode_changed": 1})
+    );
+    let edit = change(e, "/edit.txt");
+    assert_eq!(edit["size_before"], 18);
+    assert_eq!(edit["size_after"], 20);
+    let patch = edit["patch"].as_str().expect("a unified diff for a small text file");
+    assert!(patch.starts_with("--- a/edit.txt\n+++ b/edit.txt\n"), "{patch}");
+    assert!(patch.contains("\n-line2\n") && patch.contains("\n+CHANGED\n"), "{patch}");
+    assert!(patch.contains(" line1\n"), "context lines: {patch}");
+    let m = change(e, "/mode.sh");
+    assert_eq!((m["mode_before"].as_str(), m["mode_after"].as_str()), (Some("0644"), Some("0755")));
+    assert!(m.get("patch").is_none(), "no patch for a mode change");
+    let r = change(e, "/repl");
+    assert_eq!((r["type_before"].as_str(), r["type_after"].as_str()), (Some("file"), Some("dir")));
+    assert_eq!(r["size_before"], 25);
+    assert!(r["size_after"].is_null());
+    let d = change(e, "/del.txt");
+    assert_eq!(d["size_before"], 10);
+    assert!(d["patch"].as_str().unwrap().contains("-delete me"));
+    // Paths are sorted.
+    let paths: Vec<&str> = e["changes"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted);
+    // The same report as `avfs diff` from the checkpoint.
+    let cp = e["checkpoint"].as_str().unwrap();
+    let diff = env.json(&["--vault", "t", "diff", cp]);
+    assert_eq!(
+        common::changes(&diff).into_iter().collect::<BTreeSet<_>>(),
+        change_set(e)
+    );
+
+    // A large or binary file gets no patch.
+    let x = exec(&env, &["--shell", "head -c 100000 /dev/zero > big.bin"]);
+    assert!(change(&x.env, "/big.bin").get("patch").is_none());
+    assert_eq!(change(&x.env, "/big.bin")["size_after"], 100000);
+}
+
+// ---------------------------------------------------------------- environment, cwd
+
+#[test]
+fn command_environment_and_cwd() {
+    if !can_mount("command_environment_and_cwd") {
+        return;
+    }
+    let env = setup();
+    let x = exec(
+        &env,
+        &[
+            "--checkpoint",
+            "--env",
+            "FOO=bar=baz",
+            "--env",
+            "EMPTY=",
+            "--cwd",
+            "sub",
+            "--shell",
+            "echo \"$AVFS_VAULT|$AVFS_WORKSPACE|$AVFS_CHECKPOINT|$FOO|${EMPTY-unset}|$(pwd)\"; cat b.txt",
+        ],
+    );
+    let e = &x.env;
+    assert_eq!(x.code, 0, "{e}");
+    let mp = e["mountpoint"].as_str().unwrap();
+    let cp = e["checkpoint"].as_str().unwrap();
+    assert_eq!(
+        e["result"]["stdout"],
+        format!("t|main|{cp}|bar=baz||{mp}/sub\nbee\n")
+    );
+    assert_eq!(e["request"]["cwd"], "/sub");
+    assert_eq!(e["request"]["options"]["env"], json!(["FOO=bar=baz", "EMPTY="]));
+    // Without a checkpoint AVFS_CHECKPOINT is empty; in a fork the names are the fork's.
+    let x = exec(&env, &["--fork", "f", "--", "printenv", "AVFS_VAULT", "AVFS_WORKSPACE", "AVFS_CHECKPOINT"]);
+    assert_eq!(x.env["result"]["stdout"], "f\nf\n\n");
+    // --cwd: normalized, inside the workspace only, and a directory.
+    let x = exec(&env, &["--cwd", "/sub/../sub/./", "--", "pwd"]);
+    assert_eq!(x.env["request"]["cwd"], "/sub");
+    assert!(x.env["result"]["stdout"].as_str().unwrap().ends_with("/sub\n"));
+    for bad in ["../..", "..", "sub/../.."] {
+        let err = exec_error(&env, &["--cwd", bad, "--", "ls"]);
+        assert_eq!(err["kind"], "invalid_argument", "--cwd {bad}: {err}");
+    }
+    let err = exec_error(&env, &["--cwd", "a.txt", "--", "ls"]);
+    assert_eq!(err["kind"], "not_a_directory", "{err}");
+    // A symlink must not carry the command out of the workspace.
+    env.ok(&["--vault", "t", "ln", "-s", "/etc", "hostetc"]);
+    let err = exec_error(&env, &["--cwd", "hostetc", "--", "ls"]);
+    assert_eq!(err["kind"], "not_a_directory", "{err}");
+    let err = exec_error(&env, &["--env", "NOEQUALS", "--", "ls"]);
+    assert_eq!(err["kind"], "invalid_argument", "{err}");
+    assert!(checkpoint_names(&env, "t").len() == 1, "a refused run took a checkpoint");
+}
+
+#[test]
+fn output_capture_is_bounded() {
+    if !can_mount("output_capture_is_bounded") {
+        return;
+    }
+    let env = setup();
+    let x = exec(
+        &env,
+        &["--shell", "head -c 5000000 /dev/zero | tr '\\0' x; echo oops >&2"],
+    );
+    let r = &x.env["result"];
+    assert_eq!(x.code, 0);
+    assert_eq!(r["stdout_truncated"], true);
+    assert_eq!(r["stdout_bytes"], 5_000_000);
+    let out = r["stdout"].as_str().unwrap();
+    assert_eq!(out.len(), 1 << 20);
+    assert!(out.bytes().all(|b| b == b'x'));
+    assert_eq!(r["stderr"], "oops\n");
+    assert_eq!(r["stderr_truncated"], false);
+    assert_eq!(r["stderr_bytes"], 5);
+    assert!(x.run.stdout.len() < (1 << 20) + 64 * 1024, "envelope is {} bytes", x.run.stdout.len());
+}
+
+#[test]
+fn exit_status_is_the_commands() {
+    if !can_mount("exit_status_is_the_commands") {
+        return;
+    }
+    let env = setup();
+    for (args, code) in [
+        (vec!["--", "sh", "-c", "exit 7"], 7),
+        (vec!["--shell", "exit 42"], 42),
+        (vec!["--", "false"], 1),
+        (vec!["--", "true"], 0),
+    ] {
+        let x = exec(&env, &args);
+        assert_eq!(x.code, code, "{args:?}: {}", x.env);
+        assert_eq!(x.env["result"]["exit_code"], code);
+        assert!(x.env["result"]["signal"].is_null());
+    }
+    // Killed by a signal: 128 + N.
+    std::fs::write(
+        env.home().join("policy.toml"),
+        "[[rule]]\nname = \"self-kill\"\nprogram = \"kill\"\nargs = [\"-9\", \"$$\"]\ncategory = \"mutating\"\n",
+    )
+    .unwrap();
+    let x = exec(&env, &["--shell", "kill -9 $$"]);
+    assert_eq!(x.code, 137, "{}", x.env);
+    assert!(x.env["result"]["exit_code"].is_null());
+    assert_eq!(x.env["result"]["signal"], 9);
+    // A program that cannot start is reported like a shell would: 127.
+    std::fs::write(
+        env.home().join("policy.toml"),
+        "[[rule]]\nname = \"missing\"\nprogram = \"no-such-tool-*\"\ncategory = \"mutating\"\n",
+    )
+    .unwrap();
+    let x = exec(&env, &["--", "no-such-tool-xyz"]);
+    assert_eq!(x.code, 127, "{}", x.env);
+    assert!(x.env["result"]["stderr"].as_str().unwrap().contains("no-such-tool-xyz"));
+}
+
+// ---------------------------------------------------------------- policy files
+
+#[test]
+fn user_policy_files() {
+    let env = setup();
+    let user = env.home().join("policy.toml");
+    std::fs::create_dir_all(env.home().join("policies")).unwrap();
+    let vault = env.home().join("policies/t.toml");
+    std::fs::write(
+        &user,
+        r#"
+[defaults]
+destructive = "deny"
+
+[[rule]]
+name = "curl-version-is-harmless"
+program = "curl"
+args = ["--version"]
+category = "read_only"
+decision = "allow"
+reason = "prints the version"
+examples = ["curl --version"]
+counter_examples = ["curl x"]
+
+[[rule]]
+name = "touch-needs-approval"
+program = "touch"
+category = "mutating"
+decision = "require_approval"
+examples = ["touch x", "cd sub && touch y"]
+"#,
+    )
+    .unwrap();
+    // A category decision overridden by [defaults].
+    let x = exec(&env, &["--shell", "rm -rf sub"]);
+    assert_eq!(x.code, 126, "{}", x.env);
+    assert_eq!(x.env["decision"]["matched_rule"], "rm-recursive-or-force");
+    assert!(exists(&env, "t", "sub/b.txt"));
+    // A rule's own decision.
+    let x = exec(&env, &["--", "touch", "x"]);
+    assert_eq!(x.code, 75);
+    assert_eq!(x.env["decision"]["matched_rule"], "touch-needs-approval");
+    // policy check names the rule and its source.
+    let d = env.json(&["--vault", "t", "policy", "check", "--", "curl", "--version"]);
+    assert_eq!(d["action"], "allow", "{d}");
+    assert_eq!(d["matched_rule"], "curl-version-is-harmless");
+    assert_eq!(d["reason"], "prints the version");
+    assert_eq!(d["findings"][0]["program"], "curl");
+    let d = env.json(&["--vault", "t", "policy", "check", "--", "curl", "x"]);
+    assert_eq!(d["action"], "require_approval");
+    assert_eq!(d["matched_rule"], "network-tool");
+    let show = env.json(&["--vault", "t", "policy", "show"]);
+    assert_eq!(show["defaults"]["destructive"], "deny");
+    assert!(show["rules"].as_array().unwrap().iter().any(|r| r["name"] == "touch-needs-approval"
+        && r["source"] == user.to_str().unwrap()));
+    // policy test: every example passes.
+    let t = env.json(&["--vault", "t", "policy", "test"]);
+    assert_eq!(t["ok"], true, "{t}");
+    assert_eq!(t["results"].as_array().unwrap().len(), 4);
+
+    // The vault's file takes precedence over the user's, and applies in its forks.
+    std::fs::write(
+        &vault,
+        r#"
+[defaults]
+read_only = "require_approval"
+
+[[rule]]
+name = "touch-is-fine-here"
+program = "touch"
+category = "mutating"
+examples = ["touch z"]
+counter_examples = ["touch"]
+"#,
+    )
+    .unwrap();
+    let d = env.json(&["--vault", "t", "policy", "check", "--", "touch", "x"]);
+    assert_eq!(d["matched_rule"], "touch-is-fine-here");
+    assert_eq!(d["action"], "allow_with_checkpoint");
+    for extra in [vec![], vec!["--fork", "f"], vec!["--ephemeral"]] {
+        let mut args = extra.clone();
+        args.extend(["--", "ls"]);
+        let x = exec(&env, &args);
+        assert_eq!(x.code, 75, "{extra:?}: the vault's policy was not applied: {}", x.env);
+    }
+    assert!(!vault_names(&env).contains(&"f".to_string()));
+    // A failing counter-example: `policy test` exits 1 and says which.
+    let r = env.run(&["--json", "--vault", "t", "policy", "test"]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let t = r.json();
+    assert_eq!(t["ok"], false);
+    let failed: Vec<&Value> = t["results"].as_array().unwrap().iter().filter(|r| r["ok"] == false).collect();
+    assert_eq!(failed.len(), 1, "{t}");
+    assert_eq!(failed[0]["rule"], "touch-is-fine-here");
+    assert_eq!(failed[0]["example"], "touch");
+    assert_eq!(failed[0]["should_match"], false);
+    let r = env.run(&["--vault", "t", "policy", "test"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stdout.contains("FAIL"), "{}", r.stdout);
+
+    // A malformed file is an error for every command that reads the policy.
+    for (file, text) in [
+        (&vault, "[[rule]]\nname = 1\n"),
+        (&vault, "[defaults]\nnetworked = \"maybe\"\n"),
+        (&user, "[[rule]]\nname = \"x\"\nprogram = \"ls\"\ncategory = \"read_only\"\nunknown_key = 1\n"),
+        (&user, "[[rule]]\nname = \"no-effect\"\nprogram = \"ls\"\n"),
+        (&user, "this is not toml ["),
+    ] {
+        std::fs::write(&vault, "").unwrap();
+        std::fs::write(&user, "").unwrap();
+        std::fs::write(file, text).unwrap();
+        for args in [
+            vec!["--vault", "t", "exec", "--", "ls"],
+            vec!["--vault", "t", "policy", "show"],
+            vec!["--vault", "t", "policy", "check", "--", "ls"],
+            vec!["--vault", "t", "policy", "test"],
+        ] {
+            let err = env.json_err(&args, 1);
+            assert!(
+                err["message"].as_str().unwrap().contains(file.file_name().unwrap().to_str().unwrap()),
+                "{text:?} {args:?}: {err}"
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------- live mounts
+
+#[test]
+fn reuses_a_live_mount() {
+    if !can_mount("reuses_a_live_mount") {
+        return;
+    }
+    let Some(m) = fuse::Mount::new("reuses_a_live_mount") else {
+        return;
+    };
+    let env = &m.env;
+    let mp = std::fs::canonicalize(&m.mp).unwrap();
+    // Written through the mount before exec: the command sees it.
+    std::fs::write(m.p("pre.txt"), "pre\n").unwrap();
+    let x = exec(env, &["--shell", "cat pre.txt && echo via-exec > seen.txt"]);
+    let e = &x.env;
+    assert_eq!(x.code, 0, "{e}");
+    assert_eq!(e["mountpoint"], mp.to_str().unwrap(), "the live mount was not reused");
+    assert_eq!(e["result"]["stdout"], "pre\n");
+    assert_eq!(change_set(e), set(&[("added", "/seen.txt")]));
+    assert_eq!(std::fs::read_to_string(m.p("seen.txt")).unwrap(), "via-exec\n");
+    assert!(fuse::is_mountpoint(&m.mp), "exec unmounted a mount it did not make");
+    let mounts = env.json(&["mounts"]);
+    assert_eq!(mounts["mounts"].as_array().unwrap().len(), 1, "{mounts}");
+    // A rollback is visible through the live mount too.
+    let x = exec(
+        env,
+        &["--rollback-on-failure", "--shell", "echo oops > oops.txt; rm pre.txt; exit 3"],
+    );
+    assert_eq!(x.code, 3);
+    assert_eq!(x.env["rollback"]["performed"], true);
+    assert!(!m.p("oops.txt").exists(), "rolled-back file still visible in the mount");
+    assert_eq!(std::fs::read_to_string(m.p("pre.txt")).unwrap(), "pre\n");
+}
