@@ -22,7 +22,8 @@ use serde_json::{Value, json};
 fn validator() -> &'static jsonschema::Validator {
     static V: OnceLock<jsonschema::Validator> = OnceLock::new();
     V.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/execution-envelope.schema.json");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/execution-envelope.schema.json");
         let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
             .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
         jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("invalid schema: {e}"))
@@ -206,7 +207,10 @@ fn audit_entries(env: &Env, vault: &str) -> Vec<Value> {
 /// Asserts a command was turned away without running: nothing in the result, no
 /// checkpoint, no mount, no change.
 fn assert_nothing_ran(e: &Value) {
-    assert!(e["result"].is_null(), "a result for a command that must not run: {e}");
+    assert!(
+        e["result"].is_null(),
+        "a result for a command that must not run: {e}"
+    );
     assert!(e["checkpoint"].is_null(), "{e}");
     assert!(e["mountpoint"].is_null(), "{e}");
     assert_eq!(e["changes"], json!([]), "{e}");
@@ -246,35 +250,59 @@ fn schema_accepts_real_envelopes_and_rejects_damaged_ones() {
         ("missing field", |v| {
             v.as_object_mut().unwrap().remove("rollback");
         }),
-        ("unknown action", |v| v["decision"]["action"] = json!("maybe")),
-        ("unknown category", |v| v["decision"]["categories"] = json!(["network"])),
-        ("unknown finding field", |v| v["decision"]["findings"][0]["x"] = json!(1)),
-        ("unknown change kind", |v| v["changes"][0]["kind"] = json!("renamed")),
+        ("unknown action", |v| {
+            v["decision"]["action"] = json!("maybe")
+        }),
+        ("unknown category", |v| {
+            v["decision"]["categories"] = json!(["network"])
+        }),
+        ("unknown finding field", |v| {
+            v["decision"]["findings"][0]["x"] = json!(1)
+        }),
+        ("unknown change kind", |v| {
+            v["changes"][0]["kind"] = json!("renamed")
+        }),
         ("bad mode", |v| v["changes"][0]["mode_after"] = json!("644")),
-        ("added with a type before", |v| v["changes"][0]["type_before"] = json!("file")),
-        ("negative size", |v| v["changes"][0]["size_after"] = json!(-1)),
+        ("added with a type before", |v| {
+            v["changes"][0]["type_before"] = json!("file")
+        }),
+        ("negative size", |v| {
+            v["changes"][0]["size_after"] = json!(-1)
+        }),
         ("string exit code", |v| v["exit_code"] = json!("0")),
         ("result without stdout", |v| {
             v["result"].as_object_mut().unwrap().remove("stdout");
         }),
         ("result with extra field", |v| v["result"]["pid"] = json!(1)),
-        ("command kind", |v| v["request"]["command"]["kind"] = json!("exec")),
+        ("command kind", |v| {
+            v["request"]["command"]["kind"] = json!("exec")
+        }),
         ("argv kind with a shell line", |v| {
             v["request"]["command"] = json!({"kind": "argv", "argv": null, "shell": "ls"})
         }),
-        ("unknown option", |v| v["request"]["options"]["sudo"] = json!(true)),
+        ("unknown option", |v| {
+            v["request"]["options"]["sudo"] = json!(true)
+        }),
         ("relative cwd", |v| v["request"]["cwd"] = json!("sub")),
         ("rollback extra", |v| v["rollback"]["when"] = json!(0)),
-        ("approval state", |v| {
-            v["approval"] = json!({"id": "ap-0123456789", "state": "maybe", "expires_at_ns": 1})
+        (
+            "approval state",
+            |v| {
+                v["approval"] = json!({"id": "ap-0123456789", "state": "maybe", "expires_at_ns": 1})
+            },
+        ),
+        ("summary field", |v| {
+            v["change_summary"]["renamed"] = json!(0)
         }),
-        ("summary field", |v| v["change_summary"]["renamed"] = json!(0)),
         ("schema version", |v| v["schema_version"] = json!(2)),
     ];
     for (what, damage) in damages {
         let mut v = ran.clone();
         damage(&mut v);
-        assert!(!validator().is_valid(&v), "the schema accepts an envelope with: {what}");
+        assert!(
+            !validator().is_valid(&v),
+            "the schema accepts an envelope with: {what}"
+        );
     }
 }
 
@@ -304,7 +332,12 @@ fn read_only_is_allowed_without_a_checkpoint() {
         assert!(e["mountpoint"].is_string());
     }
     let x = exec(&env, &["--", "ls", "-a"]);
-    assert!(x.env["result"]["stdout"].as_str().unwrap().contains("a.txt"));
+    assert!(
+        x.env["result"]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("a.txt")
+    );
     assert_eq!(x.env["request"]["command"]["kind"], "argv");
     assert_eq!(x.env["request"]["command"]["argv"], json!(["ls", "-a"]));
     assert_eq!(x.env["request"]["vault"], "t");
@@ -313,8 +346,15 @@ fn read_only_is_allowed_without_a_checkpoint() {
     let x = exec(&env, &["--shell", "cat a.txt"]);
     assert_eq!(x.env["result"]["stdout"], "hi\n");
     assert_eq!(x.env["request"]["command"]["kind"], "shell");
-    assert_eq!(checkpoint_names(&env, "t"), before, "read-only runs took checkpoints");
-    assert!(!x.run.stdout.contains("\nhi\n"), "output is in the envelope only");
+    assert_eq!(
+        checkpoint_names(&env, "t"),
+        before,
+        "read-only runs took checkpoints"
+    );
+    assert!(
+        !x.run.stdout.contains("\nhi\n"),
+        "output is in the envelope only"
+    );
 }
 
 #[test]
@@ -329,7 +369,10 @@ fn mutating_takes_a_listed_checkpoint() {
     assert_eq!(e["decision"]["action"], "allow_with_checkpoint");
     assert_eq!(categories(e), ["mutating"]);
     assert_eq!(e["decision"]["matched_rule"], "build-or-edit");
-    let cp = e["checkpoint"].as_str().expect("a checkpoint name").to_string();
+    let cp = e["checkpoint"]
+        .as_str()
+        .expect("a checkpoint name")
+        .to_string();
     assert!(checkpoint_names(&env, "t").contains(&cp), "{cp} not listed");
     assert_eq!(change_set(e), set(&[("added", "/new.txt")]));
     // The checkpoint is the state before the run.
@@ -411,7 +454,10 @@ fn networked_requires_approval_and_runs_nothing() {
         let ap = &e["approval"];
         assert_eq!(ap["state"], "pending");
         assert!(ap["expires_at_ns"].as_i64().unwrap() > 0);
-        assert!(ids.insert(ap["id"].as_str().unwrap().to_string()), "ids are unique");
+        assert!(
+            ids.insert(ap["id"].as_str().unwrap().to_string()),
+            "ids are unique"
+        );
         // ...and after a command that would leave a trace if the line ran at all.
         let line = format!("touch ran{i}.txt; {}", cmd.join(" "));
         let x = exec(&env, &["--shell", &line]);
@@ -454,10 +500,12 @@ fn host_escape_is_denied_and_runs_nothing() {
     for d in &denies {
         assert_envelope(&d["detail"]);
     }
-    assert!(env.json(&["--vault", "t", "approvals"])["approvals"]
-        .as_array()
-        .unwrap()
-        .is_empty());
+    assert!(
+        env.json(&["--vault", "t", "approvals"])["approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
 }
 
 // ---------------------------------------------------------------- shell parsing
@@ -467,13 +515,37 @@ fn shell_lines_are_parsed_and_the_strictest_finding_wins() {
     let env = setup();
     // (line, action, categories that must be among the decision's)
     let cases: &[(&str, &str, &[&str])] = &[
-        ("cd .. && curl x", "deny", &["networked", "host_escape_risk"]),
-        ("echo $(curl x)", "require_approval", &["read_only", "networked"]),
-        ("echo `curl x`", "require_approval", &["read_only", "networked"]),
+        (
+            "cd .. && curl x",
+            "deny",
+            &["networked", "host_escape_risk"],
+        ),
+        (
+            "echo $(curl x)",
+            "require_approval",
+            &["read_only", "networked"],
+        ),
+        (
+            "echo `curl x`",
+            "require_approval",
+            &["read_only", "networked"],
+        ),
         ("echo \"$(cat /etc/passwd)\"", "deny", &["host_escape_risk"]),
-        ("ls | curl -d @- x", "require_approval", &["read_only", "networked"]),
-        ("cat a.txt | sh -c 'wget y'", "require_approval", &["networked"]),
-        ("(cd sub && ls) || wget y", "require_approval", &["networked"]),
+        (
+            "ls | curl -d @- x",
+            "require_approval",
+            &["read_only", "networked"],
+        ),
+        (
+            "cat a.txt | sh -c 'wget y'",
+            "require_approval",
+            &["networked"],
+        ),
+        (
+            "(cd sub && ls) || wget y",
+            "require_approval",
+            &["networked"],
+        ),
         ("git -C /etc status", "deny", &["host_escape_risk"]),
         ("sudo ls", "deny", &["host_escape_risk"]),
         ("env X=1 curl y", "require_approval", &["networked"]),
@@ -489,13 +561,12 @@ fn shell_lines_are_parsed_and_the_strictest_finding_wins() {
         let e = &x.env;
         assert_eq!(e["decision"]["action"], *action, "{line}: {e}");
         for c in *cats {
-            assert!(categories(e).contains(&c.to_string()), "{line}: no {c}: {e}");
+            assert!(
+                categories(e).contains(&c.to_string()),
+                "{line}: no {c}: {e}"
+            );
         }
-        assert_eq!(
-            x.code,
-            if *action == "deny" { 126 } else { 75 },
-            "{line}"
-        );
+        assert_eq!(x.code, if *action == "deny" { 126 } else { 75 }, "{line}");
         assert_nothing_ran(e);
         assert_eq!(e["approval"].is_null(), *action == "deny", "{line}");
         // `policy check` says the same.
@@ -510,8 +581,16 @@ fn shell_lines_are_parsed_and_the_strictest_finding_wins() {
     assert!(x.env["approval"]["id"].is_string());
     // Policy-only cases, decided without running anything.
     for (line, action, cat) in [
-        ("bash -c \"rm -rf .\"", "allow_with_checkpoint", "destructive"),
-        ("find . -name '*.o' -delete", "allow_with_checkpoint", "destructive"),
+        (
+            "bash -c \"rm -rf .\"",
+            "allow_with_checkpoint",
+            "destructive",
+        ),
+        (
+            "find . -name '*.o' -delete",
+            "allow_with_checkpoint",
+            "destructive",
+        ),
         ("git -C sub status", "allow", "read_only"),
         ("git -C sub push", "require_approval", "networked"),
         ("ls > /dev/null 2>&1", "allow", "read_only"),
@@ -519,10 +598,24 @@ fn shell_lines_are_parsed_and_the_strictest_finding_wins() {
     ] {
         let d = env.json(&["--vault", "t", "policy", "check", "--shell", line]);
         assert_eq!(d["action"], action, "{line}: {d}");
-        assert!(strs(&d["categories"]).contains(&cat.to_string()), "{line}: {d}");
+        assert!(
+            strs(&d["categories"]).contains(&cat.to_string()),
+            "{line}: {d}"
+        );
     }
-    let d = env.json(&["--vault", "t", "policy", "check", "--shell", "git -C sub status"]);
-    assert_eq!(strs(&d["categories"]), ["read_only"], "git -C is not mutating: {d}");
+    let d = env.json(&[
+        "--vault",
+        "t",
+        "policy",
+        "check",
+        "--shell",
+        "git -C sub status",
+    ]);
+    assert_eq!(
+        strs(&d["categories"]),
+        ["read_only"],
+        "git -C is not mutating: {d}"
+    );
 }
 
 #[test]
@@ -546,7 +639,10 @@ fn shell_lines_that_run() {
     assert_eq!(env.cat(Some("t"), "f"), "x\n");
 
     // sh -c is parsed recursively: destructive, checkpointed.
-    let x = exec(&env, &["--cwd", "victim", "--shell", "bash -c \"rm -rf .\""]);
+    let x = exec(
+        &env,
+        &["--cwd", "victim", "--shell", "bash -c \"rm -rf .\""],
+    );
     assert_eq!(x.env["decision"]["action"], "allow_with_checkpoint");
     assert!(categories(&x.env).contains(&"destructive".to_string()));
     assert!(x.env["checkpoint"].is_string());
@@ -558,7 +654,10 @@ fn shell_lines_that_run() {
     );
 
     // find -delete is destructive.
-    let x = exec(&env, &["--cwd", "gone", "--shell", "find . -name '*.o' -delete"]);
+    let x = exec(
+        &env,
+        &["--cwd", "gone", "--shell", "find . -name '*.o' -delete"],
+    );
     assert_eq!(x.code, 0, "{}", x.env);
     assert_eq!(x.env["decision"]["matched_rule"], "find-delete");
     assert!(x.env["checkpoint"].is_string());
@@ -612,7 +711,10 @@ fn approval_flow_runs_exactly_the_approved_command_once() {
     let ap = &aps[0];
     assert_eq!(ap["id"], id.as_str());
     assert_eq!(ap["state"], "pending");
-    assert_eq!(ap["request"]["command"], json!({"kind": "shell", "argv": null, "shell": line}));
+    assert_eq!(
+        ap["request"]["command"],
+        json!({"kind": "shell", "argv": null, "shell": line})
+    );
     assert_eq!(ap["request"]["cwd"], "/sub");
     assert_eq!(ap["request"]["vault"], "t");
     assert_eq!(ap["request"]["workspace"], "main");
@@ -622,7 +724,10 @@ fn approval_flow_runs_exactly_the_approved_command_once() {
     assert!(cats.contains(&"networked".to_string()) && cats.contains(&"mutating".to_string()));
     let exp = ap["expires_at_ns"].as_i64().unwrap();
     let day = 24 * 3600 * 1_000_000_000i64;
-    assert!(exp >= t0 + day - 60_000_000_000 && exp <= now_ns() + day, "expiry {exp}");
+    assert!(
+        exp >= t0 + day - 60_000_000_000 && exp <= now_ns() + day,
+        "expiry {exp}"
+    );
     assert_eq!(ap["expires_at_ns"], x.env["approval"]["expires_at_ns"]);
     let human = env.ok(&["--vault", "t", "approvals"]).stdout;
     assert!(human.contains(&id) && human.contains(line), "{human}");
@@ -633,7 +738,10 @@ fn approval_flow_runs_exactly_the_approved_command_once() {
     // Approve; a different command line with the id is refused.
     let d = env.json(&["--vault", "t", "approve", &id]);
     assert_eq!(d["approval"]["state"], "approved");
-    let err = exec_error(&env, &["--approve", &id, "--shell", "echo net-other >> ran.log"]);
+    let err = exec_error(
+        &env,
+        &["--approve", &id, "--shell", "echo net-other >> ran.log"],
+    );
     assert_eq!(err["kind"], "refused");
     assert!(err["message"].as_str().unwrap().contains(line), "{err}");
 
@@ -647,7 +755,10 @@ fn approval_flow_runs_exactly_the_approved_command_once() {
     assert_eq!(e["request"]["cwd"], "/sub");
     assert_eq!(e["request"]["options"]["approve"], id.as_str());
     assert_eq!(e["decision"]["action"], "allow_with_checkpoint");
-    assert!(e["checkpoint"].is_string(), "an approved run is checkpointed");
+    assert!(
+        e["checkpoint"].is_string(),
+        "an approved run is checkpointed"
+    );
     assert_eq!(change_set(e), set(&[("added", "/sub/ran.log")]));
     assert_eq!(env.cat(Some("t"), "sub/ran.log"), "net-ping\n");
     // The same command line given explicitly is fine too, but the approval is used up.
@@ -678,11 +789,19 @@ fn approval_flow_runs_exactly_the_approved_command_once() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| (a["id"].as_str().unwrap().to_string(), a["state"].as_str().unwrap().to_string()))
+        .map(|a| {
+            (
+                a["id"].as_str().unwrap().to_string(),
+                a["state"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     assert_eq!(
         states,
-        [(id.clone(), "used".to_string()), (id2.clone(), "denied".to_string())]
+        [
+            (id.clone(), "used".to_string()),
+            (id2.clone(), "denied".to_string())
+        ]
     );
     let err = exec_error(&env, &["--approve", "ap-0000000000"]);
     assert_eq!(err["kind"], "not_found", "{err}");
@@ -715,7 +834,10 @@ fn approval_flow_runs_exactly_the_approved_command_once() {
             s("approval.deny", &id2),
         ]
     );
-    let req = audit.iter().find(|a| a["action"] == "approval.request").unwrap();
+    let req = audit
+        .iter()
+        .find(|a| a["action"] == "approval.request")
+        .unwrap();
     assert_eq!(req["detail"]["request"]["command"]["shell"], line);
     let run = audit.iter().find(|a| a["action"] == "exec.run").unwrap();
     assert_envelope(&run["detail"]);
@@ -738,7 +860,11 @@ fn approved_fork_and_ephemeral_requests_run_where_they_were_asked() {
     let x = exec(&env, &["--ephemeral", "--shell", "echo net-b > b.log"]);
     assert_eq!(x.code, 75);
     let eph_id = x.env["approval"]["id"].as_str().unwrap().to_string();
-    assert_eq!(vault_names(&env), vaults, "a request that did not run created a fork");
+    assert_eq!(
+        vault_names(&env),
+        vaults,
+        "a request that did not run created a fork"
+    );
     for id in [&fork_id, &eph_id] {
         env.ok(&["--vault", "t", "approve", id]);
     }
@@ -749,7 +875,12 @@ fn approved_fork_and_ephemeral_requests_run_where_they_were_asked() {
     assert!(!exists(&env, "t", "a.log"));
     let x = exec(&env, &["--approve", &eph_id]);
     assert_eq!(x.code, 0, "{}", x.env);
-    assert!(x.env["request"]["vault"].as_str().unwrap().starts_with("eph-"));
+    assert!(
+        x.env["request"]["vault"]
+            .as_str()
+            .unwrap()
+            .starts_with("eph-")
+    );
     assert_eq!(change_set(&x.env), set(&[("added", "/b.log")]));
     assert!(!exists(&env, "t", "b.log"));
     let mut want = vaults.clone();
@@ -758,6 +889,41 @@ fn approved_fork_and_ephemeral_requests_run_where_they_were_asked() {
     let mut got = vault_names(&env);
     got.sort();
     assert_eq!(got, want, "the ephemeral fork was not discarded");
+}
+
+#[test]
+fn expired_approvals_can_neither_be_approved_nor_run() {
+    let env = setup();
+    let ask = |line: &str| {
+        let x = exec(&env, &["--shell", line]);
+        assert_eq!(x.code, 75);
+        x.env["approval"]["id"].as_str().unwrap().to_string()
+    };
+    let pending = ask("curl one");
+    let approved = ask("curl two");
+    env.ok(&["--vault", "t", "approve", &approved]);
+    let db = rusqlite::Connection::open(env.home().join("vaults/t.avfs")).unwrap();
+    db.execute("UPDATE approval SET expires_at_ns = 1", [])
+        .unwrap();
+    drop(db);
+    assert!(
+        env.json(&["--vault", "t", "approvals"])["approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let all = env.json(&["--vault", "t", "approvals", "--all"]);
+    for a in all["approvals"].as_array().unwrap() {
+        assert_eq!(a["state"], "expired", "{a}");
+    }
+    let err = env.json_err(&["--vault", "t", "approve", &pending], 1);
+    assert_eq!(err["kind"], "refused");
+    let err = exec_error(&env, &["--approve", &approved]);
+    assert_eq!(err["kind"], "refused");
+    assert!(
+        err["message"].as_str().unwrap().contains("expired"),
+        "{err}"
+    );
 }
 
 fn now_ns() -> i64 {
@@ -804,7 +970,12 @@ fn timeout_ends_a_process_that_ignores_sigterm() {
     let x = exec(&env, &["--timeout", "0.5", "--", "sleep", "30"]);
     assert_eq!(x.code, 124);
     assert_eq!(x.env["result"]["signal"], 15, "{}", x.env);
-    assert!(start.elapsed() < Duration::from_millis(1900), "{:?}", start.elapsed());
+    // (Waiting out the 2 s grace period would make it at least 2.5 s.)
+    assert!(
+        start.elapsed() < Duration::from_millis(2400),
+        "{:?}",
+        start.elapsed()
+    );
 
     // A background job left in the group is ended when the command exits.
     let start = Instant::now();
@@ -812,7 +983,11 @@ fn timeout_ends_a_process_that_ignores_sigterm() {
     assert_eq!(x.code, 0);
     assert_eq!(x.env["result"]["lingering_processes_killed"], true);
     assert_eq!(x.env["result"]["stdout"], "started\n");
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[test]
@@ -839,7 +1014,12 @@ fn rollback_on_failure_restores_the_checkpoint() {
         change_set(e),
         set(&[("added", "/made.txt"), ("modified", "/a.txt")])
     );
-    assert!(change(e, "/a.txt")["patch"].as_str().unwrap().contains("+more"));
+    assert!(
+        change(e, "/a.txt")["patch"]
+            .as_str()
+            .unwrap()
+            .contains("+more")
+    );
     let r = env.run(&["--vault", "t", "cat", "made.txt"]);
     assert_ne!(r.code, 0, "made.txt survived the rollback");
     assert_eq!(env.cat(Some("t"), "a.txt"), "hi\n");
@@ -853,7 +1033,13 @@ fn rollback_on_failure_restores_the_checkpoint() {
     // A timeout is a failure too.
     let x = exec(
         &env,
-        &["--rollback-on-failure", "--timeout", "0.5", "--shell", "echo t > slow.txt; sleep 30"],
+        &[
+            "--rollback-on-failure",
+            "--timeout",
+            "0.5",
+            "--shell",
+            "echo t > slow.txt; sleep 30",
+        ],
     );
     assert_eq!(x.code, 124);
     assert_eq!(x.env["rollback"]["performed"], true);
@@ -861,7 +1047,10 @@ fn rollback_on_failure_restores_the_checkpoint() {
     assert!(!exists(&env, "t", "slow.txt"));
 
     // Success: nothing is rolled back.
-    let x = exec(&env, &["--rollback-on-failure", "--shell", "echo y > kept.txt"]);
+    let x = exec(
+        &env,
+        &["--rollback-on-failure", "--shell", "echo y > kept.txt"],
+    );
     assert_eq!(x.code, 0);
     assert_eq!(x.env["rollback"]["requested"], true);
     assert_eq!(x.env["rollback"]["performed"], false);
@@ -892,7 +1081,11 @@ fn ephemeral_forks_leave_nothing_behind() {
     let tree = env.ok(&["--vault", "t", "tree"]).stdout;
     let x = exec(
         &env,
-        &["--ephemeral", "--shell", "echo e > eph.txt && rm a.txt && cat unsaved.txt"],
+        &[
+            "--ephemeral",
+            "--shell",
+            "echo e > eph.txt && rm a.txt && cat unsaved.txt",
+        ],
     );
     let e = &x.env;
     assert_eq!(x.code, 0, "{e}");
@@ -900,21 +1093,45 @@ fn ephemeral_forks_leave_nothing_behind() {
     assert!(name.starts_with("eph-"), "{name}");
     assert_eq!(e["request"]["workspace"], name.as_str());
     assert_eq!(e["request"]["options"]["ephemeral"], true);
-    assert_eq!(e["result"]["stdout"], "u\n", "the fork starts from the live state");
-    assert_eq!(change_set(e), set(&[("added", "/eph.txt"), ("deleted", "/a.txt")]));
+    assert_eq!(
+        e["result"]["stdout"], "u\n",
+        "the fork starts from the live state"
+    );
+    assert_eq!(
+        change_set(e),
+        set(&[("added", "/eph.txt"), ("deleted", "/a.txt")])
+    );
     assert_eq!(env.json(&["vault", "list"]), vaults, "vault list changed");
-    assert_eq!(checkpoint_names(&env, "t"), cps, "source checkpoints changed");
-    assert_eq!(env.ok(&["--vault", "t", "tree"]).stdout, tree, "source changed");
-    assert_ne!(env.run(&["--vault", &name, "ls"]).code, 0, "{name} still usable");
+    assert_eq!(
+        checkpoint_names(&env, "t"),
+        cps,
+        "source checkpoints changed"
+    );
+    assert_eq!(
+        env.ok(&["--vault", "t", "tree"]).stdout,
+        tree,
+        "source changed"
+    );
+    assert_ne!(
+        env.run(&["--vault", &name, "ls"]).code,
+        0,
+        "{name} still usable"
+    );
     // Denied or failing to start: nothing either.
-    assert_eq!(exec(&env, &["--ephemeral", "--", "cat", "/etc/passwd"]).code, 126);
+    assert_eq!(
+        exec(&env, &["--ephemeral", "--", "cat", "/etc/passwd"]).code,
+        126
+    );
     let err = exec_error(&env, &["--ephemeral", "--cwd", "nope", "--", "ls"]);
     assert_eq!(err["kind"], "not_a_directory", "{err}");
     assert_eq!(env.json(&["vault", "list"]), vaults);
     assert_eq!(checkpoint_names(&env, "t"), cps);
 
     // --keep keeps it, with what the command did.
-    let x = exec(&env, &["--ephemeral", "--keep", "--shell", "echo k > kept.txt"]);
+    let x = exec(
+        &env,
+        &["--ephemeral", "--keep", "--shell", "echo k > kept.txt"],
+    );
     assert_eq!(x.code, 0);
     let kept = x.env["request"]["vault"].as_str().unwrap().to_string();
     assert!(vault_names(&env).contains(&kept));
@@ -936,7 +1153,15 @@ fn fork_is_created_then_reused() {
     assert_eq!(x.env["request"]["workspace"], "task");
     assert_eq!(x.env["request"]["options"]["fork"], "task");
     assert!(vault_names(&env).contains(&"task".to_string()));
-    let x = exec(&env, &["--fork", "task", "--shell", "echo 2 > two.txt && cat one.txt"]);
+    let x = exec(
+        &env,
+        &[
+            "--fork",
+            "task",
+            "--shell",
+            "echo 2 > two.txt && cat one.txt",
+        ],
+    );
     assert_eq!(x.code, 0, "{}", x.env);
     assert_eq!(x.env["result"]["stdout"], "1\n", "the fork was not reused");
     assert_eq!(change_set(&x.env), set(&[("added", "/two.txt")]));
@@ -949,7 +1174,10 @@ fn fork_is_created_then_reused() {
     }
     assert_eq!(env.cat(Some("t"), "a.txt"), "hi\n");
     // A denied command creates no fork; a name taken by another vault is refused.
-    assert_eq!(exec(&env, &["--fork", "never", "--", "sudo", "ls"]).code, 126);
+    assert_eq!(
+        exec(&env, &["--fork", "never", "--", "sudo", "ls"]).code,
+        126
+    );
     assert!(!vault_names(&env).contains(&"never".to_string()));
     env.ok(&["vault", "create", "other"]);
     let err = exec_error(&env, &["--fork", "other", "--", "ls"]);
@@ -1000,22 +1228,41 @@ fn change_report_has_exactly_the_expected_kinds() {
     let edit = change(e, "/edit.txt");
     assert_eq!(edit["size_before"], 18);
     assert_eq!(edit["size_after"], 20);
-    let patch = edit["patch"].as_str().expect("a unified diff for a small text file");
-    assert!(patch.starts_with("--- a/edit.txt\n+++ b/edit.txt\n"), "{patch}");
-    assert!(patch.contains("\n-line2\n") && patch.contains("\n+CHANGED\n"), "{patch}");
+    let patch = edit["patch"]
+        .as_str()
+        .expect("a unified diff for a small text file");
+    assert!(
+        patch.starts_with("--- a/edit.txt\n+++ b/edit.txt\n"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("\n-line2\n") && patch.contains("\n+CHANGED\n"),
+        "{patch}"
+    );
     assert!(patch.contains(" line1\n"), "context lines: {patch}");
     let m = change(e, "/mode.sh");
-    assert_eq!((m["mode_before"].as_str(), m["mode_after"].as_str()), (Some("0644"), Some("0755")));
+    assert_eq!(
+        (m["mode_before"].as_str(), m["mode_after"].as_str()),
+        (Some("0644"), Some("0755"))
+    );
     assert!(m.get("patch").is_none(), "no patch for a mode change");
     let r = change(e, "/repl");
-    assert_eq!((r["type_before"].as_str(), r["type_after"].as_str()), (Some("file"), Some("dir")));
+    assert_eq!(
+        (r["type_before"].as_str(), r["type_after"].as_str()),
+        (Some("file"), Some("dir"))
+    );
     assert_eq!(r["size_before"], 25);
     assert!(r["size_after"].is_null());
     let d = change(e, "/del.txt");
     assert_eq!(d["size_before"], 10);
     assert!(d["patch"].as_str().unwrap().contains("-delete me"));
     // Paths are sorted.
-    let paths: Vec<&str> = e["changes"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
+    let paths: Vec<&str> = e["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
     let mut sorted = paths.clone();
     sorted.sort();
     assert_eq!(paths, sorted);
@@ -1064,14 +1311,33 @@ fn command_environment_and_cwd() {
         format!("t|main|{cp}|bar=baz||{mp}/sub\nbee\n")
     );
     assert_eq!(e["request"]["cwd"], "/sub");
-    assert_eq!(e["request"]["options"]["env"], json!(["FOO=bar=baz", "EMPTY="]));
+    assert_eq!(
+        e["request"]["options"]["env"],
+        json!(["FOO=bar=baz", "EMPTY="])
+    );
     // Without a checkpoint AVFS_CHECKPOINT is empty; in a fork the names are the fork's.
-    let x = exec(&env, &["--fork", "f", "--", "printenv", "AVFS_VAULT", "AVFS_WORKSPACE", "AVFS_CHECKPOINT"]);
+    let x = exec(
+        &env,
+        &[
+            "--fork",
+            "f",
+            "--",
+            "printenv",
+            "AVFS_VAULT",
+            "AVFS_WORKSPACE",
+            "AVFS_CHECKPOINT",
+        ],
+    );
     assert_eq!(x.env["result"]["stdout"], "f\nf\n\n");
     // --cwd: normalized, inside the workspace only, and a directory.
     let x = exec(&env, &["--cwd", "/sub/../sub/./", "--", "pwd"]);
     assert_eq!(x.env["request"]["cwd"], "/sub");
-    assert!(x.env["result"]["stdout"].as_str().unwrap().ends_with("/sub\n"));
+    assert!(
+        x.env["result"]["stdout"]
+            .as_str()
+            .unwrap()
+            .ends_with("/sub\n")
+    );
     for bad in ["../..", "..", "sub/../.."] {
         let err = exec_error(&env, &["--cwd", bad, "--", "ls"]);
         assert_eq!(err["kind"], "invalid_argument", "--cwd {bad}: {err}");
@@ -1084,7 +1350,10 @@ fn command_environment_and_cwd() {
     assert_eq!(err["kind"], "not_a_directory", "{err}");
     let err = exec_error(&env, &["--env", "NOEQUALS", "--", "ls"]);
     assert_eq!(err["kind"], "invalid_argument", "{err}");
-    assert!(checkpoint_names(&env, "t").len() == 1, "a refused run took a checkpoint");
+    assert!(
+        checkpoint_names(&env, "t").len() == 1,
+        "a refused run took a checkpoint"
+    );
 }
 
 #[test]
@@ -1095,7 +1364,10 @@ fn output_capture_is_bounded() {
     let env = setup();
     let x = exec(
         &env,
-        &["--shell", "head -c 5000000 /dev/zero | tr '\\0' x; echo oops >&2"],
+        &[
+            "--shell",
+            "head -c 5000000 /dev/zero | tr '\\0' x; echo oops >&2",
+        ],
     );
     let r = &x.env["result"];
     assert_eq!(x.code, 0);
@@ -1107,7 +1379,11 @@ fn output_capture_is_bounded() {
     assert_eq!(r["stderr"], "oops\n");
     assert_eq!(r["stderr_truncated"], false);
     assert_eq!(r["stderr_bytes"], 5);
-    assert!(x.run.stdout.len() < (1 << 20) + 64 * 1024, "envelope is {} bytes", x.run.stdout.len());
+    assert!(
+        x.run.stdout.len() < (1 << 20) + 64 * 1024,
+        "envelope is {} bytes",
+        x.run.stdout.len()
+    );
 }
 
 #[test]
@@ -1145,7 +1421,12 @@ fn exit_status_is_the_commands() {
     .unwrap();
     let x = exec(&env, &["--", "no-such-tool-xyz"]);
     assert_eq!(x.code, 127, "{}", x.env);
-    assert!(x.env["result"]["stderr"].as_str().unwrap().contains("no-such-tool-xyz"));
+    assert!(
+        x.env["result"]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-tool-xyz")
+    );
 }
 
 // ---------------------------------------------------------------- policy files
@@ -1201,8 +1482,13 @@ examples = ["touch x", "cd sub && touch y"]
     assert_eq!(d["matched_rule"], "network-tool");
     let show = env.json(&["--vault", "t", "policy", "show"]);
     assert_eq!(show["defaults"]["destructive"], "deny");
-    assert!(show["rules"].as_array().unwrap().iter().any(|r| r["name"] == "touch-needs-approval"
-        && r["source"] == user.to_str().unwrap()));
+    assert!(
+        show["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "touch-needs-approval" && r["source"] == user.to_str().unwrap())
+    );
     // policy test: every example passes.
     let t = env.json(&["--vault", "t", "policy", "test"]);
     assert_eq!(t["ok"], true, "{t}");
@@ -1231,7 +1517,11 @@ counter_examples = ["touch"]
         let mut args = extra.clone();
         args.extend(["--", "ls"]);
         let x = exec(&env, &args);
-        assert_eq!(x.code, 75, "{extra:?}: the vault's policy was not applied: {}", x.env);
+        assert_eq!(
+            x.code, 75,
+            "{extra:?}: the vault's policy was not applied: {}",
+            x.env
+        );
     }
     assert!(!vault_names(&env).contains(&"f".to_string()));
     // A failing counter-example: `policy test` exits 1 and says which.
@@ -1239,7 +1529,12 @@ counter_examples = ["touch"]
     assert_eq!(r.code, 1, "{}", r.stdout);
     let t = r.json();
     assert_eq!(t["ok"], false);
-    let failed: Vec<&Value> = t["results"].as_array().unwrap().iter().filter(|r| r["ok"] == false).collect();
+    let failed: Vec<&Value> = t["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ok"] == false)
+        .collect();
     assert_eq!(failed.len(), 1, "{t}");
     assert_eq!(failed[0]["rule"], "touch-is-fine-here");
     assert_eq!(failed[0]["example"], "touch");
@@ -1252,7 +1547,10 @@ counter_examples = ["touch"]
     for (file, text) in [
         (&vault, "[[rule]]\nname = 1\n"),
         (&vault, "[defaults]\nnetworked = \"maybe\"\n"),
-        (&user, "[[rule]]\nname = \"x\"\nprogram = \"ls\"\ncategory = \"read_only\"\nunknown_key = 1\n"),
+        (
+            &user,
+            "[[rule]]\nname = \"x\"\nprogram = \"ls\"\ncategory = \"read_only\"\nunknown_key = 1\n",
+        ),
         (&user, "[[rule]]\nname = \"no-effect\"\nprogram = \"ls\"\n"),
         (&user, "this is not toml ["),
     ] {
@@ -1267,7 +1565,10 @@ counter_examples = ["touch"]
         ] {
             let err = env.json_err(&args, 1);
             assert!(
-                err["message"].as_str().unwrap().contains(file.file_name().unwrap().to_str().unwrap()),
+                err["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains(file.file_name().unwrap().to_str().unwrap()),
                 "{text:?} {args:?}: {err}"
             );
         }
@@ -1291,20 +1592,37 @@ fn reuses_a_live_mount() {
     let x = exec(env, &["--shell", "cat pre.txt && echo via-exec > seen.txt"]);
     let e = &x.env;
     assert_eq!(x.code, 0, "{e}");
-    assert_eq!(e["mountpoint"], mp.to_str().unwrap(), "the live mount was not reused");
+    assert_eq!(
+        e["mountpoint"],
+        mp.to_str().unwrap(),
+        "the live mount was not reused"
+    );
     assert_eq!(e["result"]["stdout"], "pre\n");
     assert_eq!(change_set(e), set(&[("added", "/seen.txt")]));
-    assert_eq!(std::fs::read_to_string(m.p("seen.txt")).unwrap(), "via-exec\n");
-    assert!(fuse::is_mountpoint(&m.mp), "exec unmounted a mount it did not make");
+    assert_eq!(
+        std::fs::read_to_string(m.p("seen.txt")).unwrap(),
+        "via-exec\n"
+    );
+    assert!(
+        fuse::is_mountpoint(&m.mp),
+        "exec unmounted a mount it did not make"
+    );
     let mounts = env.json(&["mounts"]);
     assert_eq!(mounts["mounts"].as_array().unwrap().len(), 1, "{mounts}");
     // A rollback is visible through the live mount too.
     let x = exec(
         env,
-        &["--rollback-on-failure", "--shell", "echo oops > oops.txt; rm pre.txt; exit 3"],
+        &[
+            "--rollback-on-failure",
+            "--shell",
+            "echo oops > oops.txt; rm pre.txt; exit 3",
+        ],
     );
     assert_eq!(x.code, 3);
     assert_eq!(x.env["rollback"]["performed"], true);
-    assert!(!m.p("oops.txt").exists(), "rolled-back file still visible in the mount");
+    assert!(
+        !m.p("oops.txt").exists(),
+        "rolled-back file still visible in the mount"
+    );
     assert_eq!(std::fs::read_to_string(m.p("pre.txt")).unwrap(), "pre\n");
 }

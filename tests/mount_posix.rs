@@ -617,6 +617,37 @@ fn directories() {
 }
 
 #[test]
+fn removed_directory_that_is_open() {
+    let mut m = mount!("removed_directory_that_is_open");
+    m.same("rmd", |d| {
+        let mut out: Vec<String> = vec![];
+        std::fs::create_dir(d.join("gone")).unwrap();
+        let fd = open(&d.join("gone"), O_RDONLY | O_DIRECTORY, 0).unwrap();
+        std::fs::remove_dir(d.join("gone")).unwrap();
+        let s = fd.fstat().unwrap();
+        out.push(format!("{:o} {}", s.st_mode, s.st_nlink));
+        // Nothing can be created in it; listing it gives nothing.
+        let name = std::ffi::CString::new("new").unwrap();
+        out.push(format!("{:?}", sc!(libc::openat(fd.0, name.as_ptr(), O_CREAT | O_WRONLY, 0o644))));
+        out.push(format!("{:?}", sc!(libc::mkdirat(fd.0, name.as_ptr(), 0o755))));
+        out.push(format!("{:?}", sc!(libc::fchmod(fd.0, 0o700))));
+        // A directory replaced by rename while open.
+        std::fs::create_dir(d.join("a")).unwrap();
+        std::fs::create_dir(d.join("b")).unwrap();
+        let fb = open(&d.join("b"), O_RDONLY | O_DIRECTORY, 0).unwrap();
+        std::fs::rename(d.join("a"), d.join("b")).unwrap();
+        out.push(format!("{:?}", fb.fstat().map(|s| s.st_nlink)));
+        out.push(format!("{:?}", names(d)));
+        out
+    });
+    // Nothing is left behind once closed.
+    m.remount();
+    assert_eq!(names(&m.p("rmd")).unwrap(), vec![b"b".to_vec()]);
+    let v = m.avfs_json(&["vault", "verify"]);
+    assert!(v["report"]["ok"].as_bool().unwrap_or(false), "{v}");
+}
+
+#[test]
 fn symlinks() {
     let m = mount!("symlinks");
     m.same("links", |d| {
@@ -1792,6 +1823,15 @@ fn cli_writes_show_in_the_mount_at_once() {
     m.avfs(&["chmod", "600", "/cli-dir/f"]);
     assert_eq!(st(&m.p("cli-dir/f")).unwrap().perm, 0o600);
     drop(fd);
+    // A cached directory listing learns about CLI changes.
+    std::fs::create_dir(m.p("listed")).unwrap();
+    put(&m.p("listed/one"), b"1");
+    assert_eq!(names(&m.p("listed")).unwrap(), vec![b"one".to_vec()]);
+    assert_eq!(names(&m.p("listed")).unwrap(), vec![b"one".to_vec()]);
+    m.avfs(&["write", "/listed/two", "2"]);
+    assert_eq!(names(&m.p("listed")).unwrap(), vec![b"one".to_vec(), b"two".to_vec()]);
+    m.avfs(&["rm", "/listed/one"]);
+    assert_eq!(names(&m.p("listed")).unwrap(), vec![b"two".to_vec()]);
     // A file created in the mount and then rewritten by the CLI (pages cached by create).
     put(&m.p("created"), b"created in mount");
     assert_eq!(get(&m.p("created")), b"created in mount");

@@ -410,18 +410,18 @@ impl MountGuard {
         if !self.ours {
             return;
         }
-        if let Ok(list) = crate::mount::list_mounts(&self.home) {
-            if let Some(m) = list.into_iter().find(|m| m.mountpoint == self.mountpoint) {
-                let _ = crate::mount::control::request(&m.socket, &json!({"op": "unmount"}));
-                for _ in 0..400 {
-                    // The server is our child: reap it, or it lingers as a zombie.
-                    // SAFETY: non-blocking waitpid on a pid we spawned.
-                    unsafe { libc::waitpid(m.pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
-                    if !crate::mount::pid_alive(m.pid) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
+        if let Ok(list) = crate::mount::list_mounts(&self.home)
+            && let Some(m) = list.into_iter().find(|m| m.mountpoint == self.mountpoint)
+        {
+            let _ = crate::mount::control::request(&m.socket, &json!({"op": "unmount"}));
+            for _ in 0..400 {
+                // The server is our child: reap it, or it lingers as a zombie.
+                // SAFETY: non-blocking waitpid on a pid we spawned.
+                unsafe { libc::waitpid(m.pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
+                if !crate::mount::pid_alive(m.pid) {
+                    break;
                 }
+                std::thread::sleep(Duration::from_millis(5));
             }
         }
         if crate::mount::is_mountpoint(&self.mountpoint) {
@@ -618,41 +618,14 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         }
         _ => {}
     }
-    let (v, ephemeral) = create_workspace_for(ctx, &reg, &base, place)?;
-    envelope.request.vault = v.name.clone();
-    envelope.request.workspace = v.workspace.clone();
-    let result = run_approved(ctx, &a, &v, approved.as_ref(), &cwd, &decision, &env_pairs, &mut envelope);
-    let discard = ephemeral && !a.keep;
-    if discard {
-        // Also when the run failed: an ephemeral fork never outlives its command.
-        let gone = discard_fork(ctx, &v);
-        result?;
-        gone?;
-    } else {
-        result?;
-    }
-    finish(ctx, &envelope, ephemeral.then_some(v.name.as_str()), ephemeral && a.keep)
-}
-
-/// Uses the approval (if any), mounts, runs and reports.
-#[allow(clippy::too_many_arguments)]
-fn run_approved(
-    ctx: &Ctx,
-    a: &ExecArgs,
-    v: &VaultRef,
-    approved: Option<&approvals::Approval>,
-    cwd: &[String],
-    decision: &Decision,
-    env_pairs: &[(String, String)],
-    envelope: &mut Envelope,
-) -> Result<()> {
-    let mut store = Store::open(&v.path)?;
-    if let Some(ap) = approved {
+    if let Some(ap) = &approved {
+        // Used before anything is created or run: at most once, even when two runs race.
+        let mut store = Store::open(&base.path)?;
         let used = store.write(|db| {
             let used = approvals::consume(db, &ap.id)?;
             audit::append(
                 db,
-                Some(&v.workspace),
+                Some(&envelope.request.workspace),
                 "exec",
                 "approval.use",
                 &json!({"approval": ap.id, "exec": envelope.id}),
@@ -665,6 +638,38 @@ fn run_approved(
             expires_at_ns: Some(used.expires_at_ns),
         });
     }
+    let (v, ephemeral) = create_workspace_for(ctx, &reg, &base, place)?;
+    envelope.request.vault = v.name.clone();
+    envelope.request.workspace = v.workspace.clone();
+    let result = run_command(ctx, &a, &v, &cwd, &decision, &env_pairs, &mut envelope);
+    let discard = ephemeral && !a.keep;
+    if discard {
+        // Also when the run failed: an ephemeral fork never outlives its command.
+        let gone = discard_fork(ctx, &v);
+        result?;
+        gone?;
+    } else {
+        result?;
+    }
+    finish(
+        ctx,
+        &envelope,
+        ephemeral.then_some(v.name.as_str()),
+        ephemeral && a.keep,
+    )
+}
+
+/// Mounts (or reuses the live mount), runs and reports.
+fn run_command(
+    ctx: &Ctx,
+    a: &ExecArgs,
+    v: &VaultRef,
+    cwd: &[String],
+    decision: &Decision,
+    env_pairs: &[(String, String)],
+    envelope: &mut Envelope,
+) -> Result<()> {
+    let mut store = Store::open(&v.path)?;
     let mount = MountGuard::acquire(ctx, v, &envelope.id)?;
     envelope.mountpoint = Some(mount.mountpoint.display().to_string());
     let result = run_in_mount(
@@ -698,8 +703,7 @@ fn run_in_mount(
         if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
             return Err(Error::NotADirectory(format!(
                 "--cwd {} ({} in the workspace)",
-                envelope.request.cwd,
-                c
+                envelope.request.cwd, c
             )));
         }
     }
@@ -815,6 +819,9 @@ fn finish(ctx: &Ctx, env: &Envelope, ephemeral: Option<&str>, keep: bool) -> Res
                 if r.timed_out { " (timed out)" } else { "" },
                 r.duration_ms
             );
+        }
+        if env.result.is_none() {
+            return;
         }
         let s = &env.change_summary;
         eprintln!(

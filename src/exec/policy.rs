@@ -1128,15 +1128,14 @@ impl Policy {
             ]
             .iter()
             .any(|p| prog.starts_with(p))
+            && let Some(why) = escapes(&prog, dir.as_deref(), mp)
         {
-            if let Some(why) = escapes(&prog, dir.as_deref(), mp) {
-                out.push(self.category_finding(
-                    &prog,
-                    Category::HostEscapeRisk,
-                    "path-outside",
-                    format!("program {prog}: {why}"),
-                ));
-            }
+            out.push(self.category_finding(
+                &prog,
+                Category::HostEscapeRisk,
+                "path-outside",
+                format!("program {prog}: {why}"),
+            ));
         }
         let base = prog.rsplit('/').next().unwrap_or(&prog).to_string();
         if base == "git" {
@@ -1168,15 +1167,15 @@ impl Policy {
                 if candidate.starts_with('-') || candidate.contains("://") {
                     continue;
                 }
-                if looks_like_path(candidate) {
-                    if let Some(why) = escapes(candidate, dir.as_deref(), mp) {
-                        out.push(self.category_finding(
-                            &prog,
-                            Category::HostEscapeRisk,
-                            "path-outside",
-                            format!("{candidate}: {why}"),
-                        ));
-                    }
+                if looks_like_path(candidate)
+                    && let Some(why) = escapes(candidate, dir.as_deref(), mp)
+                {
+                    out.push(self.category_finding(
+                        &prog,
+                        Category::HostEscapeRisk,
+                        "path-outside",
+                        format!("{candidate}: {why}"),
+                    ));
                 }
             }
         }
@@ -1251,22 +1250,22 @@ fn git_without_globals(argv: &[String]) -> (Vec<String>, Vec<(String, String)>) 
             continue;
         }
         if let Some((opt, is_dir)) = GIT_VALUE_OPTS.iter().find(|(o, _)| *o == a) {
-            if let Some(v) = argv.get(i + 1) {
-                if *is_dir {
-                    dirs.push((opt.to_string(), v.clone()));
-                }
+            if let Some(v) = argv.get(i + 1)
+                && *is_dir
+            {
+                dirs.push((opt.to_string(), v.clone()));
             }
             i += 2;
             continue;
         }
-        if let Some((opt, v)) = a.split_once('=') {
-            if let Some((o, is_dir)) = GIT_VALUE_OPTS.iter().find(|(o, _)| *o == opt) {
-                if *is_dir {
-                    dirs.push((o.to_string(), v.to_string()));
-                }
-                i += 1;
-                continue;
+        if let Some((opt, v)) = a.split_once('=')
+            && let Some((o, is_dir)) = GIT_VALUE_OPTS.iter().find(|(o, _)| *o == opt)
+        {
+            if *is_dir {
+                dirs.push((o.to_string(), v.to_string()));
             }
+            i += 1;
+            continue;
         }
         break;
     }

@@ -64,6 +64,8 @@ pub struct State {
     next_fh: u64,
     /// Names the kernel may have cached, for invalidation after outside changes.
     known: HashSet<(u64, Vec<u8>)>,
+    /// Directories whose listing the kernel may cache (FOPEN_CACHE_DIR).
+    listed: HashSet<u64>,
     /// Open file handles that may write (fh -> ino): the only files that can have dirty
     /// pages in the kernel.
     writers: HashMap<u64, u64>,
@@ -131,7 +133,8 @@ fn attr_of(i: &Inode, dirty: Option<&DirtyFile>) -> FileAttr {
         crtime: ts(i.ctime_ns),
         kind: file_type(i.kind),
         perm: (i.mode & 0o7777) as u16,
-        nlink: if i.kind == Kind::Dir { 1 } else { i.nlink },
+        // Directories: 1 ("not counted", as on btrfs), 0 once removed.
+        nlink: if i.kind == Kind::Dir { i.nlink.min(1) } else { i.nlink },
         uid: i.uid,
         gid: i.gid,
         rdev: i.rdev as u32,
@@ -204,6 +207,7 @@ impl State {
         };
         if h.entries.is_none() {
             let dir_ino = h.ino;
+            self.listed.insert(dir_ino);
             let entries = {
                 let ws = self.ws(db)?;
                 let dir = ws.get(dir_ino)?;
@@ -248,6 +252,7 @@ impl AvfsFs {
             next_fh: 1,
             known: HashSet::new(),
             writers: HashMap::new(),
+            listed: HashSet::new(),
             files: HashMap::new(),
             gens: HashMap::new(),
             epoch: 0,
@@ -382,18 +387,20 @@ impl AvfsFs {
                 inv.pages.push(ino);
             }
             inv.names = st.known.drain().collect();
-            // Directories whose names were cached, the root, and open files (mode, owner
-            // and times may have changed) lose their cached attributes.
-            let mut attrs: Vec<u64> = inv
+            // Directories whose names or listings were cached and the root lose their
+            // attributes and cached listings (FOPEN_CACHE_DIR keeps those in the
+            // directory's pages); open files lose their attributes (mode, owner, times).
+            let mut pages: Vec<u64> = inv
                 .names
                 .iter()
                 .map(|(p, _)| *p)
-                .chain(st.open.keys().copied())
+                .chain(st.listed.drain())
                 .chain([ROOT_INO])
                 .collect();
-            attrs.sort_unstable();
-            attrs.dedup();
-            inv.attrs = attrs;
+            pages.sort_unstable();
+            pages.dedup();
+            inv.pages.extend(pages);
+            inv.attrs = st.open.keys().copied().collect();
             Ok(inv)
         })
     }
@@ -943,10 +950,18 @@ impl Filesystem for AvfsFs {
                     entries: None,
                 },
             );
+            // An open directory stays (as an orphan) when removed, like an open file.
+            *st.open.entry(ino.0).or_default() += 1;
+            st.open_set.insert(ino.0);
             Ok(fh)
         });
         match r {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            // The kernel may keep listings across opens: changes through the mount
+            // invalidate them in the kernel itself, outside changes via `outside_change`.
+            Ok(fh) => reply.opened(
+                FileHandle(fh),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -1068,13 +1083,23 @@ impl Filesystem for AvfsFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .1
-            .dirs
-            .remove(&fh.0);
-        reply.ok();
+        let r = self.with("releasedir", |db, st| {
+            let Some(h) = st.dirs.remove(&fh.0) else {
+                return Ok(());
+            };
+            let n = st.open.entry(h.ino).or_default();
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                st.open.remove(&h.ino);
+                st.open_set.remove(&h.ino);
+                st.ws(db)?.drop_orphan(h.ino)?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn fsyncdir(

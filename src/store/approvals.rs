@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::store::now_ns;
 
-/// How long a pending approval stays valid.
+/// How long a request stays valid, from when it was asked: to be approved, and to run.
 pub const APPROVAL_TTL_NS: i64 = 24 * 3600 * 1_000_000_000;
 
 #[derive(Debug, Clone, Serialize)]
@@ -39,7 +39,9 @@ fn from_row(r: &Row) -> rusqlite::Result<Approval> {
         request: serde_json::from_str(&req).unwrap_or_default(),
         decision: serde_json::from_str(&dec).unwrap_or_default(),
     };
-    if a.state == "pending" && a.expires_at_ns < now_ns() {
+    // The expiry bounds the request's whole life: an approval granted but not used in
+    // time cannot run either.
+    if (a.state == "pending" || a.state == "approved") && a.expires_at_ns < now_ns() {
         a.state = "expired".into();
     }
     Ok(a)

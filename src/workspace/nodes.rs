@@ -193,8 +193,20 @@ impl Workspace<'_> {
             return Err(Error::NotEmpty(shown()));
         }
         self.delete_dentry(parent.ino, name)?;
-        self.delete_inode(child.ino)?;
+        self.drop_dir(child)?;
         self.touch_dir(parent.ino)
+    }
+
+    /// Deletes an empty directory whose last name went; one that a process still has
+    /// open stays as an orphan (fstat works) until `drop_orphan` after the last close.
+    fn drop_dir(&self, mut dir: Inode) -> Result<()> {
+        if self.open_inos.is_some_and(|o| o.contains(&dir.ino)) {
+            dir.nlink = 0;
+            dir.ctime_ns = now_ns();
+            self.put_inode(&dir)
+        } else {
+            self.delete_inode(dir.ino)
+        }
     }
 
     /// Removes a name and, for a directory, everything below it.
@@ -304,7 +316,7 @@ impl Workspace<'_> {
                             return Err(Error::NotEmpty(shown(newname)));
                         }
                         self.delete_dentry(newparent.ino, newname)?;
-                        self.delete_inode(dst.ino)?;
+                        self.drop_dir(dst)?;
                     }
                     (false, false) => {
                         self.delete_dentry(newparent.ino, newname)?;
