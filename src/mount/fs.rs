@@ -64,6 +64,9 @@ pub struct State {
     next_fh: u64,
     /// Names the kernel may have cached, for invalidation after outside changes.
     known: HashSet<(u64, Vec<u8>)>,
+    /// Lookup counts the kernel holds per inode (FUSE's nlookup): once the kernel forgets
+    /// an inode, what we remember about it for invalidation can go too.
+    lookups: HashMap<u64, u64>,
     /// Directories whose listing the kernel may cache (FOPEN_CACHE_DIR).
     listed: HashSet<u64>,
     /// Open file handles that may write (fh -> ino): the only files that can have dirty
@@ -176,7 +179,23 @@ impl State {
         if i.kind == Kind::File {
             self.files.entry(i.ino).or_insert((i.hash, i.size));
         }
+        *self.lookups.entry(i.ino).or_default() += 1;
         (self.attr(i), self.generation(i.ino))
+    }
+
+    /// The kernel dropped `n` references to `ino`; at none it has no inode for it left.
+    fn forget(&mut self, ino: u64, n: u64) {
+        if cfg!(debug_assertions) {
+            *self.counters.entry("forget").or_default() += 1;
+        }
+        if let Some(c) = self.lookups.get_mut(&ino) {
+            *c = c.saturating_sub(n);
+            if *c == 0 {
+                self.lookups.remove(&ino);
+                self.files.remove(&ino);
+                self.gens.remove(&ino);
+            }
+        }
     }
 
     /// This mount changed a file's stored content itself: the kernel knows.
@@ -253,6 +272,7 @@ impl AvfsFs {
             known: HashSet::new(),
             writers: HashMap::new(),
             listed: HashSet::new(),
+            lookups: HashMap::new(),
             files: HashMap::new(),
             gens: HashMap::new(),
             epoch: 0,
@@ -510,6 +530,11 @@ impl Filesystem for AvfsFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.lookup_impl(parent, name, reply)
     }
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        guard.1.forget(ino.0, nlookup);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.with("getattr", |db, st| Ok(st.attr(&st.ws(db)?.get(ino.0)?))) {
             Ok(a) => reply.attr(&TTL, &a),
@@ -1061,6 +1086,7 @@ impl Filesystem for AvfsFs {
                 added.push((name.clone(), inode.ino, inode.kind, inode.hash, inode.size));
             }
             for (name, child, kind, hash, size) in added {
+                *st.lookups.entry(child).or_default() += 1;
                 st.known.insert((ino.0, name));
                 if kind == Kind::File {
                     st.files.entry(child).or_insert((hash, size));

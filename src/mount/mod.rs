@@ -282,6 +282,7 @@ impl fuser::Filesystem for SharedFs {
     }
     forward! {
         fn lookup(&self, req: &fuser::Request, parent: fuser::INodeNo, name: &std::ffi::OsStr, reply: fuser::ReplyEntry);
+        fn forget(&self, req: &fuser::Request, ino: fuser::INodeNo, nlookup: u64);
         fn getattr(&self, req: &fuser::Request, ino: fuser::INodeNo, fh: Option<fuser::FileHandle>, reply: fuser::ReplyAttr);
         fn readlink(&self, req: &fuser::Request, ino: fuser::INodeNo, reply: fuser::ReplyData);
         fn mknod(&self, req: &fuser::Request, parent: fuser::INodeNo, name: &std::ffi::OsStr, mode: u32, umask: u32, rdev: u32, reply: fuser::ReplyEntry);
