@@ -1350,6 +1350,16 @@ fn command_environment_and_cwd() {
     assert_eq!(err["kind"], "not_a_directory", "{err}");
     let err = exec_error(&env, &["--env", "NOEQUALS", "--", "ls"]);
     assert_eq!(err["kind"], "invalid_argument", "{err}");
+    for bad in ["-1", "0", "nan", "inf", "1e300"] {
+        let t = format!("--timeout={bad}");
+        let err = exec_error(&env, &[&t, "--shell", "echo x > t.txt"]);
+        assert_eq!(err["kind"], "invalid_argument", "{t}: {err}");
+    }
+    assert!(!exists(&env, "t", "t.txt"));
+    assert!(
+        std::fs::read_dir(env.home().join("run/exec")).map_or(true, |mut d| d.next().is_none()),
+        "a refused run left a mountpoint"
+    );
     assert!(
         checkpoint_names(&env, "t").len() == 1,
         "a refused run took a checkpoint"

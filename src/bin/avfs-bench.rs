@@ -1,25 +1,32 @@
-//! `avfs-bench`: measures vault operations on workspaces of several sizes, side by side with
-//! a native directory on the same disk, and prints a table of medians, ratios and goals.
+//! `avfs-bench`: measures avfs side by side with a native directory on the same disk, and
+//! prints markdown tables of medians, ratios and goals. Three groups of workloads:
+//!
+//! - `vault`: vault operations (import, fork, checkpoint save/restore, diff, cat) on
+//!   workspaces of several sizes, against `cp -a`, git, `diff -rq`, `cat`;
+//! - `mount`: real tools in a FUSE mount of a fresh vault and in a plain directory (tar,
+//!   git, find/stat, ls -lR, rm -rf, sequential I/O, cargo build);
+//! - `exec`: `avfs exec -- true` end to end with and without a live mount, and the change
+//!   report of 100 changes in a 100 000-file workspace.
 //!
 //! ```text
-//! cargo run --release --bin avfs-bench -- [--sizes 1000,10000,100000] [--reps N]
-//!                                         [--native-reps N] [--dir DIR] [--keep]
+//! cargo run --release --bin avfs-bench -- [--groups vault,mount,exec] [--sizes ...] [--dir DIR] ...
 //! ```
 //!
-//! Every workload runs against the same generated host tree. Vault operations are timed
-//! twice: in process through the library (one write transaction including its commit, the
-//! way the CLI command does it) and as a whole `avfs` process. The machines this runs on are
-//! shared and noisy, so only figures from one run are compared, and medians are quoted.
+//! See `--help` and docs/benchmarks.md. The machines this runs on are shared and noisy, so
+//! only figures from one run are compared, avfs and native runs are interleaved, and
+//! medians are quoted.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
-use std::io::Write as _;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::io::IntoRawFd as _;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentvfs::diff::{ChangeSummary, diff_roots};
+use agentvfs::diff::{ChangeSummary, add_patches, diff_roots};
 use agentvfs::registry::Registry;
 use agentvfs::store::{Store, audit, objects};
 use agentvfs::workspace::path::components;
@@ -28,29 +35,92 @@ use serde_json::json;
 
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-const USAGE: &str = "usage: avfs-bench [--sizes 1000,10000,100000] [--reps N] [--native-reps N] [--dir DIR] [--keep]
+const USAGE: &str =
+    "usage: avfs-bench [--groups vault,mount,exec] [--dir DIR] [--keep] [--avfs PATH]
+                  [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
+                  [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
+                  [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
+                  [--exec-files N]
 
-  --sizes        workspace sizes in files (default 1000,10000,100000)
-  --reps         repetitions of each cheap measurement (default 7; `avfs cat` runs 3x as many)
-  --native-reps  repetitions of the expensive ones: import, cp -a, diff -rq (default 3)
-  --dir          where to put the trees and vaults (default: the system temp dir)
-  --keep         keep the generated trees and vaults";
+  --groups           which groups to run (default all): vault (vault operations), mount (real
+                     tools in a FUSE mount vs a native directory), exec (avfs exec overhead
+                     and the change report)
+  --dir              where to put the trees, vaults and mounts (default: the system temp dir)
+  --keep             keep the generated trees and vaults
+  --avfs             the avfs binary to use (default: the one next to avfs-bench); a debug
+                     build makes the mount count FUSE requests per workload
+
+ vault group:
+  --sizes            workspace sizes in files (default 1000,10000,100000)
+  --reps             repetitions of each cheap measurement (default 7; `avfs cat`, `avfs exec`
+                     and the warm mount workloads run 3x, 3x and 1x as many)
+  --native-reps      repetitions of the expensive ones: import, cp -a, diff -rq (default 3)
+
+ mount group:
+  --mount-workloads  which to run (default all): tree (tar x, git init+add+commit, git status,
+                     find+stat, ls -lR, rm -rf), io (sequential write+read), cargo (cargo build)
+  --mount-reps       repetitions of tar x, git commit, rm -rf and the sequential I/O (default 3)
+  --reps-cargo       repetitions of cargo build (default 1; a few minutes each)
+  --tar-files        files in the tarball (default 20000): the first half of the files under
+                     ~/.cargo/registry/src, stored twice (a/ and b/)
+  --io-mib           size of the sequential write+read in MiB (default 1024)
+  --cargo-release    cargo build --release (default: a debug build)
+  --cargo-src        the crate to build (default: this crate's committed HEAD: src/,
+                     Cargo.toml and Cargo.lock from `git archive HEAD`)
+
+ exec group:
+  --exec-files       files in the workspace (default 100000; reuses the vault group's one
+                     of that size when it ran)";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Group {
+    Vault,
+    Mount,
+    Exec,
+}
 
 struct Args {
+    groups: Vec<Group>,
     sizes: Vec<usize>,
     reps: usize,
     native_reps: usize,
     dir: Option<PathBuf>,
     keep: bool,
+    avfs: Option<PathBuf>,
+    mount_workloads: Vec<String>,
+    mount_reps: usize,
+    cargo_reps: usize,
+    tar_files: usize,
+    io_mib: usize,
+    cargo_release: bool,
+    cargo_src: Option<PathBuf>,
+    exec_files: usize,
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 fn parse_args() -> BoxResult<Args> {
     let mut a = Args {
+        groups: vec![Group::Vault, Group::Mount, Group::Exec],
         sizes: vec![1_000, 10_000, 100_000],
         reps: 7,
         native_reps: 3,
         dir: None,
         keep: false,
+        avfs: None,
+        mount_workloads: vec!["tree".into(), "io".into(), "cargo".into()],
+        mount_reps: 3,
+        cargo_reps: 1,
+        tar_files: 20_000,
+        io_mib: 1024,
+        cargo_release: false,
+        cargo_src: None,
+        exec_files: 100_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -64,21 +134,69 @@ fn parse_args() -> BoxResult<Args> {
                 .or_else(|| it.next())
                 .ok_or_else(|| format!("{name} needs a value\n{USAGE}").into())
         };
+        let count = |v: String| -> BoxResult<usize> { Ok(v.trim().replace('_', "").parse()?) };
         match key.as_str() {
+            "--groups" => {
+                let mut g = Vec::new();
+                for name in list(&value("--groups")?) {
+                    let x = match name.as_str() {
+                        "vault" => Group::Vault,
+                        "mount" => Group::Mount,
+                        "exec" => Group::Exec,
+                        "all" => {
+                            g.extend([Group::Vault, Group::Mount, Group::Exec]);
+                            continue;
+                        }
+                        other => return Err(format!("--groups: unknown group {other:?}").into()),
+                    };
+                    g.push(x);
+                }
+                a.groups = Vec::new();
+                for x in g {
+                    if !a.groups.contains(&x) {
+                        a.groups.push(x);
+                    }
+                }
+                if a.groups.is_empty() {
+                    return Err("--groups: name at least one group".into());
+                }
+            }
             "--sizes" => {
-                a.sizes = value("--sizes")?
-                    .split(',')
-                    .filter(|s| !s.trim().is_empty())
-                    .map(|s| s.trim().replace('_', "").parse::<usize>())
+                a.sizes = list(&value("--sizes")?)
+                    .into_iter()
+                    .map(count)
                     .collect::<Result<_, _>>()?;
                 if a.sizes.is_empty() || a.sizes.iter().any(|&n| n < 200) {
                     return Err("--sizes: each size must be at least 200 files".into());
                 }
             }
-            "--reps" => a.reps = value("--reps")?.parse::<usize>()?.max(1),
-            "--native-reps" => a.native_reps = value("--native-reps")?.parse::<usize>()?.max(1),
+            "--reps" => a.reps = count(value("--reps")?)?.max(1),
+            "--native-reps" => a.native_reps = count(value("--native-reps")?)?.max(1),
             "--dir" => a.dir = Some(PathBuf::from(value("--dir")?)),
             "--keep" => a.keep = true,
+            "--avfs" => a.avfs = Some(PathBuf::from(value("--avfs")?)),
+            "--mount-workloads" => {
+                a.mount_workloads = list(&value("--mount-workloads")?);
+                if let Some(w) = a
+                    .mount_workloads
+                    .iter()
+                    .find(|w| !["tree", "io", "cargo"].contains(&w.as_str()))
+                {
+                    return Err(format!("--mount-workloads: unknown workload {w:?}").into());
+                }
+            }
+            "--mount-reps" => a.mount_reps = count(value("--mount-reps")?)?.max(1),
+            "--reps-cargo" => a.cargo_reps = count(value("--reps-cargo")?)?.max(1),
+            "--tar-files" => a.tar_files = count(value("--tar-files")?)?.max(2),
+            "--io-mib" => a.io_mib = count(value("--io-mib")?)?.max(1),
+            "--cargo-release" => a.cargo_release = true,
+            "--cargo-src" => a.cargo_src = Some(PathBuf::from(value("--cargo-src")?)),
+            "--exec-files" => {
+                a.exec_files = count(value("--exec-files")?)?;
+                if a.exec_files < 200 {
+                    return Err("--exec-files: at least 200 files".into());
+                }
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -360,6 +478,35 @@ fn pick_changes(rng: &mut Rng, plan: &TreePlan, k: usize, tag: &str) -> Vec<(Str
     out
 }
 
+/// `k` distinct files (never the `cat` target), each with one line in the middle
+/// replaced: the kind of change an agent's edit makes.
+fn pick_edits(rng: &mut Rng, plan: &TreePlan, k: usize, tag: &str) -> Vec<(String, Vec<u8>)> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(k);
+    while out.len() < k {
+        let i = rng.below(plan.files.len() as u64) as usize;
+        if i == plan.cat_target || !seen.insert(i) {
+            continue;
+        }
+        let f = &plan.files[i];
+        let old = content(f.seed, f.size);
+        let mid = old.len() / 2;
+        let start = old[..mid]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |p| p + 1);
+        let end = old[mid..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(old.len(), |p| mid + p);
+        let mut data = old[..start].to_vec();
+        data.extend_from_slice(format!("    // edited: {tag} {}", rng.next()).as_bytes());
+        data.extend_from_slice(&old[end..]);
+        out.push((f.rel.clone(), data));
+    }
+    out
+}
+
 fn apply_native(root: &Path, changes: &[(String, Vec<u8>)]) -> BoxResult<()> {
     for (rel, data) in changes {
         std::fs::write(host_path(root, rel), data)?;
@@ -532,8 +679,13 @@ enum Goal {
     Under(f64),
     /// At least this many files per second (figure = files / median).
     Rate(f64),
+    /// Median at most this many times the native median.
+    RatioAtMost(f64),
+    /// Throughput at least this fraction of the native throughput (native median / median).
+    ThroughputAtLeast(f64),
 }
 
+#[derive(Default)]
 struct Row {
     op: String,
     files: usize,
@@ -544,19 +696,30 @@ struct Row {
     goal_applies: bool,
     /// Show files/s next to the time.
     rate: bool,
+    /// Shown in the size column instead of `files`.
+    label: Option<String>,
+    /// Bytes moved per run: show MB/s next to the time.
+    bytes: Option<u64>,
 }
 
 impl Row {
+    fn ratio(&self) -> Option<f64> {
+        self.native
+            .as_ref()
+            .map(|n| self.avfs.median() / n.median())
+    }
     fn met(&self) -> Option<bool> {
         let m = self.avfs.median();
-        self.goal.map(|g| match g {
-            Goal::Under(s) => m < s,
-            Goal::Rate(r) => self.files as f64 / m > r,
-        })
+        match self.goal? {
+            Goal::Under(s) => Some(m < s),
+            Goal::Rate(r) => Some(self.files as f64 / m > r),
+            Goal::RatioAtMost(x) => self.ratio().map(|r| r <= x),
+            Goal::ThroughputAtLeast(x) => self.ratio().map(|r| 1.0 / r >= x),
+        }
     }
 }
 
-fn cell(s: &Stat, files: usize, rate: bool) -> String {
+fn cell(s: &Stat, files: usize, rate: bool, bytes: Option<u64>) -> String {
     let mut c = format!(
         "{} ({}-{}, n={})",
         fmt_secs(s.median()),
@@ -567,36 +730,47 @@ fn cell(s: &Stat, files: usize, rate: bool) -> String {
     if rate {
         c = format!("{} = {} files/s", c, fmt_count(files as f64 / s.median()));
     }
+    if let Some(b) = bytes {
+        c = format!("{} = {:.0} MB/s", c, b as f64 / 1e6 / s.median());
+    }
     c
 }
 
-fn print_table(rows: &[Row], extra: &[String]) {
+fn fmt_ratio(x: f64) -> String {
+    if x >= 10.0 {
+        format!("{x:.0}x")
+    } else if x >= 0.1 {
+        format!("{x:.2}x")
+    } else {
+        format!("{x:.4}x")
+    }
+}
+
+/// `cols`: the operation column, the size column, and what the measured side is called.
+fn print_table(cols: [&str; 3], rows: &[Row], extra: &[String]) {
+    let [op, size, who] = cols;
     println!(
-        "| operation | files | avfs median (min-max, n) | native median (min-max, n) | ratio avfs/native | goal | met |"
+        "| {op} | {size} | {who} median (min-max, n) | native median (min-max, n) | ratio {who}/native | goal | met |"
     );
     println!("|---|---:|---|---|---:|---|---|");
     for r in rows {
         let native = r
             .native
             .as_ref()
-            .map(|n| cell(n, r.files, r.rate))
+            .map(|n| cell(n, r.files, r.rate, r.bytes))
             .unwrap_or_else(|| "-".into());
-        let ratio = match &r.native {
-            Some(n) => {
-                let x = r.avfs.median() / n.median();
-                if x >= 10.0 {
-                    format!("{x:.0}x")
-                } else if x >= 0.1 {
-                    format!("{x:.2}x")
-                } else {
-                    format!("{x:.4}x")
-                }
+        let ratio = match r.ratio() {
+            Some(x) if r.bytes.is_some() => {
+                format!("{} (throughput {:.2})", fmt_ratio(x), 1.0 / x)
             }
+            Some(x) => fmt_ratio(x),
             None => "-".into(),
         };
         let goal = match r.goal {
             Some(Goal::Under(s)) => format!("< {}", fmt_secs(s)),
             Some(Goal::Rate(x)) => format!("> {} files/s", fmt_count(x)),
+            Some(Goal::RatioAtMost(x)) => format!("ratio <= {x:.1}"),
+            Some(Goal::ThroughputAtLeast(x)) => format!("throughput >= {x:.1} of native"),
             None => "-".into(),
         };
         let met = match (r.met(), r.goal_applies) {
@@ -608,8 +782,8 @@ fn print_table(rows: &[Row], extra: &[String]) {
         println!(
             "| {} | {} | {} | {} | {} | {} | {} |",
             r.op,
-            fmt_count(r.files as f64),
-            cell(&r.avfs, r.files, r.rate),
+            r.label.clone().unwrap_or_else(|| fmt_count(r.files as f64)),
+            cell(&r.avfs, r.files, r.rate, r.bytes),
             native,
             ratio,
             goal,
@@ -641,7 +815,18 @@ impl Env {
 }
 
 fn git(dir: &Path) -> Command {
-    let mut c = Command::new("git");
+    git_env(Command::new("git"), dir)
+}
+
+/// `sh -c SCRIPT` in `dir`, with the same git environment as `git`.
+fn sh(dir: &Path, script: &str) -> Command {
+    let mut c = git_env(Command::new("sh"), dir);
+    c.arg("-c").arg(script);
+    c
+}
+
+/// A git environment independent of the user's configuration.
+fn git_env(mut c: Command, dir: &Path) -> Command {
     c.current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -702,11 +887,11 @@ fn describe_fs(dir: &Path) -> String {
 }
 
 fn progress(n: usize, start: Instant, what: &str) {
-    eprintln!(
-        "[{:>7.1}s] [{} files] {what}",
-        start.elapsed().as_secs_f64(),
-        fmt_count(n as f64)
-    );
+    progress_tag(start, &format!("{} files", fmt_count(n as f64)), what);
+}
+
+fn progress_tag(start: Instant, tag: &str, what: &str) {
+    eprintln!("[{:>7.1}s] [{tag}] {what}", start.elapsed().as_secs_f64());
 }
 
 fn dir_bytes(path: &Path) -> u64 {
@@ -737,6 +922,7 @@ fn bench_size(
     base: &Path,
     n: usize,
     t0: Instant,
+    keep_for_exec: bool,
 ) -> BoxResult<SizeResult> {
     let work = base.join(format!("n{n}"));
     std::fs::create_dir_all(&work)?;
@@ -810,6 +996,7 @@ fn bench_size(
         goal: Some(Goal::Rate(20_000.0)),
         goal_applies: big,
         rate: true,
+        ..Default::default()
     });
     let vault_path = Registry::open(&env.home)?
         .get("bench")?
@@ -870,6 +1057,7 @@ fn bench_size(
         goal: Some(Goal::Under(0.005)),
         goal_applies: big,
         rate: false,
+        ..Default::default()
     });
     rows.push(Row {
         op: "fork (process)".into(),
@@ -879,6 +1067,7 @@ fn bench_size(
         goal: None,
         goal_applies: false,
         rate: false,
+        ..Default::default()
     });
     notes.push(format!("fork (library) phases: {}", fork_phases.describe()));
 
@@ -953,6 +1142,7 @@ fn bench_size(
         goal: Some(Goal::Under(0.010)),
         goal_applies: big,
         rate: false,
+        ..Default::default()
     });
     rows.push(Row {
         op: "checkpoint save, 10 changed (process)".into(),
@@ -962,6 +1152,7 @@ fn bench_size(
         goal: None,
         goal_applies: false,
         rate: false,
+        ..Default::default()
     });
     notes.push(format!(
         "checkpoint save (library) phases: {}",
@@ -1057,6 +1248,7 @@ fn bench_size(
         goal: Some(Goal::Under(0.020)),
         goal_applies: big,
         rate: false,
+        ..Default::default()
     });
     rows.push(Row {
         op: "checkpoint restore, 100 changed (process)".into(),
@@ -1066,6 +1258,7 @@ fn bench_size(
         goal: None,
         goal_applies: false,
         rate: false,
+        ..Default::default()
     });
     rows.push(Row {
         op: "  restore only, no auto-save (library)".into(),
@@ -1075,6 +1268,7 @@ fn bench_size(
         goal: None,
         goal_applies: false,
         rate: false,
+        ..Default::default()
     });
     notes.push(format!(
         "checkpoint restore (library, as the CLI does it) phases: {}",
@@ -1160,6 +1354,7 @@ fn bench_size(
         goal: Some(Goal::Under(0.010)),
         goal_applies: big,
         rate: false,
+        ..Default::default()
     });
     rows.push(Row {
         op: "diff of 100 changes (process, --json)".into(),
@@ -1169,6 +1364,7 @@ fn bench_size(
         goal: None,
         goal_applies: false,
         rate: false,
+        ..Default::default()
     });
     notes.push(format!("diff (library) phases: {}", diff_phases.describe()));
 
@@ -1207,13 +1403,23 @@ fn bench_size(
         goal: Some(Goal::Under(0.005)),
         goal_applies: true,
         rate: false,
+        ..Default::default()
     });
 
     notes.push(format!(
         "vault file at the end: {:.1} MB (with -wal)",
         dir_bytes(&vault_path) as f64 / 1e6
     ));
-    if !args.keep {
+    if keep_for_exec {
+        // The exec group reuses this vault; it removes the directory when done.
+        progress(n, t0, "cleaning up (keeping the vault for the exec group)");
+        for entry in std::fs::read_dir(&work)? {
+            let p = entry?.path();
+            if p.file_name() != Some(OsStr::new("home")) {
+                std::fs::remove_dir_all(&p)?;
+            }
+        }
+    } else if !args.keep {
         progress(n, t0, "cleaning up");
         std::fs::remove_dir_all(&work)?;
     }
@@ -1223,6 +1429,1008 @@ fn bench_size(
         fork_lib: fl,
         fork_proc: fp,
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared by the mount and exec groups.
+
+struct GroupResult {
+    rows: Vec<Row>,
+    notes: Vec<String>,
+}
+
+/// Unmounts `mnt` when dropped (also on errors); `finish` unmounts and reports failures.
+struct Unmount<'a> {
+    env: &'a Env,
+    mnt: PathBuf,
+    done: bool,
+}
+
+impl Unmount<'_> {
+    fn finish(mut self) -> BoxResult<()> {
+        self.done = true;
+        run(&mut self.env.avfs([OsStr::new("unmount"), self.mnt.as_os_str()]))?;
+        Ok(())
+    }
+}
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = run(&mut self.env.avfs([OsStr::new("unmount"), self.mnt.as_os_str()]));
+        }
+    }
+}
+
+/// `avfs --json mount NAME DIR`: returns once the mount is ready, with its record.
+fn mount(env: &Env, name: &str, mnt: &Path) -> BoxResult<serde_json::Value> {
+    let out = run(&mut env.avfs([
+        OsStr::new("--json"),
+        OsStr::new("mount"),
+        OsStr::new(name),
+        mnt.as_os_str(),
+    ]))?;
+    let v: serde_json::Value = serde_json::from_slice(&out)?;
+    Ok(v["mount"].clone())
+}
+
+// ---------------------------------------------------------------------------------------
+// Mount workloads: real tools in a FUSE mount and in a native directory on the same disk.
+
+/// Where a workload runs: the FUSE mount or the plain directory next to it.
+struct Side {
+    mount: bool,
+    root: PathBuf,
+}
+
+/// Per-operation request counters of the mount (debug builds count; release builds answer
+/// with an empty map), read through its control socket.
+fn fuse_counters(socket: &Path) -> Option<BTreeMap<String, u64>> {
+    let mut s = UnixStream::connect(socket).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    writeln!(s, "{}", json!({"op": "counters"})).ok()?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&line).ok()?;
+    Some(
+        v["counters"]
+            .as_object()?
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+            .collect(),
+    )
+}
+
+/// FUSE requests caused by each workload's timed runs in the mount.
+struct Counts {
+    socket: Option<PathBuf>,
+    /// (workload, runs, requests by operation summed over the runs)
+    per: Vec<(String, u64, BTreeMap<String, u64>)>,
+}
+
+impl Counts {
+    /// Runs `f` (which times itself); in the mount, adds up the requests it caused.
+    fn time(
+        &mut self,
+        name: &str,
+        side: &Side,
+        f: impl FnOnce() -> BoxResult<Duration>,
+    ) -> BoxResult<Duration> {
+        let sock = match (&self.socket, side.mount) {
+            (Some(s), true) => s.clone(),
+            _ => return f(),
+        };
+        let before = fuse_counters(&sock);
+        let d = f()?;
+        if let (Some(b), Some(a)) = (before, fuse_counters(&sock)) {
+            let i = match self.per.iter().position(|(n, _, _)| n == name) {
+                Some(i) => i,
+                None => {
+                    self.per.push((name.to_string(), 0, BTreeMap::new()));
+                    self.per.len() - 1
+                }
+            };
+            let e = &mut self.per[i];
+            e.1 += 1;
+            for (op, n) in a {
+                let delta = n.saturating_sub(b.get(&op).copied().unwrap_or(0));
+                if delta > 0 {
+                    *e.2.entry(op).or_default() += delta;
+                }
+            }
+        }
+        Ok(d)
+    }
+
+    fn describe(&self) -> Vec<String> {
+        self.per
+            .iter()
+            .filter(|(_, _, m)| !m.is_empty())
+            .map(|(name, runs, m)| {
+                let runs = (*runs).max(1);
+                let total: u64 = m.values().sum();
+                let mut ops: Vec<_> = m.iter().collect();
+                ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+                format!(
+                    "{name}: {} requests per run ({})",
+                    fmt_count((total / runs) as f64),
+                    ops.iter()
+                        .map(|(op, n)| format!("{op} {}", fmt_count((**n / runs) as f64)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+            .collect()
+    }
+}
+
+/// Runs `timed` `reps` times on each side, alternating native and mount (native first),
+/// with an untimed `setup` before each run. Returns (mount, native).
+fn interleave(
+    sides: &[Side; 2],
+    counts: &mut Counts,
+    name: &str,
+    reps: usize,
+    mut setup: impl FnMut(&Side, usize) -> BoxResult<()>,
+    mut timed: impl FnMut(&Side, usize) -> BoxResult<Duration>,
+) -> BoxResult<(Stat, Stat)> {
+    let (mut m, mut n) = (Stat::default(), Stat::default());
+    for k in 0..reps {
+        for side in sides {
+            setup(side, k)?;
+            let d = counts.time(name, side, || timed(side, k))?;
+            if side.mount {
+                m.push(d);
+            } else {
+                n.push(d);
+            }
+        }
+    }
+    Ok((m, n))
+}
+
+/// Regular files under `dir`, as paths relative to `base`, in a stable order.
+fn walk_files(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let mut entries = std::fs::read_dir(dir)?.collect::<Result<Vec<_>, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let ft = e.file_type()?;
+        let p = e.path();
+        if ft.is_dir() {
+            walk_files(base, &p, out)?;
+        } else if ft.is_file() {
+            out.push(p.strip_prefix(base).unwrap_or(&p).to_path_buf());
+        }
+    }
+    Ok(())
+}
+
+/// Regular files under `dir`, recursively.
+fn count_files(dir: &Path) -> std::io::Result<usize> {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            n += count_files(&e.path())?;
+        } else if ft.is_file() {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Reads a file to the end (to have it in the page cache), returns its size.
+fn read_through(path: &Path) -> BoxResult<u64> {
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    loop {
+        match f.read(&mut buf)? {
+            0 => return Ok(total),
+            k => total += k as u64,
+        }
+    }
+}
+
+struct Tarball {
+    path: PathBuf,
+    files: usize,
+    bytes: u64,
+    from: PathBuf,
+}
+
+/// A tarball of real sources: the first `want / 2` files under ~/.cargo/registry/src, in
+/// path order, stored twice under a/ and b/.
+fn build_tarball(work: &Path, want: usize) -> BoxResult<Tarball> {
+    let cargo_home = match std::env::var_os("CARGO_HOME") {
+        Some(h) => PathBuf::from(h),
+        None => PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?).join(".cargo"),
+    };
+    let reg = cargo_home.join("registry").join("src");
+    let mut files = Vec::new();
+    walk_files(&reg, &reg, &mut files).map_err(|e| format!("listing {}: {e}", reg.display()))?;
+    if files.is_empty() {
+        return Err(format!("no sources under {} to make a tarball of", reg.display()).into());
+    }
+    files.truncate(want.div_ceil(2));
+    let list = work.join("tarball-files.list");
+    let mut buf = Vec::new();
+    for f in &files {
+        buf.extend_from_slice(f.as_os_str().as_bytes());
+        buf.push(0);
+    }
+    std::fs::write(&list, buf)?;
+    let path = work.join("registry-src.tar");
+    for (i, prefix) in ["a", "b"].iter().enumerate() {
+        let mut c = Command::new("tar");
+        c.arg(if i == 0 { "-cf" } else { "-rf" })
+            .arg(&path)
+            .args(["--null", "--no-recursion", "--transform"])
+            .arg(format!("s,^,{prefix}/,S"))
+            .arg("-C")
+            .arg(&reg)
+            .arg("-T")
+            .arg(&list);
+        run(&mut c)?;
+    }
+    std::fs::remove_file(&list)?;
+    Ok(Tarball {
+        bytes: std::fs::metadata(&path)?.len(),
+        path,
+        files: files.len() * 2,
+        from: reg,
+    })
+}
+
+/// A tarball of the crate `cargo build` builds, and what it is. Default: this crate's
+/// committed HEAD (`git archive`), so that concurrent edits of the work tree cannot break it.
+fn crate_tarball(args: &Args, work: &Path) -> BoxResult<(PathBuf, String)> {
+    let path = work.join("crate.tar");
+    let parts = ["src", "Cargo.toml", "Cargo.lock"];
+    if let Some(dir) = &args.cargo_src {
+        let mut c = Command::new("tar");
+        c.arg("-cf").arg(&path).arg("-C").arg(dir).args(parts);
+        run(&mut c)?;
+        return Ok((
+            path,
+            format!("{} (src/, Cargo.toml, Cargo.lock)", dir.display()),
+        ));
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let head = run(git(repo).args(["rev-parse", "--short", "HEAD"]))?;
+    let mut c = git(repo);
+    c.args(["archive", "--format=tar", "-o"])
+        .arg(&path)
+        .arg("HEAD")
+        .args(parts);
+    run(&mut c)?;
+    Ok((
+        path,
+        format!(
+            "agentvfs at HEAD {} (src/, Cargo.toml, Cargo.lock from git archive)",
+            String::from_utf8_lossy(&head).trim()
+        ),
+    ))
+}
+
+const MIB: usize = 1 << 20;
+const POOL_MIB: usize = 64;
+
+/// 64 MiB of pseudo-random bytes: incompressible; every 4 KiB page gets the block number
+/// stamped on when written, so no 64 KiB chunk repeats (avfs stores content by hash).
+fn io_pool() -> Vec<u8> {
+    let mut rng = Rng::new(0x10_B10C);
+    let mut v = Vec::with_capacity(POOL_MIB * MIB);
+    while v.len() < POOL_MIB * MIB {
+        v.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    v
+}
+
+fn stamp(block: &mut [u8], i: usize) {
+    for page in block.chunks_mut(4096) {
+        page[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    }
+}
+
+/// Creates `path` and writes `mib` MiB with 1 MiB writes; timed until close() returned.
+fn write_seq(path: &Path, pool: &mut [u8], mib: usize) -> BoxResult<Duration> {
+    let t = Instant::now();
+    let mut f = std::fs::File::create(path)?;
+    for i in 0..mib {
+        let off = (i % POOL_MIB) * MIB;
+        let block = &mut pool[off..off + MIB];
+        stamp(block, i);
+        f.write_all(block)?;
+    }
+    let fd = f.into_raw_fd();
+    // SAFETY: `fd` is an open descriptor we own (just taken out of the File).
+    if unsafe { libc::close(fd) } != 0 {
+        return Err(format!(
+            "close {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )
+        .into());
+    }
+    Ok(t.elapsed())
+}
+
+/// Opens `path` afresh and reads it to the end with 1 MiB reads, checking each block.
+fn read_seq(path: &Path, mib: usize, buf: &mut [u8]) -> BoxResult<Duration> {
+    let t = Instant::now();
+    let mut f = std::fs::File::open(path)?;
+    for i in 0..mib {
+        f.read_exact(&mut buf[..MIB])?;
+        if buf[..8] != (i as u64).to_le_bytes() {
+            return Err(format!("{}: block {i} reads back wrong", path.display()).into());
+        }
+    }
+    if f.read(buf)? != 0 {
+        return Err(format!("{}: longer than what was written", path.display()).into());
+    }
+    drop(f);
+    Ok(t.elapsed())
+}
+
+fn bench_mount(args: &Args, avfs: &Path, base: &Path, t0: Instant) -> BoxResult<GroupResult> {
+    let tag = "mount";
+    let work = base.join("mount");
+    let env = Env {
+        avfs: avfs.to_path_buf(),
+        home: work.join("home"),
+    };
+    let native = work.join("native");
+    let mnt = work.join("mnt");
+    std::fs::create_dir_all(&native)?;
+    std::fs::create_dir_all(&mnt)?;
+    let want = |w: &str| args.mount_workloads.iter().any(|x| x == w);
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+
+    // Inputs (untimed).
+    let tarball = if want("tree") {
+        progress_tag(t0, tag, "building the source tarball");
+        let tb = build_tarball(&work, args.tar_files)?;
+        notes.push(format!(
+            "tarball: {} files ({} MB) from {}, stored twice (a/ and b/)",
+            fmt_count(tb.files as f64),
+            tb.bytes / 1_000_000,
+            tb.from.display()
+        ));
+        Some(tb)
+    } else {
+        None
+    };
+    let krate = if want("cargo") {
+        let (path, what) = crate_tarball(args, &work)?;
+        notes.push(format!("cargo build: {what}"));
+        Some(path)
+    } else {
+        None
+    };
+
+    // A fresh vault, mounted; the native side is a plain directory on the same disk.
+    run(&mut env.avfs(["vault", "create", "mbench"]))?;
+    let rec = mount(&env, "mbench", &mnt)?;
+    let guard = Unmount {
+        env: &env,
+        mnt: mnt.clone(),
+        done: false,
+    };
+    let pid = rec["pid"].as_u64().unwrap_or(0);
+    progress_tag(
+        t0,
+        tag,
+        &format!(
+            "mounted a fresh vault at {} (server pid {pid})",
+            mnt.display()
+        ),
+    );
+    let vault_path = PathBuf::from(rec["vault_path"].as_str().unwrap_or_default());
+    let mut counts = Counts {
+        socket: rec["socket"].as_str().map(PathBuf::from),
+        per: Vec::new(),
+    };
+    let sides = [
+        Side {
+            mount: false,
+            root: native.clone(),
+        },
+        Side {
+            mount: true,
+            root: mnt.clone(),
+        },
+    ];
+    let reps = args.mount_reps;
+    let warm_reps = args.reps;
+
+    if let Some(tb) = &tarball {
+        let tree = |s: &Side, k: usize| s.root.join(format!("t{k}"));
+        read_through(&tb.path)?;
+
+        progress_tag(t0, tag, &format!("tar x, {reps} reps each"));
+        let (m, n) = interleave(
+            &sides,
+            &mut counts,
+            "tar x",
+            reps,
+            |s, k| Ok(std::fs::create_dir(tree(s, k))?),
+            |s, k| {
+                let mut c = cmd("tar", [OsStr::new("-xf"), tb.path.as_os_str()]);
+                c.arg("-C").arg(tree(s, k));
+                Ok(run_timed(&mut c, &[0])?.0)
+            },
+        )?;
+        for s in &sides {
+            let found = count_files(&tree(s, 0))?;
+            if found != tb.files {
+                return Err(format!(
+                    "tar x into {}: {found} files, expected {}",
+                    tree(s, 0).display(),
+                    tb.files
+                )
+                .into());
+            }
+        }
+        rows.push(Row {
+            op: "tar x of the source tarball (empty target)".into(),
+            files: tb.files,
+            avfs: m,
+            native: Some(n),
+            goal: Some(Goal::RatioAtMost(2.0)),
+            goal_applies: true,
+            ..Default::default()
+        });
+
+        progress_tag(
+            t0,
+            tag,
+            &format!("git init + add -A + commit, {reps} reps each"),
+        );
+        let (m, n) = interleave(
+            &sides,
+            &mut counts,
+            "git init + add + commit",
+            reps,
+            |_, _| Ok(()),
+            |s, k| {
+                let script = "git -c init.defaultBranch=main init -q && git add -A && \
+                              git -c gc.auto=0 -c commit.gpgsign=false commit -q -m import";
+                Ok(run_timed(&mut sh(&tree(s, k), script), &[0])?.0)
+            },
+        )?;
+        rows.push(Row {
+            op: "git init && git add -A && git commit (fresh tree)".into(),
+            files: tb.files,
+            avfs: m,
+            native: Some(n),
+            goal: Some(Goal::RatioAtMost(2.0)),
+            goal_applies: true,
+            ..Default::default()
+        });
+
+        progress_tag(
+            t0,
+            tag,
+            &format!("git status (warm), {warm_reps} reps each"),
+        );
+        for s in &sides {
+            for _ in 0..2 {
+                let out = run(git(&tree(s, 0)).args(["status"]))?;
+                let out = String::from_utf8_lossy(&out);
+                if !out.contains("working tree clean") {
+                    notes.push(format!(
+                        "git status in the {} tree is not clean: {}",
+                        if s.mount { "mount" } else { "native" },
+                        out.lines().take(6).collect::<Vec<_>>().join(" / ")
+                    ));
+                }
+            }
+        }
+        let (m, n) = interleave(
+            &sides,
+            &mut counts,
+            "git status",
+            warm_reps,
+            |_, _| Ok(()),
+            |s, _| Ok(run_timed(git(&tree(s, 0)).args(["status"]), &[0])?.0),
+        )?;
+        rows.push(Row {
+            op: "git status, warm".into(),
+            files: tb.files,
+            avfs: m,
+            native: Some(n),
+            goal: Some(Goal::RatioAtMost(1.5)),
+            goal_applies: true,
+            ..Default::default()
+        });
+
+        for (name, script) in [
+            (
+                "find -type f | xargs stat",
+                "find . -type f -print0 | xargs -0 stat > /dev/null",
+            ),
+            ("ls -lR", "ls -lR . > /dev/null"),
+        ] {
+            progress_tag(t0, tag, &format!("{name} (warm), {warm_reps} reps each"));
+            for s in &sides {
+                run(&mut sh(&tree(s, 0), script))?;
+            }
+            let (m, n) = interleave(
+                &sides,
+                &mut counts,
+                name,
+                warm_reps,
+                |_, _| Ok(()),
+                |s, _| Ok(run_timed(&mut sh(&tree(s, 0), script), &[0])?.0),
+            )?;
+            rows.push(Row {
+                op: format!("`{script}`, warm (tree with .git)"),
+                files: tb.files,
+                avfs: m,
+                native: Some(n),
+                goal: Some(Goal::RatioAtMost(1.5)),
+                goal_applies: true,
+                ..Default::default()
+            });
+        }
+
+        progress_tag(t0, tag, &format!("rm -rf, {reps} reps each"));
+        let (m, n) = interleave(
+            &sides,
+            &mut counts,
+            "rm -rf",
+            reps,
+            |_, _| Ok(()),
+            |s, k| {
+                let mut c = cmd("rm", [OsStr::new("-rf"), tree(s, k).as_os_str()]);
+                Ok(run_timed(&mut c, &[0])?.0)
+            },
+        )?;
+        for s in &sides {
+            if s.root.join("t0").exists() {
+                return Err(format!("rm -rf {}: still there", tree(s, 0).display()).into());
+            }
+        }
+        rows.push(Row {
+            op: "rm -rf of the tree (with .git)".into(),
+            files: tb.files,
+            avfs: m,
+            native: Some(n),
+            goal: Some(Goal::RatioAtMost(2.0)),
+            goal_applies: true,
+            ..Default::default()
+        });
+    }
+
+    if want("io") {
+        let mib = args.io_mib;
+        progress_tag(
+            t0,
+            tag,
+            &format!("sequential write + read of {mib} MiB, {reps} reps each"),
+        );
+        let mut pool = io_pool();
+        let mut buf = vec![0u8; MIB];
+        let (mut wm, mut wn, mut rm, mut rn) = Default::default();
+        for _ in 0..reps {
+            for s in &sides {
+                let f = s.root.join("seq.bin");
+                let w = counts.time("sequential write", s, || write_seq(&f, &mut pool, mib))?;
+                let r = counts.time("sequential read", s, || read_seq(&f, mib, &mut buf))?;
+                std::fs::remove_file(&f)?;
+                let (ws, rs): (&mut Stat, &mut Stat) = if s.mount {
+                    (&mut wm, &mut rm)
+                } else {
+                    (&mut wn, &mut rn)
+                };
+                ws.push(w);
+                rs.push(r);
+            }
+        }
+        let label = if mib.is_multiple_of(1024) {
+            format!("{} GiB", mib / 1024)
+        } else {
+            format!("{mib} MiB")
+        };
+        rows.push(Row {
+            op: "sequential write, 1 MiB writes, until close()".into(),
+            files: 1,
+            avfs: wm,
+            native: Some(wn),
+            goal: Some(Goal::ThroughputAtLeast(0.5)),
+            goal_applies: true,
+            label: Some(label.clone()),
+            bytes: Some((mib * MIB) as u64),
+            ..Default::default()
+        });
+        rows.push(Row {
+            op: "sequential read after the write, fresh open, 1 MiB reads".into(),
+            files: 1,
+            avfs: rm,
+            native: Some(rn),
+            goal: Some(Goal::ThroughputAtLeast(0.5)),
+            goal_applies: true,
+            label: Some(label),
+            bytes: Some((mib * MIB) as u64),
+            ..Default::default()
+        });
+    }
+
+    if let Some(krate) = &krate {
+        let creps = args.cargo_reps;
+        let profile = if args.cargo_release {
+            "release"
+        } else {
+            "debug"
+        };
+        progress_tag(
+            t0,
+            tag,
+            &format!("cargo build --offline ({profile}), {creps} reps each"),
+        );
+        let dir = |s: &Side| s.root.join("crate");
+        let (m, n) = interleave(
+            &sides,
+            &mut counts,
+            "cargo build",
+            creps,
+            |s, k| {
+                if k == 0 {
+                    std::fs::create_dir(dir(s))?;
+                    let mut c = cmd("tar", [OsStr::new("-xf"), krate.as_os_str()]);
+                    c.arg("-C").arg(dir(s));
+                    run(&mut c)?;
+                } else {
+                    std::fs::remove_dir_all(dir(s).join("target"))?;
+                }
+                Ok(())
+            },
+            |s, _| {
+                let mut c = Command::new("cargo");
+                c.current_dir(dir(s))
+                    .args(["build", "--offline", "--locked"])
+                    .env("CARGO_TARGET_DIR", dir(s).join("target"))
+                    .env("CARGO_TERM_COLOR", "never");
+                if args.cargo_release {
+                    c.arg("--release");
+                }
+                Ok(run_timed(&mut c, &[0])?.0)
+            },
+        )?;
+        let lock = std::fs::read_to_string(native.join("crate").join("Cargo.lock"))?;
+        let packages = lock.matches("[[package]]").count();
+        rows.push(Row {
+            op: format!("cargo build --offline ({profile}), empty target dir"),
+            files: packages,
+            avfs: m,
+            native: Some(n),
+            goal: Some(Goal::RatioAtMost(1.2)),
+            goal_applies: true,
+            label: Some(format!("{packages} crates")),
+            ..Default::default()
+        });
+        notes.push(format!(
+            "cargo target dir after the build: {:.0} MB, {} files",
+            dir_size(&native.join("crate").join("target")) as f64 / 1e6,
+            fmt_count(count_files(&native.join("crate").join("target"))? as f64)
+        ));
+    }
+
+    notes.push(format!(
+        "vault file at the end (before unmount): {:.1} MB (with -wal); mount server pid {pid}",
+        dir_bytes(&vault_path) as f64 / 1e6
+    ));
+    let described = counts.describe();
+    if described.is_empty() {
+        notes.push(
+            "FUSE request counts: not available (the mount server counts only in debug builds; \
+             run with --avfs target/debug/avfs)"
+                .into(),
+        );
+    } else {
+        notes.push("FUSE requests per timed run in the mount (debug build counters):".into());
+        notes.extend(described.into_iter().map(|s| format!("  {s}")));
+    }
+    progress_tag(t0, tag, "unmounting");
+    guard.finish()?;
+    if !args.keep {
+        progress_tag(t0, tag, "cleaning up");
+        std::fs::remove_dir_all(&work)?;
+    }
+    Ok(GroupResult { rows, notes })
+}
+
+/// Bytes in regular files under `dir`.
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------
+// Exec workloads: the overhead of `avfs exec` and its change report.
+
+/// The patch size limit `avfs exec` uses for its change report (src/cli/exec.rs).
+const EXEC_PATCH_LIMIT: u64 = 64 * 1024;
+
+fn check_envelope(out: &[u8], checkpoint: bool) -> BoxResult<()> {
+    let v: serde_json::Value = serde_json::from_slice(out)?;
+    if v["exit_code"] != 0 || v["checkpoint"].is_null() == checkpoint {
+        return Err(format!(
+            "avfs exec: unexpected envelope (exit_code {}, checkpoint {})",
+            v["exit_code"], v["checkpoint"]
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn bench_exec(
+    args: &Args,
+    avfs: &Path,
+    base: &Path,
+    reuse: Option<PathBuf>,
+    t0: Instant,
+) -> BoxResult<GroupResult> {
+    let tag = "exec";
+    let n = args.exec_files;
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let plan = plan_tree(n, 42 + n as u64);
+    let work = match &reuse {
+        Some(w) => w.clone(),
+        None => base.join(format!("exec-n{n}")),
+    };
+    let env = Env {
+        avfs: avfs.to_path_buf(),
+        home: work.join("home"),
+    };
+    if reuse.is_some() {
+        notes.push(format!(
+            "workspace: the vault group's {} -file vault (imported tree, forks `exec` and `report` of it)",
+            fmt_count(n as f64)
+        ));
+    } else {
+        progress_tag(
+            t0,
+            tag,
+            &format!("generating and importing a {n}-file tree"),
+        );
+        let src = work.join("src");
+        write_tree(&src, &plan)?;
+        run(&mut env.avfs(["vault", "create", "bench"]))?;
+        run(&mut env.avfs([
+            OsStr::new("--vault"),
+            OsStr::new("bench"),
+            OsStr::new("import"),
+            src.as_os_str(),
+            OsStr::new("/"),
+        ]))?;
+        std::fs::remove_dir_all(&src)?;
+        notes.push(format!(
+            "workspace: a generated {}-file tree (the vault group's generator), imported (forks `exec` and `report` of it)",
+            fmt_count(n as f64)
+        ));
+    }
+    let vault_path = Registry::open(&env.home)?
+        .get("bench")?
+        .ok_or("vault bench is not registered")?
+        .path;
+
+    // The change report of 100 changed files, as `avfs exec` computes it after the command:
+    // flush the live layer to a root, diff it against the root from before, add patches.
+    progress_tag(t0, tag, "change report of 100 changes");
+    run(&mut env.avfs(["vault", "fork", "bench", "report"]))?;
+    let mut rng = Rng::new(0xE7EC ^ n as u64);
+    let mut store = Store::open(&vault_path)?;
+    for rewrite in [false, true] {
+        let mut full = Stat::default();
+        let mut diff_patch = Stat::default();
+        let mut phases = PhaseStats::default();
+        let mut patched = 0;
+        for k in 0..args.reps {
+            let before = store.write(|db| Workspace::open(db, "report")?.flush())?;
+            let changes = if rewrite {
+                pick_changes(&mut rng, &plan, 100, &format!("report {k}"))
+            } else {
+                pick_edits(&mut rng, &plan, 100, &format!("report {k}"))
+            };
+            apply_vault(&vault_path, "report", &changes)?;
+            let (d, (summary, with_patch), ph) = lib_timed(&mut store, |db, ph| {
+                let mut m = Mark(Instant::now());
+                let mut ws = Workspace::open(db, "report")?;
+                let after = ws.flush()?;
+                m.lap(ph, "flush");
+                let mut changes = diff_roots(db, &before, &after)?;
+                m.lap(ph, "diff_roots");
+                add_patches(db, &mut changes, EXEC_PATCH_LIMIT)?;
+                m.lap(ph, "add_patches");
+                let with_patch = changes.iter().filter(|c| c.patch.is_some()).count();
+                Ok((ChangeSummary::of(&changes), with_patch))
+            })?;
+            if summary.modified != 100
+                || summary.added + summary.deleted + summary.type_changed + summary.mode_changed
+                    != 0
+            {
+                return Err(format!(
+                    "change report: expected 100 modified files, got {}",
+                    serde_json::to_string(&summary)?
+                )
+                .into());
+            }
+            patched = with_patch;
+            full.push(d);
+            diff_patch.push(
+                ph.iter()
+                    .filter(|(name, _)| *name == "diff_roots" || *name == "add_patches")
+                    .map(|(_, d)| *d)
+                    .sum(),
+            );
+            phases.add(&ph);
+        }
+        let what = if rewrite {
+            "100 rewritten files (all new content)"
+        } else {
+            "100 edited files (one line each)"
+        };
+        rows.push(Row {
+            op: format!("change report, {what}: diff_roots + add_patches (library)"),
+            files: n,
+            avfs: diff_patch,
+            goal: Some(Goal::Under(0.010)),
+            goal_applies: true,
+            ..Default::default()
+        });
+        rows.push(Row {
+            op: "  as exec does it: flush + diff_roots + add_patches + commit (library)".into(),
+            files: n,
+            avfs: full,
+            goal: Some(Goal::Under(0.010)),
+            goal_applies: true,
+            ..Default::default()
+        });
+        notes.push(format!(
+            "change report, {what}, phases: {}; {patched} of the 100 changes got a patch (text files up to 64 KiB)",
+            phases.describe()
+        ));
+    }
+    drop(store);
+
+    // `avfs exec -- true`, end to end, against `sh -c true`.
+    run(&mut env.avfs(["vault", "fork", "bench", "exec"]))?;
+    let xreps = args.reps * 3;
+    let exec = |checkpoint: bool| {
+        env.avfs([
+            "--vault",
+            "exec",
+            "--json",
+            "exec",
+            if checkpoint {
+                "--checkpoint"
+            } else {
+                "--no-checkpoint"
+            },
+            "--",
+            "true",
+        ])
+    };
+    let native = || cmd("sh", ["-c", "true"]);
+    let mut sh_true = Stat::default();
+    let mut live = [Stat::default(), Stat::default()];
+    let mut cold = [Stat::default(), Stat::default()];
+
+    progress_tag(
+        t0,
+        tag,
+        &format!("avfs exec with a live mount, {xreps} reps"),
+    );
+    let mnt = work.join("exec-mnt");
+    std::fs::create_dir_all(&mnt)?;
+    let rec = mount(&env, "exec", &mnt)?;
+    let guard = Unmount {
+        env: &env,
+        mnt: mnt.clone(),
+        done: false,
+    };
+    for checkpoint in [true, false] {
+        for _ in 0..2 {
+            check_envelope(&run(&mut exec(checkpoint))?, checkpoint)?;
+        }
+    }
+    for _ in 0..xreps {
+        sh_true.push(run_timed(&mut native(), &[0])?.0);
+        for (i, checkpoint) in [true, false].into_iter().enumerate() {
+            let (d, out) = run_timed(&mut exec(checkpoint), &[0])?;
+            check_envelope(&out, checkpoint)?;
+            live[i].push(d);
+        }
+    }
+    notes.push(format!(
+        "live mount: server pid {}, mounted with `avfs mount exec DIR` before the runs",
+        rec["pid"]
+    ));
+    guard.finish()?;
+
+    progress_tag(
+        t0,
+        tag,
+        &format!("avfs exec without a live mount, {xreps} reps"),
+    );
+    for checkpoint in [true, false] {
+        check_envelope(&run(&mut exec(checkpoint))?, checkpoint)?;
+    }
+    for _ in 0..xreps {
+        sh_true.push(run_timed(&mut native(), &[0])?.0);
+        for (i, checkpoint) in [true, false].into_iter().enumerate() {
+            let (d, out) = run_timed(&mut exec(checkpoint), &[0])?;
+            check_envelope(&out, checkpoint)?;
+            cold[i].push(d);
+        }
+    }
+    let left: serde_json::Value =
+        serde_json::from_slice(&run(&mut env.avfs(["--json", "mounts"]))?)?;
+    if left["mounts"].as_array().is_some_and(|a| !a.is_empty()) {
+        return Err(format!("avfs exec left mounts behind: {}", left["mounts"]).into());
+    }
+    let mut floor = Stat::default();
+    for _ in 0..xreps {
+        floor.push(run_timed(&mut env.avfs(["--version"]), &[0])?.0);
+    }
+    let [live_ck, live_nock] = live;
+    let [cold_ck, cold_nock] = cold;
+    for (op, s, goal) in [
+        (
+            "avfs exec --checkpoint -- true, live mount",
+            live_ck,
+            Some(0.015),
+        ),
+        (
+            "avfs exec --no-checkpoint -- true, live mount",
+            live_nock,
+            None,
+        ),
+        (
+            "avfs exec --checkpoint -- true, no live mount",
+            cold_ck,
+            Some(0.100),
+        ),
+        (
+            "avfs exec --no-checkpoint -- true, no live mount",
+            cold_nock,
+            None,
+        ),
+        (
+            "  for scale: avfs --version (process start only)",
+            floor,
+            None,
+        ),
+    ] {
+        rows.push(Row {
+            op: op.into(),
+            files: n,
+            avfs: s,
+            native: Some(sh_true.clone()),
+            goal: goal.map(Goal::Under),
+            goal_applies: true,
+            ..Default::default()
+        });
+    }
+
+    if !args.keep {
+        progress_tag(t0, tag, "cleaning up");
+        std::fs::remove_dir_all(&work)?;
+    }
+    Ok(GroupResult { rows, notes })
 }
 
 fn main() {
@@ -1235,11 +2443,13 @@ fn main() {
 fn real_main() -> BoxResult<()> {
     let args = parse_args()?;
     let t0 = Instant::now();
-    let exe = std::env::current_exe()?;
-    let avfs = exe
-        .parent()
-        .ok_or("no directory for the current executable")?
-        .join("avfs");
+    let avfs = match &args.avfs {
+        Some(p) => std::fs::canonicalize(p).map_err(|e| format!("--avfs {}: {e}", p.display()))?,
+        None => std::env::current_exe()?
+            .parent()
+            .ok_or("no directory for the current executable")?
+            .join("avfs"),
+    };
     if !avfs.is_file() {
         return Err(format!(
             "{} not found: build it first (cargo build --release)",
@@ -1255,30 +2465,86 @@ fn real_main() -> BoxResult<()> {
     let base = parent.join(format!("avfs-bench-{}", std::process::id()));
     std::fs::create_dir(&base)?;
     let base = std::fs::canonicalize(&base)?;
+    let has = |g: Group| args.groups.contains(&g);
 
-    let git_version = Command::new("git")
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|_| "git: not found".into());
-    let header = vec![
-        format!(
-            "avfs-bench: sizes {:?}, {} reps ({} for cat; {} for import, cp -a, diff -rq)",
+    let version = |prog: &str, arg: &str| {
+        Command::new(prog)
+            .arg(arg)
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            })
+            .unwrap_or_else(|_| format!("{prog}: not found"))
+    };
+    let mem_gb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(f64::NAN);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let mut header = vec![format!(
+        "avfs-bench: groups {}",
+        args.groups
+            .iter()
+            .map(|g| format!("{g:?}").to_lowercase())
+            .collect::<Vec<_>>()
+            .join(",")
+    )];
+    if has(Group::Vault) {
+        header.push(format!(
+            "vault: sizes {:?}, {} reps ({} for cat; {} for import, cp -a, diff -rq)",
             args.sizes,
             args.reps,
             args.reps * 3,
             args.native_reps
-        ),
+        ));
+    }
+    if has(Group::Mount) {
+        header.push(format!(
+            "mount: workloads {}; {} reps (tar x, git commit, rm -rf, sequential I/O), {} reps (warm: git status, find+stat, ls -lR), {} for cargo build",
+            args.mount_workloads.join(","),
+            args.mount_reps,
+            args.reps,
+            args.cargo_reps
+        ));
+    }
+    if has(Group::Exec) {
+        header.push(format!(
+            "exec: {}-file workspace; {} reps (change report), {} reps (avfs exec, sh -c true)",
+            fmt_count(args.exec_files as f64),
+            args.reps,
+            args.reps * 3
+        ));
+    }
+    header.extend([
         format!("binary: {}", avfs.display()),
         format!("work dir: {} on {}", base.display(), describe_fs(&base)),
         format!(
-            "cpus: {}, {}",
+            "machine: {} cpus, {mem_gb:.0} GiB RAM, kernel {kernel}",
             std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(0),
-            git_version
         ),
-    ];
+        format!(
+            "tools: {}; {}; {}",
+            version("git", "--version"),
+            version("tar", "--version"),
+            version("cargo", "--version")
+        ),
+    ]);
     for h in &header {
         eprintln!("{h}");
     }
@@ -1286,13 +2552,28 @@ fn real_main() -> BoxResult<()> {
     let mut rows = Vec::new();
     let mut notes = Vec::new();
     let mut forks: Vec<(usize, f64, f64)> = Vec::new();
+    let mut mount_result = None;
+    let mut exec_result = None;
     let result = (|| -> BoxResult<()> {
-        for &n in &args.sizes {
-            let r = bench_size(&args, &avfs, &base, n, t0)?;
-            rows.extend(r.rows);
-            notes.push(format!("{} files:", fmt_count(n as f64)));
-            notes.extend(r.notes.into_iter().map(|s| format!("  {s}")));
-            forks.push((n, r.fork_lib, r.fork_proc));
+        let mut reuse = None;
+        if has(Group::Vault) {
+            for &n in &args.sizes {
+                let keep_for_exec = has(Group::Exec) && n == args.exec_files;
+                let r = bench_size(&args, &avfs, &base, n, t0, keep_for_exec)?;
+                if keep_for_exec {
+                    reuse = Some(base.join(format!("n{n}")));
+                }
+                rows.extend(r.rows);
+                notes.push(format!("{} files:", fmt_count(n as f64)));
+                notes.extend(r.notes.into_iter().map(|s| format!("  {s}")));
+                forks.push((n, r.fork_lib, r.fork_proc));
+            }
+        }
+        if has(Group::Exec) {
+            exec_result = Some(bench_exec(&args, &avfs, &base, reuse, t0)?);
+        }
+        if has(Group::Mount) {
+            mount_result = Some(bench_mount(&args, &avfs, &base, t0)?);
         }
         Ok(())
     })();
@@ -1301,45 +2582,78 @@ fn real_main() -> BoxResult<()> {
     }
     result?;
 
-    let mut extra = Vec::new();
-    if forks.len() >= 2 {
-        let lo = forks.iter().min_by_key(|f| f.0).unwrap();
-        let hi = forks.iter().max_by_key(|f| f.0).unwrap();
-        let ratio = hi.1 / lo.1;
-        let applies = lo.0 == 1_000 && hi.0 == 100_000;
-        let met = match (ratio < 2.0, applies) {
-            (true, true) => "yes".to_string(),
-            (false, true) => "**NO**".to_string(),
-            (m, false) => format!(
-                "({}; goal is 100 000 vs 1 000)",
-                if m { "yes" } else { "no" }
-            ),
-        };
-        extra.push(String::new());
-        extra.push(format!(
-            "fork({}) / fork({}): library {ratio:.2} (goal < 2: {met}); whole process {:.2}",
-            fmt_count(hi.0 as f64),
-            fmt_count(lo.0 as f64),
-            hi.2 / lo.2
-        ));
-    }
     println!();
     for h in &header {
         println!("{h}");
     }
     println!("total run time: {}", fmt_secs(t0.elapsed().as_secs_f64()));
-    println!();
-    print_table(&rows, &extra);
-    println!();
-    println!(
-        "native analogues (same disk, same tree): import and fork: `cp -a TREE COPY`; checkpoint save: `git add -A` + `git commit` of the 10 changed files in a git work tree of the same files; restore: `git stash push --include-untracked` (keeps the unsaved changes and returns to the last commit, as `avfs checkpoint restore` keeps them in an automatic checkpoint); diff: `diff -rq BEFORE AFTER` of two trees; cat: `/bin/cat FILE`."
-    );
-    println!(
-        "library figures: one write transaction through agentvfs (what the CLI command does, audit row and commit included), vault already open; process figures: the whole `avfs` process (startup, registry, open, transaction, output)."
-    );
-    println!();
-    for n in &notes {
-        println!("{n}");
+
+    if has(Group::Vault) {
+        let mut extra = Vec::new();
+        if forks.len() >= 2 {
+            let lo = forks.iter().min_by_key(|f| f.0).unwrap();
+            let hi = forks.iter().max_by_key(|f| f.0).unwrap();
+            let ratio = hi.1 / lo.1;
+            let applies = lo.0 == 1_000 && hi.0 == 100_000;
+            let met = match (ratio < 2.0, applies) {
+                (true, true) => "yes".to_string(),
+                (false, true) => "**NO**".to_string(),
+                (m, false) => format!(
+                    "({}; goal is 100 000 vs 1 000)",
+                    if m { "yes" } else { "no" }
+                ),
+            };
+            extra.push(String::new());
+            extra.push(format!(
+                "fork({}) / fork({}): library {ratio:.2} (goal < 2: {met}); whole process {:.2}",
+                fmt_count(hi.0 as f64),
+                fmt_count(lo.0 as f64),
+                hi.2 / lo.2
+            ));
+        }
+        println!();
+        println!("## vault operations");
+        println!();
+        print_table(["operation", "files", "avfs"], &rows, &extra);
+        println!();
+        println!(
+            "native analogues (same disk, same tree): import and fork: `cp -a TREE COPY`; checkpoint save: `git add -A` + `git commit` of the 10 changed files in a git work tree of the same files; restore: `git stash push --include-untracked` (keeps the unsaved changes and returns to the last commit, as `avfs checkpoint restore` keeps them in an automatic checkpoint); diff: `diff -rq BEFORE AFTER` of two trees; cat: `/bin/cat FILE`."
+        );
+        println!(
+            "library figures: one write transaction through agentvfs (what the CLI command does, audit row and commit included), vault already open; process figures: the whole `avfs` process (startup, registry, open, transaction, output)."
+        );
+        println!();
+        for n in &notes {
+            println!("{n}");
+        }
+    }
+    if let Some(r) = &mount_result {
+        println!();
+        println!("## mount workloads");
+        println!();
+        print_table(["workload", "files", "mount"], &r.rows, &[]);
+        println!();
+        println!(
+            "each workload runs in a FUSE mount of a fresh vault (`avfs mount`, release build unless --avfs says otherwise) and in a plain directory on the same disk, alternating native and mount runs; warm workloads had one or two untimed runs on each side first. The tree is the tarball's, committed to git by the git workload (so find, ls -lR and rm -rf include its .git). Sequential I/O: one file written with 1 MiB write() calls (incompressible data, timed until close() returned, no fsync), then read back through a new open with 1 MiB reads; page caches are not dropped (not possible for the mount), so the read is warm on both sides."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
+    }
+    if let Some(r) = &exec_result {
+        println!();
+        println!("## exec");
+        println!();
+        print_table(["measure", "workspace files", "avfs"], &r.rows, &[]);
+        println!();
+        println!(
+            "native analogue: `sh -c true` spawned and waited for (the same process work without avfs). avfs exec runs are whole `avfs --json exec ... -- true` processes (policy, checkpoint or flush, run, change report, audit, envelope); \"live mount\": the workspace was mounted with `avfs mount` before; \"no live mount\": exec mounts it for the command and unmounts after. The change report is timed through the library on the vault file, as src/cli/exec.rs computes it."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
     }
     Ok(())
 }

@@ -406,8 +406,8 @@ impl MountGuard {
         })
     }
 
-    fn release(&self) {
-        if !self.ours {
+    fn release(&mut self) {
+        if !std::mem::take(&mut self.ours) {
             return;
         }
         if let Ok(list) = crate::mount::list_mounts(&self.home)
@@ -428,6 +428,12 @@ impl MountGuard {
             let _ = crate::mount::force_unmount(&self.mountpoint);
         }
         let _ = std::fs::remove_dir(&self.mountpoint);
+    }
+}
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -510,6 +516,20 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         None => with_vault(ctx, ctx.vault_sel.clone()),
     };
     let cwd = cwd_components(&a.cwd)?;
+    let timeout = match a.timeout {
+        None => None,
+        Some(t) => Some(
+            Duration::try_from_secs_f64(t)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    Error::InvalidArgument(
+                        t.to_string(),
+                        "--timeout takes a positive number of seconds".into(),
+                    )
+                })?,
+        ),
+    };
     let mut env_pairs: Vec<(String, String)> = Vec::new();
     for kv in &a.env {
         match kv.split_once('=') {
@@ -641,7 +661,12 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
     let (v, ephemeral) = create_workspace_for(ctx, &reg, &base, place)?;
     envelope.request.vault = v.name.clone();
     envelope.request.workspace = v.workspace.clone();
-    let result = run_command(ctx, &a, &v, &cwd, &decision, &env_pairs, &mut envelope);
+    let job = Run {
+        cwd: &cwd,
+        timeout,
+        env: &env_pairs,
+    };
+    let result = run_command(ctx, &a, &v, &job, &decision, &mut envelope);
     let discard = ephemeral && !a.keep;
     if discard {
         // Also when the run failed: an ephemeral fork never outlives its command.
@@ -659,38 +684,41 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
     )
 }
 
+/// What the run needs besides the arguments: checked and parsed before anything started.
+struct Run<'a> {
+    cwd: &'a [String],
+    timeout: Option<Duration>,
+    env: &'a [(String, String)],
+}
+
 /// Mounts (or reuses the live mount), runs and reports.
 fn run_command(
     ctx: &Ctx,
     a: &ExecArgs,
     v: &VaultRef,
-    cwd: &[String],
+    job: &Run,
     decision: &Decision,
-    env_pairs: &[(String, String)],
     envelope: &mut Envelope,
 ) -> Result<()> {
-    let mut store = Store::open(&v.path)?;
+    // Released when dropped, also if anything below fails or panics.
     let mount = MountGuard::acquire(ctx, v, &envelope.id)?;
     envelope.mountpoint = Some(mount.mountpoint.display().to_string());
-    let result = run_in_mount(
-        ctx, a, v, &mut store, &mount, cwd, decision, env_pairs, envelope,
-    );
-    mount.release();
+    let result = run_in_mount(ctx, a, v, &mount, job, decision, envelope);
+    drop(mount);
     result
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_in_mount(
     ctx: &Ctx,
     a: &ExecArgs,
     v: &VaultRef,
-    store: &mut Store,
     mount: &MountGuard,
-    cwd: &[String],
+    job: &Run,
     decision: &Decision,
-    env_pairs: &[(String, String)],
     envelope: &mut Envelope,
 ) -> Result<()> {
+    let mut store = Store::open(&v.path)?;
+    let store = &mut store;
     let want_checkpoint = !a.no_checkpoint
         && (a.checkpoint
             || a.rollback_on_failure
@@ -698,7 +726,7 @@ fn run_in_mount(
     // Every component must be a real directory of the workspace: following a symlink
     // (`sub -> /etc`) would start the command outside it.
     let mut dir = mount.mountpoint.clone();
-    for c in cwd {
+    for c in job.cwd {
         dir.push(c);
         if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
             return Err(Error::NotADirectory(format!(
@@ -729,7 +757,7 @@ fn run_in_mount(
         ),
         ("AVFS_EXEC_ID".to_string(), envelope.id.clone()),
     ];
-    env.extend(env_pairs.iter().cloned());
+    env.extend(job.env.iter().cloned());
     let (program, args): (String, Vec<String>) = match &a.shell {
         Some(s) => ("/bin/sh".into(), vec!["-c".into(), s.clone()]),
         None => (a.argv[0].clone(), a.argv[1..].to_vec()),
@@ -739,7 +767,7 @@ fn run_in_mount(
         args: &args,
         cwd: &dir,
         env: &env,
-        timeout: a.timeout.map(Duration::from_secs_f64),
+        timeout: job.timeout,
         grace: Duration::from_secs(2),
         capture_limit: CAPTURE_LIMIT,
         stream: !ctx.out.json,

@@ -1508,6 +1508,28 @@ mod tests {
     }
 
     #[test]
+    fn git_global_options_do_not_hide_the_subcommand() {
+        let d = decide("git -C sub status");
+        assert_eq!(d.action, Action::Allow, "{d:?}");
+        assert_eq!(d.categories, [Category::ReadOnly]);
+        assert_eq!(
+            decide("git --no-pager -c color.ui=never log").action,
+            Action::Allow
+        );
+        assert_eq!(
+            decide("git -C sub --git-dir=.git push").action,
+            Action::RequireApproval
+        );
+        assert_eq!(decide("git --git-dir=/etc/x log").action, Action::Deny);
+        assert_eq!(decide("git --work-tree ../.. status").action, Action::Deny);
+        assert_eq!(
+            decide("git -C sub commit -m x").action,
+            Action::AllowWithCheckpoint
+        );
+        assert_eq!(decide("git --version").action, Action::Allow);
+    }
+
+    #[test]
     fn user_rules_override_and_test_examples() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("p.toml");

@@ -247,3 +247,77 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         lingering_processes_killed: lingering,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec<'a>(args: &'a [String], timeout: Option<Duration>) -> RunSpec<'a> {
+        RunSpec {
+            program: "/bin/sh",
+            args,
+            cwd: Path::new("/"),
+            env: &[],
+            timeout,
+            grace: Duration::from_secs(2),
+            capture_limit: 16,
+            stream: false,
+        }
+    }
+
+    fn sh(line: &str) -> Vec<String> {
+        vec!["-c".into(), line.into()]
+    }
+
+    #[test]
+    fn a_process_that_obeys_sigterm_does_not_wait_out_the_grace_period() {
+        let args = sh("sleep 30");
+        let t = Instant::now();
+        let r = run(&spec(&args, Some(Duration::from_millis(100)))).unwrap();
+        assert!(r.timed_out);
+        assert!(
+            t.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(!r.lingering_processes_killed);
+    }
+
+    #[test]
+    fn sigterm_ignored_means_sigkill_after_the_grace_period() {
+        let args = sh("trap '' TERM; sleep 30");
+        let t = Instant::now();
+        let r = run(&spec(&args, Some(Duration::from_millis(100)))).unwrap();
+        assert!(r.timed_out);
+        assert_eq!(r.signal, Some(libc::SIGKILL));
+        assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn background_jobs_are_ended_and_output_is_bounded() {
+        let args = sh("sleep 30 & echo 0123456789abcdefXYZ");
+        let t = Instant::now();
+        let r = run(&spec(&args, None)).unwrap();
+        assert_eq!(r.exit_code, Some(0));
+        assert!(r.lingering_processes_killed);
+        assert!(
+            t.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(r.stdout, "0123456789abcdef");
+        assert!(r.stdout_truncated);
+        assert_eq!(r.stdout_bytes, 20);
+    }
+
+    #[test]
+    fn a_missing_program_is_127() {
+        let r = run(&RunSpec {
+            program: "/nonexistent/program",
+            ..spec(&[], None)
+        })
+        .unwrap();
+        assert_eq!(r.exit_code, Some(127));
+        assert!(r.stderr.contains("/nonexistent/program"));
+    }
+}
