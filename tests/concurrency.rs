@@ -765,3 +765,55 @@ fn a_hundred_vaults_used_at_once() {
         &format!("all succeed, up to {max_live} processes at once, {} ms; each vault its own file", elapsed.as_millis()),
     );
 }
+
+// ------------------------------------------------------------- concurrent unmounts
+
+/// Two `avfs unmount` of one mount at the same time (two agents cleaning up, or an exec's
+/// own cleanup racing a user's): each must succeed or say nothing is mounted there
+/// (`not_found`); neither may fail with an I/O or internal error.
+#[test]
+fn concurrent_unmounts_of_one_mount() {
+    if !fuse_or_skip("concurrent_unmounts_of_one_mount") {
+        return;
+    }
+    let rounds = knob("AVFS_CONC_UNMOUNT_ROUNDS", 10);
+    let env = Env::new();
+    env.ok(&["vault", "create", "v"]);
+    let mp = env.path("mnt");
+    std::fs::create_dir_all(&mp).unwrap();
+    let mps = mp.to_str().unwrap().to_string();
+    let mut bad = Vec::new();
+    for round in 0..rounds {
+        env.ok(&["mount", "v", &mps]);
+        let rs: Vec<Run> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|_| s.spawn(|| env.run(&["--json", "unmount", &mps])))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in &rs {
+            no_panic(r, "unmount");
+            let fine = r.code == 0
+                || (r.code == 1 && r.json()["error"]["kind"] == "not_found");
+            if !fine {
+                bad.push(format!("round {round}: exit {}: {}", r.code, r.stdout));
+            }
+        }
+        if is_mountpoint(&mp) {
+            let _ = env.run(&["unmount", &mps]);
+        }
+        assert!(!is_mountpoint(&mp), "round {round}: still mounted");
+        // Wait for the server to be gone before mounting again.
+        eventually("the mount record to go", || {
+            env.json(&["mounts"])["mounts"].as_array().unwrap().is_empty()
+        });
+    }
+    assert!(
+        bad.is_empty(),
+        "BUG: concurrent `avfs unmount` of one mount failed {} of {} times:\n{}",
+        bad.len(),
+        2 * rounds,
+        bad.join("\n")
+    );
+    report("unmount", "2 concurrent `avfs unmount` of one mount", 2 * rounds, "each succeeds or says not_found");
+}

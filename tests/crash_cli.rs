@@ -225,11 +225,8 @@ fn kill_9_of_import_leaves_all_or_nothing() {
             }
         }
         assert_eq!(env.cat(Some("v"), "/before"), "kept");
-        // The vault keeps working: the same import again succeeds.
-        if count_files(&env, "v", &dest).is_none() {
-            env.ok(&["--vault", "v", "import", h, &dest]);
-        }
-        env.ok(&["--vault", "v", "rm", "-r", &dest]);
+        // The vault keeps working (the next round imports again).
+        env.ok(&["--vault", "v", "rm", "-r", "-f", &dest]);
     }
     report(
         &format!("`import` of {n} files (full run {} ms)", full.as_millis()),
@@ -543,7 +540,14 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
             leftovers += 1;
             let mp = rec["mountpoint"].as_str().unwrap();
             let r = env.run(&["--json", "unmount", mp]);
-            assert_eq!(r.code, 0, "{what}: unmount {mp}: {}", r.stdout);
+            // The server may be exiting on its own right now (the killed exec had asked it
+            // to); then "nothing mounted there" is a fine answer, an internal or I/O error
+            // is not.
+            assert!(
+                r.code == 0 || (r.code == 1 && r.json()["error"]["kind"] == "not_found"),
+                "{what}: `avfs unmount {mp}` of a mount left by a killed exec failed:\n{}",
+                r.stdout
+            );
             assert!(!is_mountpoint(Path::new(mp)), "{what}: {mp} still mounted");
         }
         // A mount whose server died is cleaned up by `mounts` too; none is left.
