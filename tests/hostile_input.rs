@@ -18,7 +18,7 @@ mod common;
 mod fuse;
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,6 +28,11 @@ use fuse::Rng;
 use serde_json::Value;
 
 // ------------------------------------------------------------------------------ helpers
+
+/// One line for the reliability table (collected by scripts/reliability.sh).
+fn report(area: &str, what: &str, count: u64, held: &str) {
+    eprintln!("RELIABILITY|hostile_input|{area}|{what}|{count}|{held}");
+}
 
 fn finish(out: std::process::Output) -> Run {
     Run {
@@ -173,6 +178,7 @@ fn refuses(env: &Env, path: &Path, kinds: &[&str], what: &str) -> Vec<String> {
         !list.to_string().contains("hostile-import"),
         "{what}: a refused file was registered: {list}"
     );
+    seen.push(kind);
     seen
 }
 
@@ -220,7 +226,8 @@ fn zero_length_file_is_not_a_vault() {
     let env = Env::new();
     let p = env.path("empty.avfs");
     std::fs::write(&p, b"").unwrap();
-    refuses(&env, &p, &["not_a_vault"], "zero-length file");
+    let n = refuses(&env, &p, &["not_a_vault"], "zero-length file").len();
+    report("vault file", "zero-length file, every command + vault import", n as u64, "exit 1, not_a_vault, file untouched, no panic");
 }
 
 #[test]
@@ -241,11 +248,19 @@ fn truncated_vaults_are_refused_untouched() {
         (len - 4096, &["corrupt_vault"]),
         (len - 1, &["corrupt_vault"]),
     ];
+    let (mut runs, mut lengths) = (0, 0);
     for (cut, kinds) in cuts {
         let p = env.path(&format!("cut-{cut}.avfs"));
         std::fs::write(&p, &full[..cut]).unwrap();
-        refuses(&env, &p, kinds, &format!("vault truncated to {cut} of {len} bytes"));
+        runs += refuses(&env, &p, kinds, &format!("vault truncated to {cut} of {len} bytes")).len();
+        lengths += 1;
     }
+    report(
+        "vault file",
+        &format!("truncated to {lengths} lengths (10 B .. size-1 of a {len} B vault), every command"),
+        runs as u64,
+        "exit 1, corrupt_vault (not_a_vault under 16 B), file untouched, no panic",
+    );
 }
 
 #[test]
@@ -253,7 +268,9 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
     let (env, path, files) = populated_vault(2);
     let full = std::fs::read(&path).unwrap();
     let len = full.len();
-    for seed in 1..=6u64 {
+    let (mut reads_ok, mut reads_refused, mut runs) = (0u64, 0u64, 0u64);
+    let seeds = 6u64;
+    for seed in 1..=seeds {
         let mut rng = Rng::new(seed * 7919);
         let mut bad = full.clone();
         // Flip 8 runs of 1..=16 random bytes in the middle half of the file.
@@ -297,7 +314,9 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
                 assert_no_panic(&r, &w);
                 if out.status.success() {
                     assert!(out.stdout == *data, "{w}: returned WRONG DATA ({} bytes)", out.stdout.len());
+                    reads_ok += 1;
                 } else {
+                    reads_refused += 1;
                     assert_eq!(r.code, 1, "{w}: {}", r.stderr);
                     let mut a2 = vec![OsStr::new("--json")];
                     a2.extend(a.iter().copied());
@@ -318,6 +337,7 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
             let mut a = vec!["--json", "--vault", sel];
             a.extend(cmd.iter());
             let r = env.run(&a);
+            runs += 1;
             let w = format!("{what}: avfs {}", cmd.join(" "));
             assert_no_panic(&r, &w);
             assert!(r.code == 0 || r.code == 1, "{w}: exit {}\n{}", r.code, r.stderr);
@@ -330,6 +350,12 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
             }
         }
     }
+    report(
+        "vault file",
+        &format!("{seeds} seeds of 8 runs of flipped bytes in the middle half: verify, {} reads, {runs} other commands", reads_ok + reads_refused),
+        seeds,
+        &format!("verify exit 1 every time; reads: {reads_ok} right bytes, {reads_refused} clear errors, 0 wrong data; no panic; refused commands left the file untouched"),
+    );
 }
 
 #[test]
@@ -359,6 +385,7 @@ fn foreign_sqlite_database_is_refused_untouched() {
     let p = env.path("random.avfs");
     std::fs::write(&p, Rng::new(5).bytes(64 * 1024)).unwrap();
     refuses(&env, &p, &["not_a_vault"], "random bytes");
+    report("vault file", "another program's SQLite file (rollback and WAL), a text file, random bytes", 4, "exit 1, not_a_vault, untouched, never registered");
 }
 
 #[test]
@@ -373,7 +400,8 @@ fn a_vault_header_on_garbage_is_corrupt_not_a_panic() {
     bad.extend(rng.bytes(full.len() - page));
     let p = env.path("garbage.avfs");
     std::fs::write(&p, &bad).unwrap();
-    refuses(&env, &p, &["corrupt_vault"], "vault header + garbage pages");
+    let n = refuses(&env, &p, &["corrupt_vault"], "vault header + garbage pages").len();
+    report("vault file", "a vault's first page + random pages", n as u64, "exit 1, corrupt_vault (verify: ok=false), untouched");
 }
 
 #[test]
@@ -396,6 +424,7 @@ fn a_directory_is_not_a_vault() {
     let r = env.run(&["--json", "vault", "create", "x", "--path", d.to_str().unwrap()]);
     let kind = error_kind(&r, "vault create onto a directory");
     assert!(["already_exists", "not_a_vault", "host_io"].contains(&kind.as_str()), "{kind}");
+    report("vault file", "a directory given as the vault", probe_commands().len() as u64 + 1, "exit 1, not_a_vault, directory untouched");
 }
 
 fn nobody_runner() -> Option<Vec<String>> {
@@ -454,6 +483,7 @@ fn unreadable_vault_file_is_a_clear_error() {
     // Still a good vault for someone who may read it.
     let v = env.json(&["--vault", path.to_str().unwrap(), "vault", "verify"]);
     assert_eq!(v["report"]["ok"], true, "{v}");
+    report("vault file", "a vault without read permission, as user nobody", probe_commands().len() as u64, "exit 1, host_io naming the file and 'Permission denied', untouched");
 }
 
 // ----------------------------------------------------------------------------- paths
@@ -517,6 +547,7 @@ fn dotdot_and_absolute_host_paths_stay_inside_the_workspace() {
     assert_eq!(error_kind(&r, "exec --cwd ../.."), "invalid_argument");
     let v = env.json(&["--vault", "w", "vault", "verify"]);
     assert_eq!(v["report"]["ok"], true, "{v}");
+    report("paths", "`..` above the root and absolute host paths in write/cat/ln -s/mv/cp/exec --cwd", 12, "all stay inside the workspace; host files untouched");
 }
 
 #[test]
@@ -604,6 +635,16 @@ fn names_with_newlines_long_names_and_invalid_utf8() {
         let r = env.json(&["--vault", v, "vault", "verify"]);
         assert_eq!(r["report"]["ok"], true, "{r}");
     }
+    report(
+        "paths",
+        "names with newlines/control bytes, 255/256/4096-byte names, a 4.2 KB deep path, invalid UTF-8; export + import round trip",
+        1,
+        if deep_exported {
+            "exact bytes round-trip; >255 bytes is name_too_long"
+        } else {
+            "exact bytes round-trip; >255 bytes is name_too_long; export of a path > PATH_MAX fails with host_io (not a panic)"
+        },
+    );
 }
 
 #[test]
@@ -703,6 +744,7 @@ fn import_does_not_follow_symlinks_out_of_the_tree() {
     // The exported links are links again, with their targets unchanged.
     assert_eq!(std::fs::read_link(out.join("imp/etc")).unwrap(), PathBuf::from("/etc"));
     assert!(std::fs::symlink_metadata(out.join("imp/dirlink")).unwrap().file_type().is_symlink());
+    report("paths", "import of a tree with 7 symlinks out of it (absolute, relative, to dirs and files)", 7, "stored as links, never followed; no host content copied in");
 }
 
 #[test]
@@ -775,6 +817,7 @@ fn export_does_not_write_through_symlinks() {
     let r = env.run(&["--json", "--vault", "w", "export", "/b", t2.to_str().unwrap(), "--force"]);
     assert_no_panic(&r, "export /b --force");
     assert_eq!(snapshot_dir(&victim_dir), before, "export /b wrote into the victim directory");
+    report("paths", "export --force into a host dir whose entries are symlinks (to a dir, a file, a dangling path)", 6, "nothing written through a link; links replaced");
 }
 
 // -------------------------------------------------- decoders and parsers: properties
@@ -976,6 +1019,12 @@ fn decoders_survive(iters: u64, seed: u64) {
         }
     }
     std::panic::set_hook(prev);
+    report(
+        "decoders",
+        "random + mutated inputs to Tree::decode, decode_chunk_list, shell::parse, Policy::decide_shell/argv",
+        iters,
+        &format!("{} panics", failures.len()),
+    );
     assert!(
         failures.is_empty(),
         "{} panics, first ones:\n{}",
@@ -1017,5 +1066,4 @@ fn deeply_nested_shell_lines_fail_closed() {
     let r = env.run(&["--json", "--vault", "w", "policy", "check", "--shell", &line]);
     assert_no_panic(&r, "policy check of 5000 nested $(");
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let _ = OsString::from_vec(vec![]);
 }

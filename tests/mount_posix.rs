@@ -1726,6 +1726,11 @@ fn checkpoint_includes_acknowledged_writes_of_open_files() {
         "{d}"
     );
     assert!(m.avfs_cat("/open.txt").ends_with(b"TAIL"));
+    // A fork taken now starts from those bytes too.
+    w.cmd("w +FORK");
+    m.avfs(&["vault", "fork", "t", "t-fork"]);
+    let out = m.env.cmd(["--vault", "t-fork", "cat", "/open.txt"]).output().unwrap();
+    assert!(out.stdout.ends_with(b"TAIL+FORK"), "{}", String::from_utf8_lossy(&out.stdout));
     w.cmd("close");
     drop(w);
     // Stores through a shared mapping that is still mapped count as acknowledged too.

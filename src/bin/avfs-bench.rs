@@ -2072,6 +2072,7 @@ fn bench_mount(args: &Args, avfs: &Path, base: &Path, t0: Instant) -> BoxResult<
             &format!("cargo build --offline ({profile}), {creps} reps each"),
         );
         let dir = |s: &Side| s.root.join("crate");
+        let mut compiled = 0;
         let (m, n) = interleave(
             &sides,
             &mut counts,
@@ -2097,19 +2098,36 @@ fn bench_mount(args: &Args, avfs: &Path, base: &Path, t0: Instant) -> BoxResult<
                 if args.cargo_release {
                     c.arg("--release");
                 }
-                Ok(run_timed(&mut c, &[0])?.0)
+                c.stdin(Stdio::null())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                let t = Instant::now();
+                let out = c.output()?;
+                let d = t.elapsed();
+                if !out.status.success() {
+                    return Err(format!(
+                        "cargo build in {} failed ({}): {}",
+                        dir(s).display(),
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )
+                    .into());
+                }
+                compiled = String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .filter(|l| l.trim_start().starts_with("Compiling "))
+                    .count();
+                Ok(d)
             },
         )?;
-        let lock = std::fs::read_to_string(native.join("crate").join("Cargo.lock"))?;
-        let packages = lock.matches("[[package]]").count();
         rows.push(Row {
             op: format!("cargo build --offline ({profile}), empty target dir"),
-            files: packages,
+            files: compiled,
             avfs: m,
             native: Some(n),
             goal: Some(Goal::RatioAtMost(1.2)),
             goal_applies: true,
-            label: Some(format!("{packages} crates")),
+            label: Some(format!("{compiled} crates compiled")),
             ..Default::default()
         });
         notes.push(format!(
@@ -2530,7 +2548,18 @@ fn real_main() -> BoxResult<()> {
         ));
     }
     header.extend([
-        format!("binary: {}", avfs.display()),
+        format!(
+            "binary: {} (source {})",
+            avfs.display(),
+            String::from_utf8_lossy(
+                &git(Path::new(env!("CARGO_MANIFEST_DIR")))
+                    .args(["describe", "--always", "--dirty"])
+                    .output()
+                    .map(|o| o.stdout)
+                    .unwrap_or_default()
+            )
+            .trim()
+        ),
         format!("work dir: {} on {}", base.display(), describe_fs(&base)),
         format!(
             "machine: {} cpus, {mem_gb:.0} GiB RAM, kernel {kernel}",

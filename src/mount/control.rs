@@ -100,10 +100,10 @@ impl Server {
                 .read(true)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
                 .open(&path);
-            if let Ok(f) = f {
-                if f.metadata().map(|m| m.is_file()).unwrap_or(false) {
-                    let _ = f.sync_all();
-                }
+            if let Ok(f) = f
+                && f.metadata().map(|m| m.is_file()).unwrap_or(false)
+            {
+                let _ = f.sync_all();
             }
         }
     }

@@ -30,6 +30,17 @@ const MAX_BATCH: Duration = Duration::from_millis(50);
 /// A file's write buffer is flushed to the vault once it holds this much.
 const MAX_DIRTY_PER_FILE: usize = 64 << 20;
 
+/// How a request's transaction ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Batched with the next requests (committed within `MAX_BATCH`).
+    Batch,
+    /// Committed before the reply: survives a killed process (close, sync).
+    Commit,
+    /// Committed and synced to disk: survives power loss (fsync).
+    Durable,
+}
+
 /// What the kernel must forget after an outside change (see `AvfsFs::outside_change`).
 #[derive(Default, Debug)]
 pub struct Invalidation {
@@ -293,13 +304,13 @@ impl AvfsFs {
         op: &'static str,
         f: impl FnOnce(&Connection, &mut State) -> Result<T>,
     ) -> Result<T> {
-        self.with_commit(op, false, f)
+        self.with_commit(op, End::Batch, f)
     }
 
     fn with_commit<T>(
         &self,
         op: &'static str,
-        commit: bool,
+        end: End,
         f: impl FnOnce(&Connection, &mut State) -> Result<T>,
     ) -> Result<T> {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -330,10 +341,33 @@ impl AvfsFs {
                 Store::exec(db, "RELEASE op")?;
             }
         }
-        if commit || state.tx_since.is_some_and(|t| t.elapsed() > MAX_BATCH) {
+        if end != End::Batch || state.tx_since.is_some_and(|t| t.elapsed() > MAX_BATCH) {
             Self::commit(db, state)?;
         }
+        if end == End::Durable && r.is_ok() {
+            // Still under the lock, so no other request has begun a transaction.
+            Self::make_durable(store)?;
+        }
         r.map_err(|e| store.corrupt_if_sqlite(e))
+    }
+
+    /// Makes every committed transaction survive power loss. Commits run with
+    /// synchronous=NORMAL, which leaves the newest ones in the WAL file unsynced:
+    /// syncing that file is what synchronous=FULL would have done at commit (older
+    /// frames already checkpointed into the database file were synced by the checkpoint).
+    fn make_durable(store: &Store) -> Result<()> {
+        let mut wal = store.path.clone().into_os_string();
+        wal.push("-wal");
+        match std::fs::File::open(&wal) {
+            Ok(f) => f.sync_data().map_err(|e| Error::host("sync the vault's WAL", e)),
+            // Not in WAL mode (or no WAL yet): a checkpoint syncs whatever there is.
+            Err(_) => {
+                store
+                    .conn
+                    .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+                Ok(())
+            }
+        }
     }
 
     fn commit(db: &Connection, state: &mut State) -> Result<()> {
@@ -359,15 +393,8 @@ impl AvfsFs {
     /// Flushes every buffer and commits; the control socket calls this before another
     /// process reads the workspace. `durable` also makes it survive power loss.
     pub fn sync(&self, durable: bool) -> Result<()> {
-        let r = self.with_commit("sync", true, |db, st| st.flush_all(db));
-        if durable {
-            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            guard
-                .0
-                .conn
-                .execute_batch("PRAGMA wal_checkpoint(PASSIVE);")?;
-        }
-        r
+        let end = if durable { End::Durable } else { End::Commit };
+        self.with_commit("sync", end, |db, st| st.flush_all(db))
     }
 
     /// After a change made outside the mount (CLI, restore): works out what the kernel
@@ -887,7 +914,7 @@ impl Filesystem for AvfsFs {
         reply: ReplyEmpty,
     ) {
         // close(): everything written so far is committed before close returns.
-        match self.with_commit("flush", true, |db, st| st.flush_file(db, ino.0)) {
+        match self.with_commit("flush", End::Commit, |db, st| st.flush_file(db, ino.0)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -916,7 +943,7 @@ impl Filesystem for AvfsFs {
                 }
             }
         }
-        let r = self.with_commit("release", false, |db, st| {
+        let r = self.with_commit("release", End::Batch, |db, st| {
             st.flush_file(db, ino.0)?;
             let n = st.open.entry(ino.0).or_default();
             *n = n.saturating_sub(1);
@@ -941,17 +968,7 @@ impl Filesystem for AvfsFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let r = self
-            .with_commit("fsync", true, |db, st| st.flush_file(db, ino.0))
-            .and_then(|_| {
-                // Make it durable: fold the WAL into the database file, which syncs both.
-                let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-                guard
-                    .0
-                    .conn
-                    .execute_batch("PRAGMA wal_checkpoint(PASSIVE);")?;
-                Ok(())
-            });
+        let r = self.with_commit("fsync", End::Durable, |db, st| st.flush_file(db, ino.0));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
