@@ -171,14 +171,19 @@ fn kill_9_of_the_server_loses_no_closed_file() {
     let mut all_closed = Vec::new();
     let mut last_of_rounds = Vec::new();
     let mut start = 0;
-    for (round, (min, extra)) in [(40, 0), (25, 37), (60, 5), (10, 120)].into_iter().enumerate() {
+    for (round, (min, extra)) in [(40, 0), (25, 37), (60, 5), (10, 120)]
+        .into_iter()
+        .enumerate()
+    {
         let closed = crash_round(&m, start, min, extra);
         assert!(closed.len() >= min, "round {round}: {} files", closed.len());
         start = closed.iter().max().unwrap() + 2;
         last_of_rounds.push(*closed.iter().max().unwrap());
         all_closed.extend(closed);
         // The mountpoint is stale now ("transport endpoint is not connected").
-        let e = std::fs::metadata(&m.mp).map(|_| ()).map_err(|e| e.raw_os_error());
+        let e = std::fs::metadata(&m.mp)
+            .map(|_| ())
+            .map_err(|e| e.raw_os_error());
         assert!(
             e == Err(Some(libc::ENOTCONN)) || e.is_ok(),
             "round {round}: stale mountpoint gave {e:?}"
@@ -189,11 +194,18 @@ fn kill_9_of_the_server_loses_no_closed_file() {
         m.mount();
         check_closed_files(&m, &all_closed, &last_of_rounds);
         let v = m.avfs_json(&["vault", "verify"]);
-        assert!(v["report"]["ok"].as_bool().unwrap_or(false), "round {round}: {v}");
+        assert!(
+            v["report"]["ok"].as_bool().unwrap_or(false),
+            "round {round}: {v}"
+        );
     }
     // Every file is also in the vault as seen by the CLI, and a checkpoint of it all works.
     m.avfs(&["checkpoint", "save", "after-crashes"]);
-    let last = *all_closed.iter().rev().find(|n| !last_of_rounds.contains(n)).unwrap();
+    let last = *all_closed
+        .iter()
+        .rev()
+        .find(|n| !last_of_rounds.contains(n))
+        .unwrap();
     assert_eq!(
         m.avfs_cat(&format!("/f{last:06}")),
         std::fs::read(m.native.join(format!("f{last:06}"))).unwrap()
@@ -242,7 +254,10 @@ fn kill_9_with_files_held_open() {
     m.env.ok(&["unmount", &mp]);
     m.mount();
     assert_eq!(std::fs::read(&f).unwrap(), b"closed content");
-    assert_eq!(std::fs::read(m.p("synced")).unwrap(), b"fsynced, not closed");
+    assert_eq!(
+        std::fs::read(m.p("synced")).unwrap(),
+        b"fsynced, not closed"
+    );
     assert!(!Path::new(&m.p("orphan")).exists());
     let v = m.avfs_json(&["vault", "verify"]);
     assert!(v["report"]["ok"].as_bool().unwrap_or(false), "{v}");

@@ -79,8 +79,7 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
     while let Some(rel) = stack.pop() {
         let (pa, pb) = (a.join(&rel), b.join(&rel));
         let ma = std::fs::symlink_metadata(&pa).unwrap();
-        let mb = std::fs::symlink_metadata(&pb)
-            .unwrap_or_else(|e| panic!("{}: {e}", pb.display()));
+        let mb = std::fs::symlink_metadata(&pb).unwrap_or_else(|e| panic!("{}: {e}", pb.display()));
         assert_eq!(ma.file_type(), mb.file_type(), "{}", rel.display());
         assert_eq!(
             ma.permissions().mode() & 0o7777,
@@ -97,7 +96,10 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
                 stack.push(rel.join(std::ffi::OsStr::from_bytes(&n)));
             }
         } else if ma.file_type().is_symlink() {
-            assert_eq!(std::fs::read_link(&pa).unwrap(), std::fs::read_link(&pb).unwrap());
+            assert_eq!(
+                std::fs::read_link(&pa).unwrap(),
+                std::fs::read_link(&pb).unwrap()
+            );
         } else if ma.is_file() {
             assert_eq!(ma.size(), mb.size(), "size of {}", rel.display());
             assert!(
@@ -145,7 +147,10 @@ fn git_workflow() {
     // main moves on.
     run(git(&repo).args(["checkout", "-q", "main"]));
     assert!(!repo.join("topic-only").exists());
-    assert_eq!(std::fs::read_to_string(repo.join("dir0/file0.txt")).unwrap(), "line one of 0\n");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("dir0/file0.txt")).unwrap(),
+        "line one of 0\n"
+    );
     std::fs::write(repo.join("README"), "base\nmain change\n").unwrap();
     std::fs::remove_file(repo.join("dir4/file4.txt")).unwrap();
     run(git(&repo).args(["commit", "-q", "-am", "main 1"]));
@@ -154,8 +159,14 @@ fn git_workflow() {
     run(git(&repo).args(["rebase", "-q", "main"]));
     let log = run(git(&repo).args(["log", "--format=%s"]));
     assert_eq!(stdout(&log), "topic 2\ntopic 1\nmain 1\ninitial\n");
-    assert_eq!(std::fs::read_to_string(repo.join("README")).unwrap(), "base\nmain change\n");
-    assert_eq!(std::fs::read_to_string(repo.join("dir0/file0.txt")).unwrap(), "changed on topic\n");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README")).unwrap(),
+        "base\nmain change\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("dir0/file0.txt")).unwrap(),
+        "changed on topic\n"
+    );
     assert!(!repo.join("dir4/file4.txt").exists());
     // gc packs everything; fsck agrees.
     run(git(&repo).args(["gc", "-q", "--aggressive", "--prune=now"]));
@@ -223,7 +234,11 @@ mod tests {
     let out = run(&mut Command::new(dir.join("target/debug/hello")));
     assert_eq!(stdout(&out), "hello from the mount: 5\n");
     let t = run(cargo(&dir).args(["test", "--offline"]));
-    assert!(stdout(&t).contains("test tests::adds ... ok"), "{}", stdout(&t));
+    assert!(
+        stdout(&t).contains("test tests::adds ... ok"),
+        "{}",
+        stdout(&t)
+    );
     // An incremental rebuild after an edit picks the change up.
     std::fs::write(
         dir.join("src/main.rs"),
@@ -286,8 +301,16 @@ fn python_creates_and_renames_many_files() {
     }
     let mut m = mount!("python_creates_and_renames_many_files");
     let n = "3000";
-    let native = run(Command::new("python3").arg("-c").arg(RENAMER).arg(&m.native).arg(n));
-    let mounted = run(Command::new("python3").arg("-c").arg(RENAMER).arg(&m.mp).arg(n));
+    let native = run(Command::new("python3")
+        .arg("-c")
+        .arg(RENAMER)
+        .arg(&m.native)
+        .arg(n));
+    let mounted = run(Command::new("python3")
+        .arg("-c")
+        .arg(RENAMER)
+        .arg(&m.mp)
+        .arg(n));
     assert_eq!(stdout(&mounted), stdout(&native));
     assert!(stdout(&mounted).starts_with("3000 "));
     assert_same_tree_no_mtime(&m.native, &m.mp);
@@ -300,7 +323,11 @@ fn python_creates_and_renames_many_files() {
 /// Like `assert_same_tree`, but mtimes (set by the writes themselves) are not compared.
 fn assert_same_tree_no_mtime(a: &Path, b: &Path) {
     let list = |root: &Path| {
-        let out = run(Command::new("find").arg(".").arg("-printf").arg("%y %m %s %l %p\n").current_dir(root));
+        let out = run(Command::new("find")
+            .arg(".")
+            .arg("-printf")
+            .arg("%y %m %s %l %p\n")
+            .current_dir(root));
         let mut v: Vec<String> = stdout(&out)
             .lines()
             .map(|l| {
@@ -337,7 +364,11 @@ fn tar_round_trip() {
     let src = m.env.path("src-tree");
     std::fs::create_dir(&src).unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    run(Command::new("cp").arg("-a").arg(repo.join("src")).arg(repo.join("tests")).arg(&src));
+    run(Command::new("cp")
+        .arg("-a")
+        .arg(repo.join("src"))
+        .arg(repo.join("tests"))
+        .arg(&src));
     std::os::unix::fs::symlink("src/lib.rs", src.join("link")).unwrap();
     std::os::unix::fs::symlink("dangling/target", src.join("dangling")).unwrap();
     std::fs::write(src.join("exec.sh"), "#!/bin/sh\n").unwrap();
@@ -349,11 +380,20 @@ fn tar_round_trip() {
     std::fs::hard_link(src.join("exec.sh"), src.join("exec-link.sh")).unwrap();
     std::fs::create_dir(src.join("empty-dir")).unwrap();
     let tarball = m.env.path("tree.tar");
-    run(Command::new("tar").arg("-cf").arg(&tarball).arg("-C").arg(&src).arg("."));
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&src)
+        .arg("."));
     // Extract into the mount and compare byte for byte.
     let into = m.p("x");
     std::fs::create_dir(&into).unwrap();
-    run(Command::new("tar").arg("-xpf").arg(&tarball).arg("-C").arg(&into));
+    run(Command::new("tar")
+        .arg("-xpf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&into));
     assert_same_tree(&src, &into);
     assert_eq!(
         std::fs::metadata(into.join("exec.sh")).unwrap().ino(),
@@ -361,10 +401,19 @@ fn tar_round_trip() {
     );
     // Create a tarball from the mount and extract it natively: same tree again.
     let back = m.env.path("from-mount.tar");
-    run(Command::new("tar").arg("-cf").arg(&back).arg("-C").arg(&into).arg("."));
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&back)
+        .arg("-C")
+        .arg(&into)
+        .arg("."));
     let out = m.env.path("out");
     std::fs::create_dir(&out).unwrap();
-    run(Command::new("tar").arg("-xpf").arg(&back).arg("-C").arg(&out));
+    run(Command::new("tar")
+        .arg("-xpf")
+        .arg(&back)
+        .arg("-C")
+        .arg(&out));
     assert_same_tree(&src, &out);
     // Both archives list the same members.
     let list = |t: &Path| {
@@ -384,6 +433,10 @@ fn tar_round_trip() {
     )));
     let out2 = m.p("y");
     std::fs::create_dir(&out2).unwrap();
-    run(Command::new("tar").arg("-xzpf").arg(&gz).arg("-C").arg(&out2));
+    run(Command::new("tar")
+        .arg("-xzpf")
+        .arg(&gz)
+        .arg("-C")
+        .arg(&out2));
     assert_same_tree(&src, &out2);
 }

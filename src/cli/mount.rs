@@ -120,7 +120,19 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<i32> {
         .find(|r| r.mountpoint == mp);
     let how = match &rec {
         Some(r) => {
-            control::request(&r.socket, &json!({"op": "unmount"}))?;
+            if let Err(e) = control::request(&r.socket, &json!({"op": "unmount"})) {
+                // Another `avfs unmount` may have got there first: the server is going
+                // away. Only a server that stays up and mounted is an error.
+                for _ in 0..100 {
+                    if !mount::pid_alive(r.pid) && !mount::is_mountpoint(&mp) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                if mount::pid_alive(r.pid) && mount::is_mountpoint(&mp) {
+                    return Err(e);
+                }
+            }
             // Wait for the server to finish writing and exit.
             for _ in 0..600 {
                 if !mount::pid_alive(r.pid) {
@@ -178,7 +190,15 @@ pub(crate) fn spawn_background(
     let log_path = run.join(format!("{}.log", mount::mount_id(&v.path, &v.workspace)));
     let log = std::fs::File::create(&log_path).map_err(|e| Error::host(log_path.display(), e))?;
     let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
-    let mut cmd = Command::new(exe);
+    // /proc/self/exe still runs this very binary if its file was replaced meanwhile
+    // (a rebuild): the path would then name a different or missing file.
+    let mut cmd = if std::path::Path::new("/proc/self/exe").exists() {
+        let mut c = Command::new("/proc/self/exe");
+        c.arg0(&exe);
+        c
+    } else {
+        Command::new(&exe)
+    };
     cmd.arg("--vault")
         .arg(&v.name)
         .arg("mount")

@@ -148,7 +148,11 @@ fn attr_of(i: &Inode, dirty: Option<&DirtyFile>) -> FileAttr {
         kind: file_type(i.kind),
         perm: (i.mode & 0o7777) as u16,
         // Directories: 1 ("not counted", as on btrfs), 0 once removed.
-        nlink: if i.kind == Kind::Dir { i.nlink.min(1) } else { i.nlink },
+        nlink: if i.kind == Kind::Dir {
+            i.nlink.min(1)
+        } else {
+            i.nlink
+        },
         uid: i.uid,
         gid: i.gid,
         rdev: i.rdev as u32,
@@ -359,7 +363,9 @@ impl AvfsFs {
         let mut wal = store.path.clone().into_os_string();
         wal.push("-wal");
         match std::fs::File::open(&wal) {
-            Ok(f) => f.sync_data().map_err(|e| Error::host("sync the vault's WAL", e)),
+            Ok(f) => f
+                .sync_data()
+                .map_err(|e| Error::host("sync the vault's WAL", e)),
             // Not in WAL mode (or no WAL yet): a checkpoint syncs whatever there is.
             Err(_) => {
                 store
