@@ -69,7 +69,7 @@ cargo build "${release[@]}" --tests --bins -q 2>&1 | tee -a "$log" || status=1
 for s in "${suites[@]}"; do
   echo "=== SUITE $s" >> "$log"
   t0=$(date +%s)
-  cargo test "${release[@]}" -q --test "$s" -- --nocapture --test-threads="${AVFS_TEST_THREADS:-2}" "${ignored[@]}" \
+  cargo test "${release[@]}" --test "$s" -- --nocapture --test-threads="${AVFS_TEST_THREADS:-2}" "${ignored[@]}" \
     >> "$log" 2>&1
   rc=$?
   echo "=== END $s rc=$rc secs=$(( $(date +%s) - t0 ))" >> "$log"
@@ -185,7 +185,7 @@ new = f"{begin}\n{block}\n{end}"
 if begin in doc_text and end in doc_text:
     doc_text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: new, doc_text, flags=re.S)
 else:
-    doc_text = doc_text.rstrip("\n") + f"\n\n## Latest {mode} run\n\n{new}\n"
+    doc_text = doc_text.rstrip("\n") + f"\n\n### Latest {mode} run\n\n{new}\n"
 open(doc, "w", encoding="utf-8").write(doc_text)
 print(f"updated {doc}: {len(rows)} rows, {len(passed)} passed, {len(failed)} failed")
 PY

@@ -109,7 +109,9 @@ fn parallel_execs_on_their_own_forks_see_only_their_own_changes() {
                 let fork = format!("task-{n}");
                 start.wait();
                 let t0 = Instant::now();
-                let r = env.run(&["--json", "--vault", "v", "exec", "--fork", &fork, "--shell", &line]);
+                let r = env.run(&[
+                    "--json", "--vault", "v", "exec", "--fork", &fork, "--shell", &line,
+                ]);
                 (n, r, t0.elapsed())
             })
         })
@@ -119,13 +121,24 @@ fn parallel_execs_on_their_own_forks_see_only_their_own_changes() {
     results.sort_by_key(|r| r.0);
     for (n, r, _) in &results {
         no_panic(r, &format!("exec task-{n}"));
-        assert_eq!(r.code, 0, "exec task-{n}: exit {}\nstdout: {}\nstderr: {}", r.code, r.stdout, r.stderr);
+        assert_eq!(
+            r.code, 0,
+            "exec task-{n}: exit {}\nstdout: {}\nstderr: {}",
+            r.code, r.stdout, r.stderr
+        );
         let env_doc = r.json();
         assert_eq!(env_doc["exit_code"], 0, "task-{n}: {env_doc}");
-        assert_eq!(env_doc["result"]["exit_code"], 0, "task-{n}: {}", env_doc["result"]);
+        assert_eq!(
+            env_doc["result"]["exit_code"], 0,
+            "task-{n}: {}",
+            env_doc["result"]
+        );
         let mut got: BTreeSet<(String, String)> = BTreeSet::new();
         for c in env_doc["changes"].as_array().unwrap() {
-            got.insert((c["kind"].as_str().unwrap().into(), c["path"].as_str().unwrap().into()));
+            got.insert((
+                c["kind"].as_str().unwrap().into(),
+                c["path"].as_str().unwrap().into(),
+            ));
         }
         let mut want: BTreeSet<(String, String)> = BTreeSet::new();
         want.insert(("added".into(), format!("/t{n}")));
@@ -134,7 +147,10 @@ fn parallel_execs_on_their_own_forks_see_only_their_own_changes() {
         }
         want.insert(("added".into(), format!("/t{n}/small.bin")));
         want.insert(("modified".into(), "/shared.txt".into()));
-        assert_eq!(got, want, "task-{n}: the change report is not exactly its own changes");
+        assert_eq!(
+            got, want,
+            "task-{n}: the change report is not exactly its own changes"
+        );
         let s = &env_doc["change_summary"];
         assert_eq!(s["added"], files as u64 + 2, "task-{n}: {s}");
         assert_eq!(s["modified"], 1, "task-{n}: {s}");
@@ -148,16 +164,35 @@ fn parallel_execs_on_their_own_forks_see_only_their_own_changes() {
             want.insert(format!("/t{n}/f{i}.txt"));
         }
         want.insert(format!("/t{n}/small.bin"));
-        assert_eq!(got.keys().cloned().collect::<BTreeSet<_>>(), want, "{fork}: files leaked between forks");
-        assert_eq!(env.cat(Some(&fork), "/shared.txt"), format!("base\ntask {n}\n"), "{fork}");
-        assert_eq!(env.cat(Some(&fork), &format!("/t{n}/f7.txt")), format!("task {n} file 7\n"));
+        assert_eq!(
+            got.keys().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "{fork}: files leaked between forks"
+        );
+        assert_eq!(
+            env.cat(Some(&fork), "/shared.txt"),
+            format!("base\ntask {n}\n"),
+            "{fork}"
+        );
+        assert_eq!(
+            env.cat(Some(&fork), &format!("/t{n}/f7.txt")),
+            format!("task {n} file 7\n")
+        );
         assert_eq!(env.cat(Some(&fork), &format!("/t{n}/small.bin")), "xxx");
     }
     // The source is unchanged.
-    assert_eq!(files_of(&env, "v", "/"), source_before, "the source vault changed");
+    assert_eq!(
+        files_of(&env, "v", "/"),
+        source_before,
+        "the source vault changed"
+    );
     assert_eq!(env.cat(Some("v"), "/shared.txt"), "base\n");
     let d = env.json(&["--vault", "v", "diff", "base"]);
-    assert_eq!(d["changes"].as_array().unwrap().len(), 0, "source changed since base: {d}");
+    assert_eq!(
+        d["changes"].as_array().unwrap().len(),
+        0,
+        "source changed since base: {d}"
+    );
     // No mount is left behind.
     let m = env.json(&["mounts"]);
     assert_eq!(m["mounts"].as_array().unwrap().len(), 0, "{m}");
@@ -165,9 +200,16 @@ fn parallel_execs_on_their_own_forks_see_only_their_own_changes() {
     let longest = results.iter().map(|r| r.2).max().unwrap();
     report(
         "exec",
-        &format!("{tasks} parallel `exec --fork` runs, {} files each", files + 2),
+        &format!(
+            "{tasks} parallel `exec --fork` runs, {} files each",
+            files + 2
+        ),
         tasks as u64,
-        &format!("all exit 0; each report = exactly its own {} changes; no leaks; source unchanged (slowest {} ms)", files + 3, longest.as_millis()),
+        &format!(
+            "all exit 0; each report = exactly its own {} changes; no leaks; source unchanged (slowest {} ms)",
+            files + 3,
+            longest.as_millis()
+        ),
     );
 }
 
@@ -227,7 +269,12 @@ impl Writer {
                 }
             }
         });
-        Writer { child, done, reader: Some(reader), stop: stop.to_path_buf() }
+        Writer {
+            child,
+            done,
+            reader: Some(reader),
+            stop: stop.to_path_buf(),
+        }
     }
     fn closed(&self) -> Vec<u64> {
         self.done.lock().unwrap().clone()
@@ -282,7 +329,10 @@ fn cli_reads_writes_and_checkpoints_while_mounted_and_written() {
     // Wait until the writer is going.
     let t0 = Instant::now();
     while writer.closed().len() < 5 {
-        assert!(t0.elapsed() < Duration::from_secs(60), "writer did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "writer did not start"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -308,16 +358,23 @@ fn cli_reads_writes_and_checkpoints_while_mounted_and_written() {
                 let r = env.run(&["--json", "--vault", "t", "write", "-p", &path, &content]);
                 no_panic(&r, "write");
                 if r.code != 0 {
-                    errs.lock().unwrap().push(format!("write {path}: {} {}", r.stdout, r.stderr));
+                    errs.lock()
+                        .unwrap()
+                        .push(format!("write {path}: {} {}", r.stdout, r.stderr));
                 }
                 let r = env.run(&["--vault", "t", "cat", &path]);
                 if r.code != 0 || r.stdout != content {
-                    errs.lock().unwrap().push(format!("cat {path}: {:?} {}", r.stdout, r.stderr));
+                    errs.lock()
+                        .unwrap()
+                        .push(format!("cat {path}: {:?} {}", r.stdout, r.stderr));
                 }
                 // The mount shows it at once (the CLI invalidated the kernel's caches).
                 match std::fs::read_to_string(mp.join(&path[1..])) {
                     Ok(c) if c == content => {}
-                    other => errs.lock().unwrap().push(format!("{path} through the mount: {other:?}")),
+                    other => errs
+                        .lock()
+                        .unwrap()
+                        .push(format!("{path} through the mount: {other:?}")),
                 }
                 ops1.fetch_add(3, Ordering::Relaxed);
                 k += 1;
@@ -339,17 +396,25 @@ fn cli_reads_writes_and_checkpoints_while_mounted_and_written() {
                 cp_ms.fetch_max(ms, Ordering::Relaxed);
                 no_panic(&r, "checkpoint save");
                 if r.code != 0 {
-                    errs.lock().unwrap().push(format!("checkpoint save {name}: {} {}", r.stdout, r.stderr));
+                    errs.lock()
+                        .unwrap()
+                        .push(format!("checkpoint save {name}: {} {}", r.stdout, r.stderr));
                 } else {
                     let closed_after = writer.closed();
-                    cps.lock().unwrap().push((name, closed_before.clone(), closed_after));
+                    cps.lock()
+                        .unwrap()
+                        .push((name, closed_before.clone(), closed_after));
                 }
                 // Reading the writer's files through the CLI: every closed one is complete.
                 if let Some(&i) = closed_before.last() {
                     let path = format!("/bg/f{i:05}");
                     let r = env.run(&["--vault", "t", "cat", &path]);
                     if r.code != 0 || r.stdout != bg_content(i) {
-                        errs.lock().unwrap().push(format!("cat {path} (closed): {:?} {}", r.stdout.len(), r.stderr));
+                        errs.lock().unwrap().push(format!(
+                            "cat {path} (closed): {:?} {}",
+                            r.stdout.len(),
+                            r.stderr
+                        ));
                     }
                 }
                 let r = env.run(&["--json", "--vault", "t", "ls", "/bg"]);
@@ -365,10 +430,19 @@ fn cli_reads_writes_and_checkpoints_while_mounted_and_written() {
     });
     let closed = writer.finish();
     let errors = errors.lock().unwrap().clone();
-    assert!(errors.is_empty(), "{} CLI errors while mounted:\n{}", errors.len(), errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "{} CLI errors while mounted:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
     let cps = checkpoints.lock().unwrap().clone();
     assert!(cps.len() >= 4, "only {} checkpoints", cps.len());
-    assert!(closed.len() >= 20, "the writer closed only {} files", closed.len());
+    assert!(
+        closed.len() >= 20,
+        "the writer closed only {} files",
+        closed.len()
+    );
     // Every checkpoint: every file closed before it began is in it with its full content;
     // every file it lists reads back with `cat --at`; nothing closed after it ended is in it.
     let mut cat_at = 0;
@@ -383,7 +457,10 @@ fn cli_reads_writes_and_checkpoints_while_mounted_and_written() {
             .collect();
         for i in before {
             let p = format!("/bg/f{i:05}");
-            assert!(listed.contains(&p), "{name}: {p} was closed before the checkpoint but is missing");
+            assert!(
+                listed.contains(&p),
+                "{name}: {p} was closed before the checkpoint but is missing"
+            );
         }
         let before_set: BTreeSet<u64> = before.iter().copied().collect();
         let _ = after;
@@ -398,7 +475,10 @@ fn cli_reads_writes_and_checkpoints_while_mounted_and_written() {
             // A file closed before the checkpoint began is complete in it; one still
             // being written may be partial.
             if r.stdout != bg_content(i) {
-                assert!(!before_set.contains(&i), "{name}: {p} was closed before the checkpoint but is incomplete in it");
+                assert!(
+                    !before_set.contains(&i),
+                    "{name}: {p} was closed before the checkpoint but is incomplete in it"
+                );
             }
             cat_at += 1;
         }
@@ -412,13 +492,21 @@ fn cli_reads_writes_and_checkpoints_while_mounted_and_written() {
     let (mid, _, _) = &cps[cps.len() / 2];
     m.avfs(&["checkpoint", "restore", mid]);
     let d = m.avfs_json(&["diff", mid]);
-    assert_eq!(d["changes"].as_array().unwrap().len(), 0, "restore of {mid}: {d}");
+    assert_eq!(
+        d["changes"].as_array().unwrap().len(),
+        0,
+        "restore of {mid}: {d}"
+    );
     let in_ckpt = files_of(env, "t", "/bg");
     let on_mount: BTreeSet<String> = std::fs::read_dir(m.mp.join("bg"))
         .unwrap()
         .map(|e| format!("/bg/{}", e.unwrap().file_name().to_string_lossy()))
         .collect();
-    assert_eq!(on_mount, in_ckpt.keys().cloned().collect::<BTreeSet<_>>(), "the mount does not show {mid}");
+    assert_eq!(
+        on_mount,
+        in_ckpt.keys().cloned().collect::<BTreeSet<_>>(),
+        "the mount does not show {mid}"
+    );
     verify_ok(env, "t");
     let total_ops = ops.load(Ordering::Relaxed);
     report(
@@ -466,7 +554,10 @@ fn gc_during_fork_creation_and_writes_deletes_nothing_referenced() {
     let gcs = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     // fork name -> files it should hold (path -> content); deleted base files.
-    let forks = Arc::new(Mutex::new(BTreeMap::<String, (BTreeMap<String, Vec<u8>>, BTreeSet<String>)>::new()));
+    let forks = Arc::new(Mutex::new(BTreeMap::<
+        String,
+        (BTreeMap<String, Vec<u8>>, BTreeSet<String>),
+    >::new()));
     let deadline = Instant::now() + Duration::from_secs(secs);
     std::thread::scope(|s| {
         // gc in a loop.
@@ -522,10 +613,17 @@ fn gc_during_fork_creation_and_writes_deletes_nothing_referenced() {
                 let mut k = 0;
                 while Instant::now() < deadline {
                     let name = format!("f{t}-{k}");
-                    let parent = if k > 0 && k % 3 == 0 { format!("f{t}-{}", k - 1) } else { "v".to_string() };
+                    let parent = if k > 0 && k % 3 == 0 {
+                        format!("f{t}-{}", k - 1)
+                    } else {
+                        "v".to_string()
+                    };
                     let mut expect = {
                         let all = forks.lock().unwrap();
-                        let files = all.get(&parent).map(|x| x.0.clone()).unwrap_or_else(|| base_files.clone());
+                        let files = all
+                            .get(&parent)
+                            .map(|x| x.0.clone())
+                            .unwrap_or_else(|| base_files.clone());
                         // Only what this fork deletes after its own checkpoint.
                         (files, BTreeSet::new())
                     };
@@ -538,7 +636,12 @@ fn gc_during_fork_creation_and_writes_deletes_nothing_referenced() {
                         }
                         r.code == 0
                     };
-                    if !run(vec!["vault".into(), "fork".into(), parent.clone(), name.clone()]) {
+                    if !run(vec![
+                        "vault".into(),
+                        "fork".into(),
+                        parent.clone(),
+                        name.clone(),
+                    ]) {
                         k += 1;
                         continue;
                     }
@@ -553,7 +656,9 @@ fn gc_during_fork_creation_and_writes_deletes_nothing_referenced() {
                         // write from stdin keeps binary content exact.
                         let r = env.run_stdin(&["--vault", &name, "write", "-p", &p], &data);
                         if r.code != 0 {
-                            errs.lock().unwrap().push(format!("write {p}: {}", r.stderr));
+                            errs.lock()
+                                .unwrap()
+                                .push(format!("write {p}: {}", r.stderr));
                         }
                         expect.0.insert(p, data);
                     }
@@ -577,7 +682,12 @@ fn gc_during_fork_creation_and_writes_deletes_nothing_referenced() {
         stop.store(true, Ordering::Relaxed);
     });
     let errors = errors.lock().unwrap().clone();
-    assert!(errors.is_empty(), "{} errors:\n{}", errors.len(), errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "{} errors:\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
     env.ok(&["--vault", "v", "gc"]);
     verify_ok(&env, "v");
     let forks = forks.lock().unwrap().clone();
@@ -586,35 +696,65 @@ fn gc_during_fork_creation_and_writes_deletes_nothing_referenced() {
     for (name, (files, deleted)) in &forks {
         let listed = files_of(&env, name, "/");
         let want: BTreeSet<String> = files.keys().cloned().collect();
-        assert_eq!(listed.keys().cloned().collect::<BTreeSet<_>>(), want, "{name}: wrong set of files");
+        assert_eq!(
+            listed.keys().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "{name}: wrong set of files"
+        );
         // Its own files all; the shared base files a spread (gc would lose whole chunks).
         for (j, (p, data)) in files.iter().enumerate() {
             if p.starts_with("/src/") && j % 5 != 0 {
                 continue;
             }
-            let out = env.cmd(["--vault", name.as_str(), "cat", p.as_str()]).output().unwrap();
-            assert!(out.status.success(), "{name}: cat {p}: {}", String::from_utf8_lossy(&out.stderr));
-            assert!(out.stdout == *data, "{name}: {p} has the wrong content after gc");
+            let out = env
+                .cmd(["--vault", name.as_str(), "cat", p.as_str()])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: cat {p}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.stdout == *data,
+                "{name}: {p} has the wrong content after gc"
+            );
             files_checked += 1;
         }
         // Its checkpoint still reads, deleted base files included.
         for p in deleted {
-            let out = env.cmd(["--vault", name.as_str(), "cat", "--at", "mine", p.as_str()]).output().unwrap();
-            assert!(out.status.success(), "{name}: cat --at mine {p}: {}", String::from_utf8_lossy(&out.stderr));
+            let out = env
+                .cmd(["--vault", name.as_str(), "cat", "--at", "mine", p.as_str()])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: cat --at mine {p}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             assert!(out.stdout == base_files[p], "{name}: {p} at mine");
             files_checked += 1;
         }
     }
     // The source's base checkpoint is intact too.
     for (p, data) in base_files.iter().take(10) {
-        let out = env.cmd(["--vault", "v", "cat", "--at", "base", p.as_str()]).output().unwrap();
-        assert!(out.status.success() && out.stdout == *data, "v: {p} at base");
+        let out = env
+            .cmd(["--vault", "v", "cat", "--at", "base", p.as_str()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && out.stdout == *data,
+            "v: {p} at base"
+        );
     }
     report(
         "gc",
         &format!("`gc` in a loop while 2 threads fork, write, checkpoint and delete ({secs} s)"),
         gcs.load(Ordering::Relaxed),
-        &format!("{} forks made, {files_checked} files read back exactly; vault verify ok", forks.len()),
+        &format!(
+            "{} forks made, {files_checked} files read back exactly; vault verify ok",
+            forks.len()
+        ),
     );
 }
 
@@ -662,7 +802,10 @@ fn gc_while_a_mounted_fork_is_written() {
         "gc",
         &format!("`gc` in a loop while a process writes in the mount ({secs} s)"),
         gcs,
-        &format!("{} files closed in the mount all intact after gc and remount; verify ok", closed.len()),
+        &format!(
+            "{} files closed in the mount all intact after gc and remount; verify ok",
+            closed.len()
+        ),
     );
 }
 
@@ -678,14 +821,16 @@ fn a_hundred_vaults_used_at_once() {
         .map(|_| {
             let env = env.clone();
             let next = next.clone();
-            std::thread::spawn(move || loop {
-                let i = next.fetch_add(1, Ordering::SeqCst) as usize;
-                if i >= n {
-                    break;
+            std::thread::spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+                    if i >= n {
+                        break;
+                    }
+                    let r = env.run(&["--json", "vault", "create", &format!("v{i}")]);
+                    no_panic(&r, "vault create");
+                    assert_eq!(r.code, 0, "vault create v{i}: {}", r.stdout);
                 }
-                let r = env.run(&["--json", "vault", "create", &format!("v{i}")]);
-                no_panic(&r, "vault create");
-                assert_eq!(r.code, 0, "vault create v{i}: {}", r.stdout);
             })
         })
         .collect();
@@ -697,7 +842,14 @@ fn a_hundred_vaults_used_at_once() {
     let mut writers: Vec<(usize, Child)> = (0..n)
         .map(|i| {
             let child = env
-                .cmd(["--json", "--vault", &format!("v{i}"), "write", "/f", &format!("x{i}")])
+                .cmd([
+                    "--json",
+                    "--vault",
+                    &format!("v{i}"),
+                    "write",
+                    "/f",
+                    &format!("x{i}"),
+                ])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -741,11 +893,22 @@ fn a_hundred_vaults_used_at_once() {
         .collect();
     for (i, c) in readers {
         let out = c.wait_with_output().unwrap();
-        assert!(out.status.success(), "cat in v{i}: {}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("x{i}"), "v{i}");
+        assert!(
+            out.status.success(),
+            "cat in v{i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("x{i}"),
+            "v{i}"
+        );
     }
     let elapsed = t0.elapsed();
-    assert!(max_live >= 2, "the writes did not overlap (max {max_live} at once)");
+    assert!(
+        max_live >= 2,
+        "the writes did not overlap (max {max_live} at once)"
+    );
     // Each vault is its own file and lists fine.
     let list = env.json(&["vault", "list"]);
     let vaults = list["vaults"].as_array().unwrap();
@@ -762,7 +925,10 @@ fn a_hundred_vaults_used_at_once() {
         "vaults",
         &format!("{n} vaults: {n} concurrent `write` then {n} concurrent `cat`"),
         2 * n as u64,
-        &format!("all succeed, up to {max_live} processes at once, {} ms; each vault its own file", elapsed.as_millis()),
+        &format!(
+            "all succeed, up to {max_live} processes at once, {} ms; each vault its own file",
+            elapsed.as_millis()
+        ),
     );
 }
 
@@ -793,8 +959,7 @@ fn concurrent_unmounts_of_one_mount() {
         });
         for r in &rs {
             no_panic(r, "unmount");
-            let fine = r.code == 0
-                || (r.code == 1 && r.json()["error"]["kind"] == "not_found");
+            let fine = r.code == 0 || (r.code == 1 && r.json()["error"]["kind"] == "not_found");
             if !fine {
                 bad.push(format!("round {round}: exit {}: {}", r.code, r.stdout));
             }
@@ -805,7 +970,10 @@ fn concurrent_unmounts_of_one_mount() {
         assert!(!is_mountpoint(&mp), "round {round}: still mounted");
         // Wait for the server to be gone before mounting again.
         eventually("the mount record to go", || {
-            env.json(&["mounts"])["mounts"].as_array().unwrap().is_empty()
+            env.json(&["mounts"])["mounts"]
+                .as_array()
+                .unwrap()
+                .is_empty()
         });
     }
     assert!(
@@ -815,5 +983,72 @@ fn concurrent_unmounts_of_one_mount() {
         2 * rounds,
         bad.join("\n")
     );
-    report("unmount", "2 concurrent `avfs unmount` of one mount", 2 * rounds, "each succeeds or says not_found");
+    report(
+        "unmount",
+        "2 concurrent `avfs unmount` of one mount",
+        2 * rounds,
+        "each succeeds or says not_found",
+    );
+}
+
+// --------------------------------------------- mounting while others list the mounts
+
+/// `avfs mount` (and so `exec`) while other processes run `avfs mounts`/`find_mount`
+/// (every CLI command on a vault does): the new server's record must survive them.
+#[test]
+fn mounting_while_other_processes_list_mounts() {
+    if !fuse_or_skip("mounting_while_other_processes_list_mounts") {
+        return;
+    }
+    let rounds = knob("AVFS_CONC_UNMOUNT_ROUNDS", 10);
+    let env = Env::new();
+    env.ok(&["vault", "create", "v"]);
+    let mp = env.path("mnt");
+    std::fs::create_dir_all(&mp).unwrap();
+    let mps = mp.to_str().unwrap().to_string();
+    let stop = AtomicBool::new(false);
+    let mut bad = Vec::new();
+    let listed = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let r = env.run(&["--json", "mounts"]);
+                    no_panic(&r, "mounts");
+                    listed.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        for round in 0..rounds {
+            let r = env.run(&["--json", "mount", "v", &mps]);
+            no_panic(&r, "mount");
+            if r.code != 0 {
+                bad.push(format!("round {round}: mount: {}", r.stdout));
+                continue;
+            }
+            let r = env.run(&["--json", "unmount", &mps]);
+            if r.code != 0 {
+                bad.push(format!("round {round}: unmount: {}", r.stdout));
+            }
+            if is_mountpoint(&mp) {
+                force_detach(&mp);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(
+        bad.is_empty(),
+        "BUG: `avfs mount` failed {} of {rounds} times while other processes listed mounts:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    report(
+        "mount",
+        "`avfs mount`/`unmount` while 3 processes run `avfs mounts` in a loop",
+        rounds,
+        &format!(
+            "every mount starts ({} listings meanwhile)",
+            listed.load(Ordering::Relaxed)
+        ),
+    );
 }

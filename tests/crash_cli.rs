@@ -39,7 +39,9 @@ fn rounds() -> u64 {
 
 fn rng_for(test: &str) -> Rng {
     let seed = knob("AVFS_CRASH_SEED", 0x5eed);
-    let h = test.bytes().fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+    let h = test
+        .bytes()
+        .fold(seed, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
     Rng::new(h)
 }
 
@@ -172,7 +174,11 @@ fn write_tree(root: &Path, files: usize, tag: &str) -> usize {
         if i % per_dir == 0 {
             std::fs::create_dir_all(&d).unwrap();
         }
-        std::fs::write(d.join(format!("f{:03}", i % per_dir)), format!("{tag} file {i}\n")).unwrap();
+        std::fs::write(
+            d.join(format!("f{:03}", i % per_dir)),
+            format!("{tag} file {i}\n"),
+        )
+        .unwrap();
     }
     files
 }
@@ -219,13 +225,19 @@ fn kill_9_of_import_leaves_all_or_nothing() {
         } else {
             t.finished_first += 1;
         }
-        let what = format!("import round {round} (killed after {} ms)", delay.as_millis());
+        let what = format!(
+            "import round {round} (killed after {} ms)",
+            delay.as_millis()
+        );
         healthy(&env, "v", &what);
         match count_files(&env, "v", &dest) {
             None => t.not_done += 1,
             Some(c) => {
                 assert_eq!(c, n, "{what}: HALF an import: {c} of {n} files");
-                assert_eq!(env.cat(Some("v"), &format!("{dest}/d000/f007")), "import file 7\n");
+                assert_eq!(
+                    env.cat(Some("v"), &format!("{dest}/d000/f007")),
+                    "import file 7\n"
+                );
                 t.done += 1;
             }
         }
@@ -278,7 +290,10 @@ fn kill_9_of_checkpoint_save_leaves_it_saved_or_absent() {
         } else {
             t.finished_first += 1;
         }
-        let what = format!("checkpoint save round {round} (killed after {} ms)", delay.as_millis());
+        let what = format!(
+            "checkpoint save round {round} (killed after {} ms)",
+            delay.as_millis()
+        );
         healthy(&env, "v", &what);
         let list = env.json(&["--vault", "v", "checkpoint", "list"]);
         let names: Vec<&str> = list["checkpoints"]
@@ -291,7 +306,8 @@ fn kill_9_of_checkpoint_save_leaves_it_saved_or_absent() {
             // Saved: it is the head, it holds this round's state, and nothing changed since.
             assert_eq!(list["head"], name.as_str(), "{what}: {list}");
             assert_eq!(
-                env.ok(&["--vault", "v", "cat", "--at", &name, "/round"]).stdout,
+                env.ok(&["--vault", "v", "cat", "--at", &name, "/round"])
+                    .stdout,
                 format!("round {round}")
             );
             let d = env.json(&["--vault", "v", "diff", &name]);
@@ -301,19 +317,31 @@ fn kill_9_of_checkpoint_save_leaves_it_saved_or_absent() {
             // Not saved: the live state still has every change, and saving works.
             assert_eq!(env.cat(Some("v"), "/round"), format!("round {round}"));
             let d = env.json(&["--vault", "v", "diff"]);
-            assert!(!d["changes"].as_array().unwrap().is_empty(), "{what}: changes lost: {d}");
+            assert!(
+                !d["changes"].as_array().unwrap().is_empty(),
+                "{what}: changes lost: {d}"
+            );
             env.ok(&["--vault", "v", "checkpoint", "save", &name]);
             t.not_done += 1;
         }
         // Every checkpoint restores: restore the previous one and come back.
         if round > 0 {
-            env.ok(&["--vault", "v", "checkpoint", "restore", &format!("k{}", round - 1)]);
+            env.ok(&[
+                "--vault",
+                "v",
+                "checkpoint",
+                "restore",
+                &format!("k{}", round - 1),
+            ]);
             assert_eq!(env.cat(Some("v"), "/round"), format!("round {}", round - 1));
             env.ok(&["--vault", "v", "checkpoint", "restore", &name]);
         }
     }
     report(
-        &format!("`checkpoint save` of 1000 dirty files (full run {} ms)", full.as_millis()),
+        &format!(
+            "`checkpoint save` of 1000 dirty files (full run {} ms)",
+            full.as_millis()
+        ),
         rounds(),
         &format!("verify + audit ok; {}", t.summary()),
     );
@@ -341,12 +369,23 @@ fn kill_9_of_vault_fork_leaves_a_usable_fork_or_none() {
         } else {
             t.finished_first += 1;
         }
-        let what = format!("vault fork round {round} (killed after {} ms)", delay.as_millis());
+        let what = format!(
+            "vault fork round {round} (killed after {} ms)",
+            delay.as_millis()
+        );
         healthy(&env, "v", &what);
         let list = env.json(&["vault", "list"]);
-        let exists = list["vaults"].as_array().unwrap().iter().any(|v| v["name"] == name.as_str());
+        let exists = list["vaults"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["name"] == name.as_str());
         if exists {
-            assert_eq!(env.cat(Some(&name), "/src/r"), format!("round {round}"), "{what}");
+            assert_eq!(
+                env.cat(Some(&name), "/src/r"),
+                format!("round {round}"),
+                "{what}"
+            );
             assert_eq!(env.cat(Some(&name), "/src/a"), "base a");
             env.ok(&["--vault", &name, "write", "/mine", "x"]);
             t.done += 1;
@@ -375,7 +414,11 @@ fn fork_killed_between_vault_file_and_registry_can_be_retried() {
     let env = Env::new();
     env.ok(&["vault", "create", "v"]);
     env.ok(&["--vault", "v", "write", "/a", "a"]);
-    let path = PathBuf::from(env.json(&["vault", "info", "v"])["vault"]["path"].as_str().unwrap());
+    let path = PathBuf::from(
+        env.json(&["vault", "info", "v"])["vault"]["path"]
+            .as_str()
+            .unwrap(),
+    );
     let orphan = |name: &str| {
         let mut s = agentvfs::store::Store::open(&path).unwrap();
         s.write(|db| {
@@ -402,7 +445,9 @@ fn fork_killed_between_vault_file_and_registry_can_be_retried() {
     // The same window in `exec --fork` (which creates its fork the same way).
     orphan("task-x");
     if fuse_or_skip("fork_killed_between_vault_file_and_registry_can_be_retried (exec)") {
-        let r = env.run(&["--json", "--vault", "v", "exec", "--fork", "task-x", "--", "true"]);
+        let r = env.run(&[
+            "--json", "--vault", "v", "exec", "--fork", "task-x", "--", "true",
+        ]);
         assert_eq!(
             r.code, 0,
             "BUG: `exec --fork task-x` after a kill between its fork's two commits fails forever:\n{}",
@@ -419,7 +464,11 @@ fn fork_delete_killed_between_vault_file_and_registry_can_be_retried() {
     let env = Env::new();
     env.ok(&["vault", "create", "v"]);
     env.ok(&["vault", "fork", "v", "gone"]);
-    let path = PathBuf::from(env.json(&["vault", "info", "v"])["vault"]["path"].as_str().unwrap());
+    let path = PathBuf::from(
+        env.json(&["vault", "info", "v"])["vault"]["path"]
+            .as_str()
+            .unwrap(),
+    );
     let mut s = agentvfs::store::Store::open(&path).unwrap();
     s.write(|db| agentvfs::workspace::delete_workspace(db, "gone").map(|_| ()))
         .unwrap();
@@ -444,7 +493,14 @@ fn fork_delete_killed_between_vault_file_and_registry_can_be_retried() {
 fn kill_9_of_gc_leaves_it_done_or_not_done() {
     let env = Env::new();
     env.ok(&["vault", "create", "v"]);
-    env.ok(&["--vault", "v", "write", "-p", "/keep/a", &"keep".repeat(20_000)]);
+    env.ok(&[
+        "--vault",
+        "v",
+        "write",
+        "-p",
+        "/keep/a",
+        &"keep".repeat(20_000),
+    ]);
     env.ok(&["--vault", "v", "checkpoint", "save", "keep"]);
     let host = env.path("garbage");
     let files = 3000;
@@ -458,7 +514,9 @@ fn kill_9_of_gc_leaves_it_done_or_not_done() {
         env.ok(&["vault", "delete", tag, "-y"]);
     };
     let chunks = |env: &Env| -> u64 {
-        env.json(&["--vault", "v", "stats"])["stats"]["vault"]["chunks"].as_u64().unwrap()
+        env.json(&["--vault", "v", "stats"])["stats"]["vault"]["chunks"]
+            .as_u64()
+            .unwrap()
     };
     make_garbage("cal");
     let full = timed(&env, &["--vault", "v", "gc"]);
@@ -483,19 +541,26 @@ fn kill_9_of_gc_leaves_it_done_or_not_done() {
         if after == clean {
             t.done += 1;
         } else {
-            assert_eq!(after, before, "{what}: HALF a gc: {after} chunks, {before} before, {clean} when done");
+            assert_eq!(
+                after, before,
+                "{what}: HALF a gc: {after} chunks, {before} before, {clean} when done"
+            );
             t.not_done += 1;
         }
         assert_eq!(env.cat(Some("v"), "/keep/a"), "keep".repeat(20_000));
         assert_eq!(
-            env.ok(&["--vault", "v", "cat", "--at", "keep", "/keep/a"]).stdout,
+            env.ok(&["--vault", "v", "cat", "--at", "keep", "/keep/a"])
+                .stdout,
             "keep".repeat(20_000)
         );
         env.ok(&["--vault", "v", "gc"]);
         assert_eq!(chunks(&env), clean, "{what}: gc after the kill");
     }
     report(
-        &format!("`gc` of {files} garbage chunks (full run {} ms)", full.as_millis()),
+        &format!(
+            "`gc` of {files} garbage chunks (full run {} ms)",
+            full.as_millis()
+        ),
         rounds(),
         &format!("verify + audit ok, kept content intact; {}", t.summary()),
     );
@@ -511,15 +576,27 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
     if !fuse_or_skip("kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up") {
         return;
     }
-    if std::process::Command::new("python3").arg("--version").output().is_err() {
-        assert!(std::env::var("AVFS_REQUIRE_FUSE").as_deref() != Ok("1"), "python3 is required");
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("AVFS_REQUIRE_FUSE").as_deref() != Ok("1"),
+            "python3 is required"
+        );
         eprintln!("SKIPPED: python3 not installed");
         return;
     }
     let env = Env::new();
     env.ok(&["vault", "create", "v"]);
     env.ok(&["--vault", "v", "write", "/base", "base"]);
-    let full = timed(&env, &["--json", "--vault", "v", "exec", "--fork", "cal", "--shell", EXEC_LINE]);
+    let full = timed(
+        &env,
+        &[
+            "--json", "--vault", "v", "exec", "--fork", "cal", "--shell", EXEC_LINE,
+        ],
+    );
     assert_eq!(env.cat(Some("cal"), "/out/marker"), "done\n");
     let mut rng = rng_for("exec");
     let mut t = Tally::default();
@@ -529,7 +606,9 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
         let delay = delay_within(&mut rng, full);
         let mid = run_and_kill(
             &env,
-            &["--json", "--vault", "v", "exec", "--fork", &fork, "--shell", EXEC_LINE],
+            &[
+                "--json", "--vault", "v", "exec", "--fork", &fork, "--shell", EXEC_LINE,
+            ],
             delay,
         );
         if mid {
@@ -562,7 +641,9 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
         if let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") {
             let h = home.to_string_lossy().to_string();
             assert!(
-                !info.lines().any(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(&h))),
+                !info
+                    .lines()
+                    .any(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(&h))),
                 "{what}: a mount under AVFS_HOME is left behind"
             );
         }
@@ -570,8 +651,21 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
         healthy(&env, "v", &what);
         // The next exec on the same fork works (and creates the fork if the kill came
         // before that).
-        let r = env.run(&["--json", "--vault", "v", "exec", "--fork", &fork, "--shell", "echo again > again.txt"]);
-        assert_eq!(r.code, 0, "{what}: the next exec failed:\n{}\n{}", r.stdout, r.stderr);
+        let r = env.run(&[
+            "--json",
+            "--vault",
+            "v",
+            "exec",
+            "--fork",
+            &fork,
+            "--shell",
+            "echo again > again.txt",
+        ]);
+        assert_eq!(
+            r.code, 0,
+            "{what}: the next exec failed:\n{}\n{}",
+            r.stdout, r.stderr
+        );
         let v = r.json();
         assert_eq!(v["exit_code"], 0, "{what}: {v}");
         assert_eq!(env.cat(Some(&fork), "/again.txt"), "again\n");
@@ -587,7 +681,10 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
         healthy(&env, "v", &what);
     }
     report(
-        &format!("`exec --fork` writing 300 files in the mount (full run {} ms)", full.as_millis()),
+        &format!(
+            "`exec --fork` writing 300 files in the mount (full run {} ms)",
+            full.as_millis()
+        ),
         rounds(),
         &format!(
             "verify + audit ok; {leftovers} mounts left by killed runs, all ended by `avfs unmount`; next exec always ok; {} killed mid-run ({} finished first); command complete in {}, cut short in {}",

@@ -55,7 +55,11 @@ fn assert_no_panic(r: &Run, what: &str) {
         r.stdout,
         r.stderr
     );
-    assert!(r.code >= 0, "{what}: avfs was killed by a signal\n{}", r.stderr);
+    assert!(
+        r.code >= 0,
+        "{what}: avfs was killed by a signal\n{}",
+        r.stderr
+    );
 }
 
 /// The JSON error document of a failed `--json` run (exit 1), with its kind.
@@ -66,8 +70,12 @@ fn error_kind(r: &Run, what: &str) -> String {
         "{what}: expected exit 1\nstdout: {}\nstderr: {}",
         r.stdout, r.stderr
     );
-    let v: Value = serde_json::from_str(&r.stdout)
-        .unwrap_or_else(|e| panic!("{what}: stdout is not one JSON document ({e}): {}", r.stdout));
+    let v: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: stdout is not one JSON document ({e}): {}",
+            r.stdout
+        )
+    });
     let err = &v["error"];
     assert!(err.is_object(), "{what}: no error object: {v}");
     assert_eq!(err["exit_code"], 1, "{what}: {v}");
@@ -84,7 +92,11 @@ fn snapshot(p: &Path) -> Vec<(String, Option<Vec<u8>>)> {
             let mut q = p.as_os_str().to_owned();
             q.push(s);
             let q = PathBuf::from(q);
-            let data = if q.is_file() { std::fs::read(&q).ok() } else { None };
+            let data = if q.is_file() {
+                std::fs::read(&q).ok()
+            } else {
+                None
+            };
             (s.to_string(), data)
         })
         .collect()
@@ -141,10 +153,12 @@ fn refuses(env: &Env, path: &Path, kinds: &[&str], what: &str) -> Vec<String> {
         let w = format!("{what}: avfs {}", cmd.join(" "));
         assert_no_panic(&r, &w);
         let doc: Option<Value> = serde_json::from_str(&r.stdout).ok();
-        let report_ok = doc
-            .as_ref()
-            .filter(|d| d.get("error").is_none())
-            .map(|d| d.get("report").map(|x| &x["ok"]).unwrap_or(&d["ok"]).clone());
+        let report_ok = doc.as_ref().filter(|d| d.get("error").is_none()).map(|d| {
+            d.get("report")
+                .map(|x| &x["ok"])
+                .unwrap_or(&d["ok"])
+                .clone()
+        });
         if let Some(ok) = report_ok {
             // `vault verify` and `audit verify` may open the file and report what they
             // found instead of an error document (documented): then it must say not ok.
@@ -171,7 +185,10 @@ fn refuses(env: &Env, path: &Path, kinds: &[&str], what: &str) -> Vec<String> {
     // `vault import` of the file refuses it too, and registers nothing.
     let r = env.run(&["--json", "vault", "import", sel, "hostile-import"]);
     let kind = error_kind(&r, &format!("{what}: vault import"));
-    assert!(kinds.contains(&kind.as_str()), "{what}: vault import gave {kind}");
+    assert!(
+        kinds.contains(&kind.as_str()),
+        "{what}: vault import gave {kind}"
+    );
     assert_untouched(path, &before, &format!("{what}: vault import"));
     let list = env.json(&["vault", "list"]);
     assert!(
@@ -227,7 +244,12 @@ fn zero_length_file_is_not_a_vault() {
     let p = env.path("empty.avfs");
     std::fs::write(&p, b"").unwrap();
     let n = refuses(&env, &p, &["not_a_vault"], "zero-length file").len();
-    report("vault file", "zero-length file, every command + vault import", n as u64, "exit 1, not_a_vault, file untouched, no panic");
+    report(
+        "vault file",
+        "zero-length file, every command + vault import",
+        n as u64,
+        "exit 1, not_a_vault, file untouched, no panic",
+    );
 }
 
 #[test]
@@ -252,12 +274,20 @@ fn truncated_vaults_are_refused_untouched() {
     for (cut, kinds) in cuts {
         let p = env.path(&format!("cut-{cut}.avfs"));
         std::fs::write(&p, &full[..cut]).unwrap();
-        runs += refuses(&env, &p, kinds, &format!("vault truncated to {cut} of {len} bytes")).len();
+        runs += refuses(
+            &env,
+            &p,
+            kinds,
+            &format!("vault truncated to {cut} of {len} bytes"),
+        )
+        .len();
         lengths += 1;
     }
     report(
         "vault file",
-        &format!("truncated to {lengths} lengths (10 B .. size-1 of a {len} B vault), every command"),
+        &format!(
+            "truncated to {lengths} lengths (10 B .. size-1 of a {len} B vault), every command"
+        ),
         runs as u64,
         "exit 1, corrupt_vault (not_a_vault under 16 B), file untouched, no panic",
     );
@@ -289,7 +319,11 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
         let before = snapshot(&p);
         let r = env.run(&["--json", "--vault", sel, "vault", "verify"]);
         assert_no_panic(&r, &what);
-        assert_eq!(r.code, 1, "{what}: vault verify did not notice:\n{}", r.stdout);
+        assert_eq!(
+            r.code, 1,
+            "{what}: vault verify did not notice:\n{}",
+            r.stdout
+        );
         let v = r.json();
         if v.get("error").is_some() {
             assert_eq!(v["error"]["kind"], "corrupt_vault", "{what}: {v}");
@@ -299,12 +333,21 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
         assert_untouched(&p, &before, &format!("{what}: vault verify"));
         let r = env.run(&["--json", "--vault", sel, "audit", "verify"]);
         assert_no_panic(&r, &format!("{what}: audit verify"));
-        assert!(r.code == 0 || r.code == 1, "{what}: audit verify exit {}", r.code);
+        assert!(
+            r.code == 0 || r.code == 1,
+            "{what}: audit verify exit {}",
+            r.code
+        );
         // Reads give the right bytes or a clear error, never wrong data.
         for (name, data) in &files {
             let before = snapshot(&p);
             for at in [None, Some("cp1")] {
-                let mut a: Vec<&OsStr> = vec![OsStr::new("--vault"), OsStr::new(sel), OsStr::new("cat"), OsStr::new(name)];
+                let mut a: Vec<&OsStr> = vec![
+                    OsStr::new("--vault"),
+                    OsStr::new(sel),
+                    OsStr::new("cat"),
+                    OsStr::new(name),
+                ];
                 if let Some(cp) = at {
                     a.extend([OsStr::new("--at"), OsStr::new(cp)]);
                 }
@@ -313,7 +356,11 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
                 let w = format!("{what}: cat {name} {at:?}");
                 assert_no_panic(&r, &w);
                 if out.status.success() {
-                    assert!(out.stdout == *data, "{w}: returned WRONG DATA ({} bytes)", out.stdout.len());
+                    assert!(
+                        out.stdout == *data,
+                        "{w}: returned WRONG DATA ({} bytes)",
+                        out.stdout.len()
+                    );
                     reads_ok += 1;
                 } else {
                     reads_refused += 1;
@@ -340,7 +387,12 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
             runs += 1;
             let w = format!("{what}: avfs {}", cmd.join(" "));
             assert_no_panic(&r, &w);
-            assert!(r.code == 0 || r.code == 1, "{w}: exit {}\n{}", r.code, r.stderr);
+            assert!(
+                r.code == 0 || r.code == 1,
+                "{w}: exit {}\n{}",
+                r.code,
+                r.stderr
+            );
             if r.code == 1 {
                 let v = r.json();
                 if let Some(e) = v.get("error") {
@@ -352,9 +404,14 @@ fn flipped_bytes_are_detected_and_never_read_as_data() {
     }
     report(
         "vault file",
-        &format!("{seeds} seeds of 8 runs of flipped bytes in the middle half: verify, {} reads, {runs} other commands", reads_ok + reads_refused),
+        &format!(
+            "{seeds} seeds of 8 runs of flipped bytes in the middle half: verify, {} reads, {runs} other commands",
+            reads_ok + reads_refused
+        ),
         seeds,
-        &format!("verify exit 1 every time; reads: {reads_ok} right bytes, {reads_refused} clear errors, 0 wrong data; no panic; refused commands left the file untouched"),
+        &format!(
+            "verify exit 1 every time; reads: {reads_ok} right bytes, {reads_refused} clear errors, 0 wrong data; no panic; refused commands left the file untouched"
+        ),
     );
 }
 
@@ -376,7 +433,12 @@ fn foreign_sqlite_database_is_refused_untouched() {
         )
         .unwrap();
         drop(c);
-        refuses(&env, &p, &["not_a_vault"], &format!("foreign SQLite file (wal={wal})"));
+        refuses(
+            &env,
+            &p,
+            &["not_a_vault"],
+            &format!("foreign SQLite file (wal={wal})"),
+        );
     }
     // Not SQLite at all: text, and random bytes.
     let p = env.path("text.avfs");
@@ -385,7 +447,12 @@ fn foreign_sqlite_database_is_refused_untouched() {
     let p = env.path("random.avfs");
     std::fs::write(&p, Rng::new(5).bytes(64 * 1024)).unwrap();
     refuses(&env, &p, &["not_a_vault"], "random bytes");
-    report("vault file", "another program's SQLite file (rollback and WAL), a text file, random bytes", 4, "exit 1, not_a_vault, untouched, never registered");
+    report(
+        "vault file",
+        "another program's SQLite file (rollback and WAL), a text file, random bytes",
+        4,
+        "exit 1, not_a_vault, untouched, never registered",
+    );
 }
 
 #[test]
@@ -401,7 +468,12 @@ fn a_vault_header_on_garbage_is_corrupt_not_a_panic() {
     let p = env.path("garbage.avfs");
     std::fs::write(&p, &bad).unwrap();
     let n = refuses(&env, &p, &["corrupt_vault"], "vault header + garbage pages").len();
-    report("vault file", "a vault's first page + random pages", n as u64, "exit 1, corrupt_vault (verify: ok=false), untouched");
+    report(
+        "vault file",
+        "a vault's first page + random pages",
+        n as u64,
+        "exit 1, corrupt_vault (verify: ok=false), untouched",
+    );
 }
 
 #[test]
@@ -417,23 +489,47 @@ fn a_directory_is_not_a_vault() {
         let kind = error_kind(&r, &format!("directory: {cmd:?}"));
         assert_eq!(kind, "not_a_vault", "directory: {cmd:?}: {}", r.stdout);
     }
-    let names: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, vec![OsString::from("inside")]);
     assert_eq!(std::fs::read(d.join("inside")).unwrap(), b"keep");
     // `vault create --path` onto an existing directory or file refuses too.
-    let r = env.run(&["--json", "vault", "create", "x", "--path", d.to_str().unwrap()]);
+    let r = env.run(&[
+        "--json",
+        "vault",
+        "create",
+        "x",
+        "--path",
+        d.to_str().unwrap(),
+    ]);
     let kind = error_kind(&r, "vault create onto a directory");
-    assert!(["already_exists", "not_a_vault", "host_io"].contains(&kind.as_str()), "{kind}");
-    report("vault file", "a directory given as the vault", probe_commands().len() as u64 + 1, "exit 1, not_a_vault, directory untouched");
+    assert!(
+        ["already_exists", "not_a_vault", "host_io"].contains(&kind.as_str()),
+        "{kind}"
+    );
+    report(
+        "vault file",
+        "a directory given as the vault",
+        probe_commands().len() as u64 + 1,
+        "exit 1, not_a_vault, directory untouched",
+    );
 }
 
 fn nobody_runner() -> Option<Vec<String>> {
     if Command::new("setpriv").arg("--version").output().is_ok() {
         return Some(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
         );
     }
     None
@@ -483,7 +579,12 @@ fn unreadable_vault_file_is_a_clear_error() {
     // Still a good vault for someone who may read it.
     let v = env.json(&["--vault", path.to_str().unwrap(), "vault", "verify"]);
     assert_eq!(v["report"]["ok"], true, "{v}");
-    report("vault file", "a vault without read permission, as user nobody", probe_commands().len() as u64, "exit 1, host_io naming the file and 'Permission denied', untouched");
+    report(
+        "vault file",
+        "a vault without read permission, as user nobody",
+        probe_commands().len() as u64,
+        "exit 1, host_io naming the file and 'Permission denied', untouched",
+    );
 }
 
 // ----------------------------------------------------------------------------- paths
@@ -520,42 +621,107 @@ fn dotdot_and_absolute_host_paths_stay_inside_the_workspace() {
     let _ = std::fs::remove_file(&host_target);
     let passwd = std::fs::read("/etc/passwd").unwrap_or_default();
     let escape = format!("../../../../../tmp/{marker}");
-    assert_eq!(w(&env, &[os("write"), os(&escape), os("inside")]).code, 1, "parent /tmp missing in the workspace");
-    assert_eq!(w(&env, &[os("write"), os("-p"), os(&escape), os("inside")]).code, 0);
-    assert!(!host_target.exists(), "`write ../../tmp/x` wrote on the host");
+    assert_eq!(
+        w(&env, &[os("write"), os(&escape), os("inside")]).code,
+        1,
+        "parent /tmp missing in the workspace"
+    );
+    assert_eq!(
+        w(&env, &[os("write"), os("-p"), os(&escape), os("inside")]).code,
+        0
+    );
+    assert!(
+        !host_target.exists(),
+        "`write ../../tmp/x` wrote on the host"
+    );
     assert_eq!(env.cat(Some("w"), &format!("/tmp/{marker}")), "inside");
     // Absolute host paths are workspace paths.
-    assert_eq!(w(&env, &[os("--json"), os("cat"), os("/etc/passwd")]).code, 1);
-    assert_eq!(w(&env, &[os("write"), os("-p"), os("/etc/passwd"), os("not the host's")]).code, 0);
-    assert_eq!(std::fs::read("/etc/passwd").unwrap_or_default(), passwd, "host /etc/passwd changed");
+    assert_eq!(
+        w(&env, &[os("--json"), os("cat"), os("/etc/passwd")]).code,
+        1
+    );
+    assert_eq!(
+        w(
+            &env,
+            &[
+                os("write"),
+                os("-p"),
+                os("/etc/passwd"),
+                os("not the host's")
+            ]
+        )
+        .code,
+        0
+    );
+    assert_eq!(
+        std::fs::read("/etc/passwd").unwrap_or_default(),
+        passwd,
+        "host /etc/passwd changed"
+    );
     assert_eq!(env.cat(Some("w"), "/etc/passwd"), "not the host's");
     // Symlinks with host targets resolve inside the workspace.
-    w(&env, &[os("ln"), os("-s"), os("/etc/shadow"), os("/shadow")]);
+    w(
+        &env,
+        &[os("ln"), os("-s"), os("/etc/shadow"), os("/shadow")],
+    );
     let r = wj(&env, &[os("cat"), os("/shadow")]);
     assert_eq!(error_kind(&r, "cat a symlink to /etc/shadow"), "not_found");
-    w(&env, &[os("ln"), os("-s"), os("../../../../etc/passwd"), os("/up")]);
+    w(
+        &env,
+        &[os("ln"), os("-s"), os("../../../../etc/passwd"), os("/up")],
+    );
     assert_eq!(env.cat(Some("w"), "/up"), "not the host's");
     // mv / cp with .. cannot leave either.
-    assert_eq!(w(&env, &[os("mv"), os("/etc/passwd"), os("/../../../moved")]).code, 0);
+    assert_eq!(
+        w(&env, &[os("mv"), os("/etc/passwd"), os("/../../../moved")]).code,
+        0
+    );
     assert_eq!(env.cat(Some("w"), "/moved"), "not the host's");
     assert!(!Path::new("/moved").exists());
-    assert_eq!(w(&env, &[os("cp"), os("/moved"), os("../../../../tmp/../copied")]).code, 0);
+    assert_eq!(
+        w(
+            &env,
+            &[os("cp"), os("/moved"), os("../../../../tmp/../copied")]
+        )
+        .code,
+        0
+    );
     assert_eq!(env.cat(Some("w"), "/copied"), "not the host's");
     assert!(!Path::new("/copied").exists());
     // exec --cwd above the root is refused, not resolved on the host.
-    let r = wj(&env, &[os("exec"), os("--cwd"), os("../.."), os("--"), os("true")]);
+    let r = wj(
+        &env,
+        &[os("exec"), os("--cwd"), os("../.."), os("--"), os("true")],
+    );
     assert_eq!(error_kind(&r, "exec --cwd ../.."), "invalid_argument");
     let v = env.json(&["--vault", "w", "vault", "verify"]);
     assert_eq!(v["report"]["ok"], true, "{v}");
-    report("paths", "`..` above the root and absolute host paths in write/cat/ln -s/mv/cp/exec --cwd", 12, "all stay inside the workspace; host files untouched");
+    report(
+        "paths",
+        "`..` above the root and absolute host paths in write/cat/ln -s/mv/cp/exec --cwd",
+        12,
+        "all stay inside the workspace; host files untouched",
+    );
 }
 
 #[test]
 fn names_with_newlines_long_names_and_invalid_utf8() {
     let env = vault_env();
     // Newlines and other control characters are ordinary bytes of a name.
-    for name in ["/a\nb", "/\n", "/tab\there", "/cr\r\n", "/ x ", "/-rf", "/\u{1b}[31mred"] {
-        assert_eq!(w(&env, &[os("write"), os(name), os("nl")]).code, 0, "write {name:?}");
+    for name in [
+        "/a\nb",
+        "/\n",
+        "/tab\there",
+        "/cr\r\n",
+        "/ x ",
+        "/-rf",
+        "/\u{1b}[31mred",
+    ] {
+        assert_eq!(
+            w(&env, &[os("write"), os(name), os("nl")]).code,
+            0,
+            "write {name:?}"
+        );
         assert_eq!(env.cat(Some("w"), name), "nl", "{name:?}");
     }
     let ls = env.json(&["--vault", "w", "ls", "/"]);
@@ -576,58 +742,119 @@ fn names_with_newlines_long_names_and_invalid_utf8() {
     ] {
         let a: Vec<&OsStr> = cmd.iter().map(OsStr::new).collect();
         let r = wj(&env, &a);
-        assert_eq!(error_kind(&r, &format!("{:?}", cmd[0])), "name_too_long", "{}", r.stdout);
+        assert_eq!(
+            error_kind(&r, &format!("{:?}", cmd[0])),
+            "name_too_long",
+            "{}",
+            r.stdout
+        );
     }
     // A multi-byte UTF-8 name of 255 bytes is fine; one more byte is not.
     let e255 = format!("/{}", "é".repeat(127) + "x");
     assert_eq!(w(&env, &[os("write"), os(&e255), os("utf8")]).code, 0);
     let e256 = format!("/{}", "é".repeat(128));
-    assert_eq!(error_kind(&wj(&env, &[os("write"), os(&e256), os("no")]), "256 bytes of é"), "name_too_long");
+    assert_eq!(
+        error_kind(
+            &wj(&env, &[os("write"), os(&e256), os("no")]),
+            "256 bytes of é"
+        ),
+        "name_too_long"
+    );
     // A deep path far longer than PATH_MAX works inside the workspace.
-    let deep: String = (0..21).map(|i| format!("/{}{i:02}", "d".repeat(200))).collect::<String>() + "/leaf";
+    let deep: String = (0..21)
+        .map(|i| format!("/{}{i:02}", "d".repeat(200)))
+        .collect::<String>()
+        + "/leaf";
     assert!(deep.len() > 4096);
-    assert_eq!(w(&env, &[os("write"), os("-p"), os(&deep), os("deep")]).code, 0);
+    assert_eq!(
+        w(&env, &[os("write"), os("-p"), os(&deep), os("deep")]).code,
+        0
+    );
     assert_eq!(env.cat(Some("w"), &deep), "deep");
     // Exporting it: the host may refuse a path longer than PATH_MAX; that must be a
     // clear host_io error, never a panic.
     let deep_out = env.path("deep-out");
-    let r = env.run(&["--json", "--vault", "w", "export", "/", deep_out.to_str().unwrap()]);
+    let r = env.run(&[
+        "--json",
+        "--vault",
+        "w",
+        "export",
+        "/",
+        deep_out.to_str().unwrap(),
+    ]);
     assert_no_panic(&r, "export of a path longer than PATH_MAX");
     let deep_exported = r.code == 0;
     if !deep_exported {
-        assert_eq!(error_kind(&r, "export of a deep path"), "host_io", "{}", r.stdout);
-        eprintln!("NOTE: export of a {}-byte path: {}", deep.len(), r.json()["error"]["message"].as_str().unwrap_or("").chars().rev().take(40).collect::<String>().chars().rev().collect::<String>());
+        assert_eq!(
+            error_kind(&r, "export of a deep path"),
+            "host_io",
+            "{}",
+            r.stdout
+        );
+        eprintln!(
+            "NOTE: export of a {}-byte path: {}",
+            deep.len(),
+            r.json()["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .rev()
+                .take(40)
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect::<String>()
+        );
     } else {
         let mut deep_host = deep_out.clone();
         for c in deep[1..].split('/') {
             deep_host.push(c);
         }
-        assert_eq!(std::fs::read(&deep_host).unwrap(), b"deep", "deep path exported");
+        assert_eq!(
+            std::fs::read(&deep_host).unwrap(),
+            b"deep",
+            "deep path exported"
+        );
     }
     let top = deep[1..].split('/').next().unwrap().to_string();
     env.ok(&["--vault", "w", "rm", "-r", &format!("/{top}")]);
     // Invalid UTF-8: the bytes round-trip exactly; JSON shows U+FFFD.
     let bad = OsStr::from_bytes(b"/bad\xff\xfe\x80name");
     assert_eq!(w(&env, &[os("write"), bad, os("bytes")]).code, 0);
-    let out = env.cmd([os("--vault"), os("w"), os("cat"), bad]).output().unwrap();
+    let out = env
+        .cmd([os("--vault"), os("w"), os("cat"), bad])
+        .output()
+        .unwrap();
     assert_eq!(out.stdout, b"bytes");
     let ls = env.json(&["--vault", "w", "ls", "/"]);
     assert!(ls.to_string().contains("bad\u{fffd}"), "{ls}");
     // Another invalid name that maps to the same lossy string is a different file.
     let bad2 = OsStr::from_bytes(b"/bad\xfe\xff\x80name");
     assert_eq!(w(&env, &[os("write"), bad2, os("other")]).code, 0);
-    let out = env.cmd([os("--vault"), os("w"), os("cat"), bad]).output().unwrap();
+    let out = env
+        .cmd([os("--vault"), os("w"), os("cat"), bad])
+        .output()
+        .unwrap();
     assert_eq!(out.stdout, b"bytes");
     // Export writes the exact bytes; import reads them back.
     let out_dir = env.path("out");
     env.ok(&["--vault", "w", "export", "/", out_dir.to_str().unwrap()]);
-    assert_eq!(std::fs::read(out_dir.join(OsStr::from_bytes(b"bad\xff\xfe\x80name"))).unwrap(), b"bytes");
-    assert_eq!(std::fs::read(out_dir.join(OsStr::from_bytes(b"bad\xfe\xff\x80name"))).unwrap(), b"other");
+    assert_eq!(
+        std::fs::read(out_dir.join(OsStr::from_bytes(b"bad\xff\xfe\x80name"))).unwrap(),
+        b"bytes"
+    );
+    assert_eq!(
+        std::fs::read(out_dir.join(OsStr::from_bytes(b"bad\xfe\xff\x80name"))).unwrap(),
+        b"other"
+    );
     assert_eq!(std::fs::read(out_dir.join("a\nb")).unwrap(), b"nl");
     assert_eq!(std::fs::read(out_dir.join(&n255[1..])).unwrap(), b"ok");
     env.ok(&["vault", "create", "w2"]);
     env.ok(&["--vault", "w2", "import", out_dir.to_str().unwrap()]);
-    let out = env.cmd([os("--vault"), os("w2"), os("cat"), bad]).output().unwrap();
+    let out = env
+        .cmd([os("--vault"), os("w2"), os("cat"), bad])
+        .output()
+        .unwrap();
     assert_eq!(out.stdout, b"bytes");
     let d = env.json(&["--vault", "w2", "diff", "--patch"]);
     assert!(d["changes"].as_array().is_some(), "{d}");
@@ -678,7 +905,10 @@ fn nul_never_reaches_a_name() {
                 xattrs: vec![],
             }],
         };
-        assert!(Tree::decode(&t.encode()).is_err(), "tree with name {bad:?} decoded");
+        assert!(
+            Tree::decode(&t.encode()).is_err(),
+            "tree with name {bad:?} decoded"
+        );
     }
 }
 
@@ -705,15 +935,25 @@ fn import_does_not_follow_symlinks_out_of_the_tree() {
     assert_eq!(r["stats"]["symlinks"], 7, "{r}");
     for (link, target) in [
         ("/imp/dirlink", outside.to_str().unwrap().to_string()),
-        ("/imp/filelink", outside.join("secret").to_str().unwrap().to_string()),
+        (
+            "/imp/filelink",
+            outside.join("secret").to_str().unwrap().to_string(),
+        ),
         ("/imp/rellink", "../outside/secret".into()),
         ("/imp/inner/up", "../../outside/deep".into()),
         ("/imp/etc", "/etc".into()),
         ("/imp/passwd", "/etc/passwd".into()),
     ] {
         let st = env.json(&["--vault", "w", "stat", link]);
-        assert_eq!(st["type"].as_str().or(st["kind"].as_str()), Some("symlink"), "{link}: {st}");
-        assert!(st.to_string().contains(&target), "{link}: target {target} not kept: {st}");
+        assert_eq!(
+            st["type"].as_str().or(st["kind"].as_str()),
+            Some("symlink"),
+            "{link}: {st}"
+        );
+        assert!(
+            st.to_string().contains(&target),
+            "{link}: target {target} not kept: {st}"
+        );
         // Reading through the link resolves inside the workspace: nothing there.
         let r = wj(&env, &[os("cat"), os(link)]);
         assert_ne!(r.code, 0, "cat {link} read something: {}", r.stdout);
@@ -721,7 +961,10 @@ fn import_does_not_follow_symlinks_out_of_the_tree() {
     // Nothing from outside the tree was copied in.
     let tr = env.json(&["--vault", "w", "tree", "-a", "/"]);
     let text = tr.to_string();
-    assert!(!text.contains("secret2"), "a directory link was followed: {text}");
+    assert!(
+        !text.contains("secret2"),
+        "a directory link was followed: {text}"
+    );
     let out = env.path("export-check");
     env.ok(&["--vault", "w", "export", "/", out.to_str().unwrap()]);
     let mut stack = vec![out.clone()];
@@ -742,9 +985,22 @@ fn import_does_not_follow_symlinks_out_of_the_tree() {
         }
     }
     // The exported links are links again, with their targets unchanged.
-    assert_eq!(std::fs::read_link(out.join("imp/etc")).unwrap(), PathBuf::from("/etc"));
-    assert!(std::fs::symlink_metadata(out.join("imp/dirlink")).unwrap().file_type().is_symlink());
-    report("paths", "import of a tree with 7 symlinks out of it (absolute, relative, to dirs and files)", 7, "stored as links, never followed; no host content copied in");
+    assert_eq!(
+        std::fs::read_link(out.join("imp/etc")).unwrap(),
+        PathBuf::from("/etc")
+    );
+    assert!(
+        std::fs::symlink_metadata(out.join("imp/dirlink"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    report(
+        "paths",
+        "import of a tree with 7 symlinks out of it (absolute, relative, to dirs and files)",
+        7,
+        "stored as links, never followed; no host content copied in",
+    );
 }
 
 #[test]
@@ -790,34 +1046,96 @@ fn export_does_not_write_through_symlinks() {
     };
     let before = snapshot_dir(&victim_dir);
     // Without --force a non-empty target is refused.
-    let r = env.run(&["--json", "--vault", "w", "export", "/", target.to_str().unwrap()]);
+    let r = env.run(&[
+        "--json",
+        "--vault",
+        "w",
+        "export",
+        "/",
+        target.to_str().unwrap(),
+    ]);
     assert_eq!(error_kind(&r, "export into non-empty dir"), "refused");
-    let r = env.run(&["--json", "--vault", "w", "export", "/", target.to_str().unwrap(), "--force"]);
+    let r = env.run(&[
+        "--json",
+        "--vault",
+        "w",
+        "export",
+        "/",
+        target.to_str().unwrap(),
+        "--force",
+    ]);
     assert_no_panic(&r, "export --force");
-    assert_eq!(snapshot_dir(&victim_dir), before, "export wrote into the victim directory");
-    assert_eq!(std::fs::read(&victim_file).unwrap(), b"victim file", "export wrote through a file link");
-    assert!(!dangling.exists(), "export created the target of a dangling link");
+    assert_eq!(
+        snapshot_dir(&victim_dir),
+        before,
+        "export wrote into the victim directory"
+    );
+    assert_eq!(
+        std::fs::read(&victim_file).unwrap(),
+        b"victim file",
+        "export wrote through a file link"
+    );
+    assert!(
+        !dangling.exists(),
+        "export created the target of a dangling link"
+    );
     if r.code == 0 {
         // The links were replaced by what the vault holds.
-        assert_eq!(std::fs::read(target.join("a/f")).unwrap(), b"from the vault");
-        assert!(!std::fs::symlink_metadata(target.join("a")).unwrap().file_type().is_symlink());
+        assert_eq!(
+            std::fs::read(target.join("a/f")).unwrap(),
+            b"from the vault"
+        );
+        assert!(
+            !std::fs::symlink_metadata(target.join("a"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
         assert_eq!(std::fs::read(target.join("b/c/g")).unwrap(), b"deeper");
-        assert_eq!(std::fs::read(target.join("file")).unwrap(), b"top-level file");
+        assert_eq!(
+            std::fs::read(target.join("file")).unwrap(),
+            b"top-level file"
+        );
         assert_eq!(std::fs::read(target.join("newname")).unwrap(), b"new file");
-        assert!(std::fs::symlink_metadata(target.join("emptydir")).unwrap().is_dir());
+        assert!(
+            std::fs::symlink_metadata(target.join("emptydir"))
+                .unwrap()
+                .is_dir()
+        );
     } else {
         let kind = error_kind(&r, "export --force over links");
-        assert!(["refused", "host_io"].contains(&kind.as_str()), "{}", r.stdout);
+        assert!(
+            ["refused", "host_io"].contains(&kind.as_str()),
+            "{}",
+            r.stdout
+        );
     }
     // Exporting a subdirectory into a host directory that is itself reached through a
     // link inside the target: the same rules.
     let t2 = env.path("target2");
     std::fs::create_dir_all(&t2).unwrap();
     symlink(&victim_dir, t2.join("c")).unwrap();
-    let r = env.run(&["--json", "--vault", "w", "export", "/b", t2.to_str().unwrap(), "--force"]);
+    let r = env.run(&[
+        "--json",
+        "--vault",
+        "w",
+        "export",
+        "/b",
+        t2.to_str().unwrap(),
+        "--force",
+    ]);
     assert_no_panic(&r, "export /b --force");
-    assert_eq!(snapshot_dir(&victim_dir), before, "export /b wrote into the victim directory");
-    report("paths", "export --force into a host dir whose entries are symlinks (to a dir, a file, a dangling path)", 6, "nothing written through a link; links replaced");
+    assert_eq!(
+        snapshot_dir(&victim_dir),
+        before,
+        "export /b wrote into the victim directory"
+    );
+    report(
+        "paths",
+        "export --force into a host dir whose entries are symlinks (to a dir, a file, a dangling path)",
+        6,
+        "nothing written through a link; links replaced",
+    );
 }
 
 // -------------------------------------------------- decoders and parsers: properties
@@ -849,9 +1167,19 @@ fn seed_trees() -> Vec<Vec<u8>> {
     };
     let h = Hash::of(b"x");
     vec![
-        Tree { root_attrs: None, entries: vec![] }.encode(),
         Tree {
-            root_attrs: Some(DirAttrs { mode: 0o755, uid: 0, gid: 0, mtime_ns: -1, xattrs: vec![] }),
+            root_attrs: None,
+            entries: vec![],
+        }
+        .encode(),
+        Tree {
+            root_attrs: Some(DirAttrs {
+                mode: 0o755,
+                uid: 0,
+                gid: 0,
+                mtime_ns: -1,
+                xattrs: vec![],
+            }),
             entries: vec![
                 e("a", Kind::File, Some(h), None),
                 e("b", Kind::Dir, Some(h), None),
@@ -1029,7 +1357,12 @@ fn decoders_survive(iters: u64, seed: u64) {
         failures.is_empty(),
         "{} panics, first ones:\n{}",
         failures.len(),
-        failures.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+        failures
+            .iter()
+            .take(10)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -1053,7 +1386,12 @@ fn deeply_nested_shell_lines_fail_closed() {
         // Nested command substitutions beyond the parser's depth limit fail closed.
         let line = "$(".repeat(depth) + "rm -rf x" + &")".repeat(depth);
         let d = p.decide_shell(&line, &[], None);
-        assert_ne!(d.action, Action::Allow, "depth {depth}: {:?}", d.matched_rule);
+        assert_ne!(
+            d.action,
+            Action::Allow,
+            "depth {depth}: {:?}",
+            d.matched_rule
+        );
         // Subshells nest without recursion: decided like the command inside.
         let line = "(".repeat(depth) + "ls" + &")".repeat(depth);
         let _ = p.decide_shell(&line, &[], None);
@@ -1063,7 +1401,9 @@ fn deeply_nested_shell_lines_fail_closed() {
     // The CLI too: a huge line is refused or decided, never a crash.
     let env = vault_env();
     let line = "$(".repeat(5000) + "ls" + &")".repeat(5000);
-    let r = env.run(&["--json", "--vault", "w", "policy", "check", "--shell", &line]);
+    let r = env.run(&[
+        "--json", "--vault", "w", "policy", "check", "--shell", &line,
+    ]);
     assert_no_panic(&r, "policy check of 5000 nested $(");
     assert_eq!(r.code, 0, "{}", r.stderr);
 }

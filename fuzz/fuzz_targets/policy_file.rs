@@ -9,7 +9,9 @@ use libfuzzer_sys::fuzz_target;
 
 fn path() -> &'static std::path::PathBuf {
     static P: OnceLock<std::path::PathBuf> = OnceLock::new();
-    P.get_or_init(|| std::env::temp_dir().join(format!("avfs-fuzz-policy-{}.toml", std::process::id())))
+    P.get_or_init(|| {
+        std::env::temp_dir().join(format!("avfs-fuzz-policy-{}.toml", std::process::id()))
+    })
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -2215,7 +2215,7 @@ fn bench_exec(
     };
     if reuse.is_some() {
         notes.push(format!(
-            "workspace: the vault group's {} -file vault (imported tree, forks `exec` and `report` of it)",
+            "workspace: the vault group's {}-file vault (imported tree, forks `exec` and `report` of it)",
             fmt_count(n as f64)
         ));
     } else {

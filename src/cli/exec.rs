@@ -304,6 +304,8 @@ fn plan_workspace(reg: &crate::registry::Registry, base: &VaultRef, a: &ExecArgs
     let Some(name) = &a.fork else {
         return Ok(Place::Existing(base.clone()));
     };
+    // A fork whose creation was killed between its two commits is picked up again.
+    super::vault::reconcile(reg, &base.path)?;
     match reg.get(name)? {
         Some(existing) if existing.path == base.path => Ok(Place::Existing(existing)),
         Some(existing) => Err(Error::Refused(format!(

@@ -190,7 +190,11 @@ impl Ctx {
         // Rows of live layers a restore replaced go in a transaction of their own, after
         // the command's work is committed.
         let _ = store.write(|db| {
-            let dead: bool = db.query_row("SELECT EXISTS (SELECT 1 FROM layer WHERE dead = 1)", [], |r| r.get(0))?;
+            let dead: bool = db.query_row(
+                "SELECT EXISTS (SELECT 1 FROM layer WHERE dead = 1)",
+                [],
+                |r| r.get(0),
+            )?;
             if dead {
                 crate::workspace::purge_dead_layers(db)?;
             }

@@ -148,6 +148,12 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
         }
         VaultCmd::List => {
             let reg = ctx.registry()?;
+            let mut paths: Vec<PathBuf> = reg.list()?.into_iter().map(|v| v.path).collect();
+            paths.sort();
+            paths.dedup();
+            for p in &paths {
+                reconcile(&reg, p)?;
+            }
             let all = reg.list()?;
             let current = reg.current()?;
             let list: Vec<VaultJson> = all
@@ -237,12 +243,26 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
         } => {
             validate_name(&name)?;
             let reg = ctx.registry()?;
-            if reg.get(&name)?.is_some() {
-                return Err(Error::VaultExists(name));
-            }
             let source = reg
                 .resolve(Some(&src))?
                 .ok_or_else(|| Error::NoSuchVault(src.clone()))?;
+            // A fork killed after its vault-file commit is completed here, not refused.
+            let adopted = reconcile(&reg, &source.path)?.contains(&name);
+            if adopted && from.is_none() {
+                let v = reg
+                    .get(&name)?
+                    .ok_or_else(|| Error::NoSuchVault(name.clone()))?;
+                if use_it {
+                    reg.set_current(&name)?;
+                }
+                ctx.out.emit(&json!({"fork": v, "parent": source.name, "checkpoint": null, "completed_interrupted_fork": true}), || {
+                    println!("completed the interrupted fork {name} of {}", source.name);
+                });
+                return Ok(0);
+            }
+            if reg.get(&name)?.is_some() {
+                return Err(Error::VaultExists(name));
+            }
             ctx.sync_mount(&source)?;
             let mut store = Store::open(&source.path)?;
             let info = store.write(|db| {
@@ -368,6 +388,20 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
     let v = reg
         .get(name)?
         .ok_or_else(|| Error::NoSuchVault(name.into()))?;
+    if v.workspace != MAIN {
+        // A fork whose earlier delete was killed after the vault-file commit: only the
+        // name is left.
+        let gone = Store::open(&v.path)
+            .and_then(|mut s| s.read(|db| crate::workspace::find_workspace(db, &v.workspace)))
+            .map(|w| w.is_none())
+            .unwrap_or(false);
+        if gone {
+            reg.remove(name)?;
+            ctx.out
+                .emit(&json!({"deleted": [name]}), || println!("deleted {name}"));
+            return Ok(0);
+        }
+    }
     let opened = Store::open(&v.path);
     let children: Vec<String> = match &opened {
         Ok(_) => {
@@ -447,4 +481,36 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
         println!("deleted {}", removed.join(", "))
     });
     Ok(0)
+}
+
+/// Makes the registry agree with a vault file after a command was killed between its two
+/// commits (the vault file, then the registry): workspaces in the file that no name points
+/// at get their own name, and names of workspaces the file no longer has are dropped.
+/// Returns the names added.
+pub fn reconcile(reg: &crate::registry::Registry, path: &Path) -> Result<Vec<String>> {
+    let Ok(mut store) = Store::open(path) else {
+        return Ok(vec![]);
+    };
+    let in_file = store.read(list_workspaces)?;
+    let names = reg.names_in(path)?;
+    let mut added = Vec::new();
+    for w in &in_file {
+        if w.name == MAIN || names.iter().any(|n| n.workspace == w.name) {
+            continue;
+        }
+        if reg.get(&w.name)?.is_none() && validate_name(&w.name).is_ok() {
+            reg.add(&VaultRef {
+                name: w.name.clone(),
+                path: path.to_path_buf(),
+                workspace: w.name.clone(),
+            })?;
+            added.push(w.name.clone());
+        }
+    }
+    for n in names {
+        if !in_file.iter().any(|w| w.name == n.workspace) {
+            reg.remove(&n.name)?;
+        }
+    }
+    Ok(added)
 }

@@ -183,7 +183,10 @@ impl Store {
         self.conn.set_prepared_statement_cache_capacity(256);
         // Plans must not depend on bound values: otherwise SQLite re-prepares cached join
         // statements on every use (measured: 42% of a restore's instructions).
-        self.conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+        self.conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
         // Keep the -wal file between processes instead of deleting and recreating it on
         // every command (the last connection to close would remove it).
         persist_wal(&self.conn);
