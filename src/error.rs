@@ -118,10 +118,10 @@ impl Error {
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        if let rusqlite::Error::SqliteFailure(f, _) = &e {
-            if f.code == rusqlite::ErrorCode::DiskFull {
-                return Error::NoSpace;
-            }
+        if let rusqlite::Error::SqliteFailure(f, _) = &e
+            && f.code == rusqlite::ErrorCode::DiskFull
+        {
+            return Error::NoSpace;
         }
         if let rusqlite::Error::SqliteFailure(f, _) = &e
             && matches!(

@@ -527,7 +527,7 @@ fn cli_reads_writes_and_checkpoints_while_mounted_and_written() {
 fn content_for(fork: &str, i: u64) -> Vec<u8> {
     // Some files share blocks with the base, some are unique, one spans chunks.
     let mut v = format!("{fork} file {i}\n").into_bytes();
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         v.extend(std::iter::repeat_n(b'a' + (i % 26) as u8, 70_000));
     }
     v

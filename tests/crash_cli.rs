@@ -264,7 +264,11 @@ fn kill_9_of_checkpoint_save_leaves_it_saved_or_absent() {
     env.ok(&["--vault", "v", "import", host.to_str().unwrap(), "/t"]);
     // Many dirty inodes make the save do real work: chmod 1000 files each round.
     let dirty = |round: u64| {
-        let mode = if round % 2 == 0 { "600" } else { "640" };
+        let mode = if round.is_multiple_of(2) {
+            "600"
+        } else {
+            "640"
+        };
         let paths: Vec<String> = (0..1000)
             .map(|i| {
                 let j = (i + round as usize * 317) % n;

@@ -120,8 +120,8 @@ fn crash_round(m: &Mount, start: u64, min_files: usize, extra_ms: u64) -> Vec<u6
     while pid_alive(pid) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let v = done.lock().unwrap().clone();
-    v
+
+    done.lock().unwrap().clone()
 }
 
 fn pid_alive(pid: u32) -> bool {

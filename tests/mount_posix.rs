@@ -518,7 +518,7 @@ fn fsync_fdatasync_copy_file_range_seek() {
         let dpos = sfd.lseek(1 << 20, libc::SEEK_DATA).unwrap();
         out.push(format!(
             "data in range {}",
-            (1 << 20) <= dpos && dpos <= 4 << 20
+            ((1 << 20)..=4 << 20).contains(&dpos)
         ));
         out.push(format!("{:?}", sfd.lseek(size, libc::SEEK_DATA)));
         out.push(format!("{:?}", sfd.lseek(size + 10, libc::SEEK_HOLE)));
@@ -2041,10 +2041,10 @@ fn rand_path(rng: &mut Rng) -> String {
             None
         }
     });
-    if let Some(p) = known {
-        if p.matches('/').count() < 4 {
-            return p;
-        }
+    if let Some(p) = known
+        && p.matches('/').count() < 4
+    {
+        return p;
     }
     let depth = 1 + rng.below(3) as usize;
     let mut comps = Vec::new();

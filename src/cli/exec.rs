@@ -359,7 +359,7 @@ fn create_workspace_for(
         path: base.path.clone(),
         workspace: name,
     };
-    if let Err(e) = reg.add(&v) {
+    if let Err(e) = super::vault::add_or_same(reg, &v) {
         let _ = store.write(|db| crate::workspace::delete_workspace(db, &v.workspace).map(|_| ()));
         return Err(e);
     }

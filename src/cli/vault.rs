@@ -283,7 +283,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 path: source.path.clone(),
                 workspace: name.clone(),
             };
-            reg.add(&v)?;
+            add_or_same(&reg, &v)?;
             if use_it {
                 reg.set_current(&name)?;
             }
@@ -488,22 +488,27 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
 /// at get their own name, and names of workspaces the file no longer has are dropped.
 /// Returns the names added.
 pub fn reconcile(reg: &crate::registry::Registry, path: &Path) -> Result<Vec<String>> {
+    // Names first: a fork commits to the file before its name is added, so a name read
+    // here always has its workspace in the file read next.
+    let names = reg.names_in(path)?;
     let Ok(mut store) = Store::open(path) else {
         return Ok(vec![]);
     };
     let in_file = store.read(list_workspaces)?;
-    let names = reg.names_in(path)?;
     let mut added = Vec::new();
     for w in &in_file {
         if w.name == MAIN || names.iter().any(|n| n.workspace == w.name) {
             continue;
         }
         if reg.get(&w.name)?.is_none() && validate_name(&w.name).is_ok() {
-            reg.add(&VaultRef {
-                name: w.name.clone(),
-                path: path.to_path_buf(),
-                workspace: w.name.clone(),
-            })?;
+            add_or_same(
+                reg,
+                &VaultRef {
+                    name: w.name.clone(),
+                    path: path.to_path_buf(),
+                    workspace: w.name.clone(),
+                },
+            )?;
             added.push(w.name.clone());
         }
     }
@@ -513,4 +518,16 @@ pub fn reconcile(reg: &crate::registry::Registry, path: &Path) -> Result<Vec<Str
         }
     }
     Ok(added)
+}
+
+/// Registers `v`; an entry that already says the same (a concurrent process got there
+/// first) is fine.
+pub fn add_or_same(reg: &crate::registry::Registry, v: &VaultRef) -> Result<()> {
+    match reg.add(v) {
+        Err(Error::VaultExists(n)) => match reg.get(&n)? {
+            Some(e) if e.path == v.path && e.workspace == v.workspace => Ok(()),
+            _ => Err(Error::VaultExists(n)),
+        },
+        other => other,
+    }
 }

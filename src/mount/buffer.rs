@@ -64,7 +64,7 @@ impl DirtyFile {
     pub fn write(&mut self, db: &Connection, offset: u64, data: &[u8]) -> Result<()> {
         let cs = CHUNK_SIZE as u64;
         // Growing past a partial last block: bytes between old end and the write are zeros.
-        if offset > self.size && self.size % cs != 0 {
+        if offset > self.size && !self.size.is_multiple_of(cs) {
             let idx = self.size / cs;
             let from = (self.size % cs) as usize;
             let b = self.block_mut(db, idx)?;
@@ -93,7 +93,7 @@ impl DirtyFile {
         let cs = CHUNK_SIZE as u64;
         if size < self.size {
             // Zero the cut-off tail of the new last block so a later extension reads zeros.
-            if size % cs != 0 {
+            if !size.is_multiple_of(cs) {
                 let idx = size / cs;
                 let from = (size % cs) as usize;
                 let b = self.block_mut(db, idx)?;
@@ -105,7 +105,7 @@ impl DirtyFile {
                 self.base.truncate(keep as usize);
             }
             self.base_size = self.base_size.min(size);
-        } else if size > self.size && self.size % cs != 0 {
+        } else if size > self.size && !self.size.is_multiple_of(cs) {
             let idx = self.size / cs;
             let from = (self.size % cs) as usize;
             let b = self.block_mut(db, idx)?;

@@ -377,12 +377,12 @@ impl AvfsFs {
     }
 
     fn commit(db: &Connection, state: &mut State) -> Result<()> {
-        if state.tx_since.take().is_some() {
-            if let Err(e) = Store::exec(db, "COMMIT") {
-                let _ = Store::exec(db, "ROLLBACK");
-                state.info = None;
-                return Err(e);
-            }
+        if state.tx_since.take().is_some()
+            && let Err(e) = Store::exec(db, "COMMIT")
+        {
+            let _ = Store::exec(db, "ROLLBACK");
+            state.info = None;
+            return Err(e);
         }
         Ok(())
     }

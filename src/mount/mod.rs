@@ -97,6 +97,10 @@ pub fn list_mounts(home: &Path) -> Result<Vec<MountRecord>> {
         return Ok(out);
     };
     for e in rd.flatten() {
+        // Only finished records: a server writes `<id>.tmp` and renames it.
+        if e.path().extension().is_none_or(|x| x != "json") {
+            continue;
+        }
         let Ok(text) = std::fs::read_to_string(e.path()) else {
             continue;
         };

@@ -33,15 +33,15 @@ impl Workspace<'_> {
     pub fn check_file_size(&self, size: u64) -> Result<()> {
         let (ws, vault) = self.quotas()?;
         for q in [ws, vault].into_iter().flatten() {
-            if let Some(max) = q.max_file_size {
-                if size > max {
-                    return Err(Error::Quota(format!(
-                        "{} allows files of at most {} (this one would be {}); see `avfs quota`",
-                        scope_name(&q, &self.info.name),
-                        human(max),
-                        human(size)
-                    )));
-                }
+            if let Some(max) = q.max_file_size
+                && size > max
+            {
+                return Err(Error::Quota(format!(
+                    "{} allows files of at most {} (this one would be {}); see `avfs quota`",
+                    scope_name(&q, &self.info.name),
+                    human(max),
+                    human(size)
+                )));
             }
         }
         Ok(())
@@ -67,23 +67,23 @@ impl Workspace<'_> {
         }
         let usage = self.usage()?;
         if let Some(q) = &ws {
-            if let Some(max) = q.max_bytes {
-                if usage.bytes > max {
-                    return Err(Error::Quota(format!(
-                        "workspace {} may hold at most {} (it would hold {}); raise it with `avfs quota set --max-bytes`",
-                        self.info.name,
-                        human(max),
-                        human(usage.bytes)
-                    )));
-                }
+            if let Some(max) = q.max_bytes
+                && usage.bytes > max
+            {
+                return Err(Error::Quota(format!(
+                    "workspace {} may hold at most {} (it would hold {}); raise it with `avfs quota set --max-bytes`",
+                    self.info.name,
+                    human(max),
+                    human(usage.bytes)
+                )));
             }
-            if let Some(max) = q.max_files {
-                if usage.files > max {
-                    return Err(Error::Quota(format!(
-                        "workspace {} may hold at most {max} files (it would hold {}); raise it with `avfs quota set --max-files`",
-                        self.info.name, usage.files
-                    )));
-                }
+            if let Some(max) = q.max_files
+                && usage.files > max
+            {
+                return Err(Error::Quota(format!(
+                    "workspace {} may hold at most {max} files (it would hold {}); raise it with `avfs quota set --max-files`",
+                    self.info.name, usage.files
+                )));
             }
         }
         if let Some(q) = &vault {
@@ -97,13 +97,13 @@ impl Workspace<'_> {
                     )));
                 }
             }
-            if let Some(max) = q.max_files {
-                if usage.files > max {
-                    return Err(Error::Quota(format!(
-                        "the vault allows at most {max} files per workspace (this one would hold {})",
-                        usage.files
-                    )));
-                }
+            if let Some(max) = q.max_files
+                && usage.files > max
+            {
+                return Err(Error::Quota(format!(
+                    "the vault allows at most {max} files per workspace (this one would hold {})",
+                    usage.files
+                )));
             }
         }
         Ok(())

@@ -626,10 +626,11 @@ pub fn delete_workspace(db: &Connection, name: &str) -> Result<WorkspaceInfo> {
 impl Workspace<'_> {
     /// Deletes an orphan (an inode with no names left) once nothing has it open.
     pub fn drop_orphan(&self, ino: u64) -> Result<()> {
-        if let Some(i) = self.try_get(ino)? {
-            if i.nlink == 0 && self.names_of(ino)?.is_empty() {
-                self.delete_inode(ino)?;
-            }
+        if let Some(i) = self.try_get(ino)?
+            && i.nlink == 0
+            && self.names_of(ino)?.is_empty()
+        {
+            self.delete_inode(ino)?;
         }
         Ok(())
     }

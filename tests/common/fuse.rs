@@ -313,7 +313,7 @@ pub fn st_of(s: &libc::stat) -> St {
         fmt,
         perm: s.st_mode & 0o7777,
         size: if dir { 0 } else { s.st_size },
-        nlink: if dir { 0 } else { s.st_nlink as u64 },
+        nlink: if dir { 0 } else { s.st_nlink },
         uid: s.st_uid,
         gid: s.st_gid,
     }
