@@ -8,6 +8,7 @@
 //! Knobs (for the long mode of scripts/reliability.sh):
 //! `AVFS_CONC_EXECS` (parallel execs, default 8), `AVFS_CONC_SECS` (seconds the mounted
 //! writer and the gc loop run, default 6), `AVFS_CONC_VAULTS` (default 100).
+#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod common;
 #[allow(unused_macros, unused_imports)]

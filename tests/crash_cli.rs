@@ -10,6 +10,7 @@
 //! Knobs: `AVFS_CRASH_ROUNDS` (rounds per operation, default 10), `AVFS_CRASH_SEED`
 //! (seed of the delays), `AVFS_CRASH_IMPORT_FILES` (files in the imported tree, default
 //! 20 000). `exec` needs /dev/fuse (skips without it; fails with `AVFS_REQUIRE_FUSE=1`).
+#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod common;
 #[allow(unused_macros, unused_imports)]

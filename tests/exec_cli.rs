@@ -4,6 +4,7 @@
 //! Tests that run a command need FUSE: without it they skip with a message, and with
 //! `AVFS_REQUIRE_FUSE=1` they fail. Tests whose commands are denied or wait for approval
 //! never mount, and always run.
+#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod common;
 #[path = "common/fuse.rs"]

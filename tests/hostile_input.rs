@@ -10,6 +10,7 @@
 //!
 //! `AVFS_FUZZ_ITERS=N` sets the number of inputs of the decoder properties (default 3000
 //! in the normal run; the `#[ignore]`d `decoders_survive_1e5_inputs` runs 100 000).
+#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod common;
 #[allow(unused_macros, unused_imports)]

@@ -3,6 +3,7 @@
 //! the vault mounts again and `vault verify` passes.
 //!
 //! Needs /dev/fuse; skips with a message without it, fails with `AVFS_REQUIRE_FUSE=1`.
+#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod common;
 #[macro_use]

@@ -3,6 +3,7 @@
 //! tmpfs, whatever holds the temp dir) and on the mount and compare the results.
 //!
 //! Needs /dev/fuse; skips with a message without it, fails with `AVFS_REQUIRE_FUSE=1`.
+#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod common;
 #[macro_use]

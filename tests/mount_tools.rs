@@ -1,6 +1,7 @@
 //! Real tools in a mounted workspace: git, cargo, python, tar.
 //!
 //! Needs /dev/fuse; skips with a message without it, fails with `AVFS_REQUIRE_FUSE=1`.
+#![allow(clippy::macro_metavars_in_unsafe)]
 
 mod common;
 #[macro_use]

@@ -2,6 +2,7 @@
 //! directory, call libc directly and get the exact errno back.
 //!
 //! Include with `mod common; #[path = "common/fuse.rs"] mod fuse;`.
+#![allow(clippy::macro_metavars_in_unsafe)]
 #![allow(dead_code)]
 
 use std::ffi::CString;
