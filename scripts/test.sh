@@ -21,4 +21,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 cargo build --release --locked --all-targets
-cargo test --release --locked -- --test-threads="${AVFS_TEST_THREADS:-2}"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --release --locked --all-targets --no-fail-fast -- --test-threads="${AVFS_TEST_THREADS:-2}" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

@@ -1967,7 +1967,7 @@ fn bench_mount(args: &Args, avfs: &Path, base: &Path, t0: Instant) -> BoxResult<
                 |s, _| Ok(run_timed(&mut sh(&tree(s, 0), script), &[0])?.0),
             )?;
             rows.push(Row {
-                op: format!("`{script}`, warm (tree with .git)"),
+                op: format!("`{}`, warm (tree with .git)", script.replace('|', "\\|")),
                 files: tb.files,
                 avfs: m,
                 native: Some(n),
@@ -2541,7 +2541,7 @@ fn real_main() -> BoxResult<()> {
     }
     if has(Group::Exec) {
         header.push(format!(
-            "exec: {}-file workspace; {} reps (change report), {} reps (avfs exec, sh -c true)",
+            "exec: {}-file workspace; {} reps (change report), {} reps (each avfs exec variant; sh -c true twice as many)",
             fmt_count(args.exec_files as f64),
             args.reps,
             args.reps * 3
