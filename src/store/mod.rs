@@ -262,7 +262,7 @@ impl Store {
     }
 }
 
-fn persist_wal(conn: &Connection) {
+pub fn persist_wal(conn: &Connection) {
     let mut on: std::os::raw::c_int = 1;
     let main = c"main";
     // SAFETY: a valid connection handle, a NUL-terminated schema name and an int argument,
