@@ -64,7 +64,10 @@ impl Registry {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         crate::store::persist_wal(&conn);
-        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS vault (name TEXT PRIMARY KEY, path TEXT NOT NULL, workspace TEXT NOT NULL, created_at_ns INTEGER NOT NULL);
              CREATE TABLE IF NOT EXISTS setting (key TEXT PRIMARY KEY, value TEXT NOT NULL);",

@@ -192,7 +192,10 @@ impl Store {
         persist_wal(&self.conn);
         // Closing must not checkpoint the WAL (an fsync per command); SQLite's automatic
         // checkpoints during writes keep the WAL bounded.
-        self.conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        self.conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )?;
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
         // NORMAL in WAL mode survives a killed process; fsync-class operations raise it to FULL.
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
