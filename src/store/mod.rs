@@ -190,6 +190,9 @@ impl Store {
         // Keep the -wal file between processes instead of deleting and recreating it on
         // every command (the last connection to close would remove it).
         persist_wal(&self.conn);
+        // ...but keep it small: a large leftover WAL is re-read by every later command.
+        self.conn
+            .pragma_update(None, "journal_size_limit", 1_048_576)?;
         // Closing still checkpoints the WAL into the vault file: copying the .avfs file
         // alone must copy everything (the measured price: an fsync per command).
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
