@@ -1517,7 +1517,7 @@ mod tests {
     /// `cargo test --release --lib hostio::tests::import_speed -- --ignored --nocapture`
     /// (set TMPDIR to choose where the 100 000 files and the vault go).
     #[test]
-    #[ignore]
+    #[ignore = "timing probe: 100 000 files; speed is measured by scripts/bench.sh, not asserted in tests"]
     fn import_speed() {
         let tmp = tempfile::tempdir().unwrap();
         let host = tmp.path().join("host");
