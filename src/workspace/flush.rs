@@ -55,12 +55,14 @@ impl Workspace<'_> {
     fn flush_dir(&self, dir: Inode, groups: &mut HashMap<u64, u64>) -> Result<(Hash, bool)> {
         let children = self.children(dir.ino)?;
         let mut xattrs: HashMap<u64, Xattrs> = HashMap::new();
-        {
+        let lo = children.iter().map(|(_, c)| c.ino).min();
+        let hi = children.iter().map(|(_, c)| c.ino).max();
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            // One range scan (xattrs are rare) instead of a seek per child.
             let mut stmt = self.db.prepare_cached(
-                "SELECT x.ino, x.name, x.value FROM dentry d JOIN xattr x ON x.layer = d.layer AND x.ino = d.ino
-                 WHERE d.layer = ?1 AND d.parent = ?2 ORDER BY x.ino, x.name",
+                "SELECT ino, name, value FROM xattr WHERE layer = ?1 AND ino BETWEEN ?2 AND ?3 ORDER BY ino, name",
             )?;
-            let mut rows = stmt.query(params![self.layer(), dir.ino as i64])?;
+            let mut rows = stmt.query(params![self.layer(), lo as i64, hi as i64])?;
             while let Some(r) = rows.next()? {
                 xattrs
                     .entry(r.get::<_, i64>(0)? as u64)

@@ -15,6 +15,8 @@ pub mod path;
 pub use checkpoint::{Checkpoint, CheckpointSummary};
 pub use nodes::{NewNode, RenameFlags, SetAttr};
 
+use std::collections::HashMap;
+
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -515,15 +517,47 @@ impl<'a> Workspace<'a> {
     }
 
     fn children(&self, dir: u64) -> Result<Vec<(Vec<u8>, Inode)>> {
-        let mut stmt = self.db.prepare_cached(&format!(
-            "SELECT d.name, {} FROM dentry d JOIN inode i ON i.layer = d.layer AND i.ino = d.ino
-             WHERE d.layer = ?1 AND d.parent = ?2 ORDER BY d.name",
-            prefixed_cols("i")
-        ))?;
-        let rows = stmt.query_map(params![self.layer(), dir as i64], |r| {
-            Ok((r.get(0)?, Inode::from_row(r, 1)?))
-        })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let names: Vec<(Vec<u8>, u64)> = self
+            .db
+            .prepare_cached(
+                "SELECT name, ino FROM dentry WHERE layer = ?1 AND parent = ?2 ORDER BY name",
+            )?
+            .query_map(params![self.layer(), dir as i64], |r| {
+                Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let (Some(lo), Some(hi)) = (
+            names.iter().map(|(_, i)| *i).min(),
+            names.iter().map(|(_, i)| *i).max(),
+        ) else {
+            return Ok(vec![]);
+        };
+        // A materialized directory's children got consecutive inode numbers, so one
+        // range scan of the inode table usually finds them all: much cheaper than one
+        // index seek per child (this is most of what flush costs).
+        let mut found: HashMap<u64, Inode> = HashMap::with_capacity(names.len());
+        if hi - lo < 4 * names.len() as u64 + 16 {
+            let mut stmt = self.db.prepare_cached(&format!(
+                "SELECT {INODE_COLS} FROM inode WHERE layer = ?1 AND ino BETWEEN ?2 AND ?3"
+            ))?;
+            let rows = stmt.query_map(params![self.layer(), lo as i64, hi as i64], |r| {
+                Inode::from_row(r, 0)
+            })?;
+            for i in rows {
+                let i = i?;
+                found.insert(i.ino, i);
+            }
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for (name, ino) in names {
+            // A hard link appears under several names: clone, do not take.
+            let inode = match found.get(&ino) {
+                Some(i) => i.clone(),
+                None => self.get(ino)?,
+            };
+            out.push((name, inode));
+        }
+        Ok(out)
     }
 
     /// The (parent, name) pairs that name `ino`.
