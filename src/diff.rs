@@ -186,8 +186,14 @@ fn pair(
     b: &Entry,
     out: &mut Vec<Change>,
 ) -> Result<()> {
-    let p = path_of(prefix, &a.name);
     let attrs_differ = a.mode != b.mode || a.uid != b.uid || a.gid != b.gid;
+    let content_differs =
+        a.hash != b.hash || a.size != b.size || a.target != b.target || a.rdev != b.rdev;
+    // Most pairs in a visited directory are equal: skip them before building a path.
+    if a.kind == b.kind && !attrs_differ && !content_differs {
+        return Ok(());
+    }
+    let p = path_of(prefix, &a.name);
     if a.kind != b.kind {
         out.push(change(p, ChangeKind::TypeChanged, Some(a), Some(b)));
         prefix.push(a.name.clone());
@@ -214,8 +220,6 @@ fn pair(
         }
         return Ok(());
     }
-    let content_differs =
-        a.hash != b.hash || a.size != b.size || a.target != b.target || a.rdev != b.rdev;
     if content_differs {
         out.push(change(p, ChangeKind::Modified, Some(a), Some(b)));
     } else if attrs_differ {

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod objects;
 pub mod quota;
 pub mod schema;
+mod treecodec;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

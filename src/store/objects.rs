@@ -151,8 +151,7 @@ impl Tree {
 
     /// Decodes and checks a stored tree; every malformed input is an error, never a panic.
     pub fn decode(data: &[u8]) -> std::result::Result<Tree, String> {
-        let tree: Tree =
-            postcard::from_bytes(data).map_err(|e| format!("undecodable tree: {e}"))?;
+        let tree = super::treecodec::decode_tree(data)?;
         let mut prev: Option<&[u8]> = None;
         for e in &tree.entries {
             validate_name(&e.name).map_err(|why| format!("bad entry name: {why}"))?;
