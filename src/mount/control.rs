@@ -48,7 +48,10 @@ impl Server {
                 Ok(n) => json!({"ok": true, "invalidated": n}),
                 Err(e) => json!({"ok": false, "error": e.to_string()}),
             },
-            Some("counters") => json!({"ok": true, "counters": self.fs.counters()}),
+            Some("counters") => {
+                let (counters, busy_ns) = self.fs.counters();
+                json!({"ok": true, "counters": counters, "busy_ns": busy_ns})
+            }
             Some("unmount") => {
                 self.kernel_writeback();
                 let r = self.fs.sync(true);

@@ -52,14 +52,13 @@ pub struct Invalidation {
     pub attrs: Vec<u64>,
 }
 
-/// Counts requests per operation in debug builds (see `avfs mounts --json`).
+/// Requests per operation, and the time spent serving them (ns, under the lock), read
+/// through the control socket (`counters`); the benchmark prints them per workload.
 pub type Counters = HashMap<&'static str, u64>;
 
-struct DirHandle {
-    ino: u64,
-    /// The listing, read on the first readdir (a snapshot, as POSIX allows).
-    entries: Option<Vec<(Vec<u8>, Inode)>>,
-}
+/// A directory listing: a snapshot taken when a listing starts at offset 0 and kept
+/// for the calls that continue it (as POSIX allows).
+type Listing = Vec<(Vec<u8>, Inode)>;
 
 pub struct State {
     ws_name: String,
@@ -71,7 +70,13 @@ pub struct State {
     /// Open file handles per inode, so unlinked-but-open files stay readable.
     open: HashMap<u64, u32>,
     open_set: HashSet<u64>,
-    dirs: HashMap<u64, DirHandle>,
+    /// Listings in progress, per directory. There are no directory handles: opendir
+    /// answers ENOSYS, so the kernel never sends OPENDIR/RELEASEDIR (two requests per
+    /// directory walked) and caches listings itself (FOPEN_CACHE_DIR by default).
+    listings: HashMap<u64, Listing>,
+    /// Inodes dropped while the kernel still had them (a removed directory someone
+    /// may still have open): deleted once the kernel forgets them.
+    forgotten: Vec<u64>,
     next_fh: u64,
     /// Names the kernel may have cached, for invalidation after outside changes.
     known: HashSet<(u64, Vec<u8>)>,
@@ -93,6 +98,7 @@ pub struct State {
     gens: HashMap<u64, u64>,
     epoch: u64,
     pub counters: Counters,
+    pub busy_ns: Counters,
 }
 
 pub struct AvfsFs {
@@ -194,8 +200,18 @@ impl State {
         if i.kind == Kind::File {
             self.files.entry(i.ino).or_insert((i.hash, i.size));
         }
-        *self.lookups.entry(i.ino).or_default() += 1;
+        self.kernel_ref(i.ino, i.kind);
         (self.attr(i), self.generation(i.ino))
+    }
+
+    /// The kernel took a reference to `ino` (an entry reply). A directory it knows is
+    /// treated as open: without directory handles this is how a removed directory that
+    /// a process still has open (or as cwd) stays an orphan until the kernel forgets it.
+    fn kernel_ref(&mut self, ino: u64, kind: Kind) {
+        *self.lookups.entry(ino).or_default() += 1;
+        if kind == Kind::Dir && ino != ROOT_INO {
+            self.open_set.insert(ino);
+        }
     }
 
     /// The kernel dropped `n` references to `ino`; at none it has no inode for it left.
@@ -209,6 +225,9 @@ impl State {
                 self.lookups.remove(&ino);
                 self.files.remove(&ino);
                 self.gens.remove(&ino);
+                if !self.open.contains_key(&ino) && self.open_set.remove(&ino) {
+                    self.forgotten.push(ino);
+                }
             }
         }
     }
@@ -233,25 +252,22 @@ impl State {
         Ok(())
     }
 
-    /// Reads a directory handle's listing if it has not been read yet; false if `fh`
-    /// is no open directory handle.
-    fn load_dir(&mut self, db: &Connection, fh: u64) -> Result<bool> {
-        let Some(h) = self.dirs.get(&fh) else {
-            return Ok(false);
-        };
-        if h.entries.is_none() {
-            let dir_ino = h.ino;
-            self.listed.insert(dir_ino);
+    /// The listing of `dir` for a readdir at `offset`: a fresh snapshot when a listing
+    /// starts, else the one in progress.
+    fn listing(&mut self, db: &Connection, dir: u64, offset: u64) -> Result<&Listing> {
+        if offset == 0 || !self.listings.contains_key(&dir) {
             let entries = {
                 let ws = self.ws(db)?;
-                let dir = ws.get(dir_ino)?;
-                ws.readdir(&dir)?
+                let d = ws.get(dir)?;
+                if d.kind != Kind::Dir {
+                    return Err(Error::NotADirectory(String::new()));
+                }
+                ws.readdir(&d)?
             };
-            if let Some(h) = self.dirs.get_mut(&fh) {
-                h.entries = Some(entries);
-            }
+            self.listed.insert(dir);
+            self.listings.insert(dir, entries);
         }
-        Ok(true)
+        Ok(&self.listings[&dir])
     }
 
     fn flush_all(&mut self, db: &Connection) -> Result<()> {
@@ -282,7 +298,8 @@ impl AvfsFs {
             dirty: HashMap::new(),
             open: HashMap::new(),
             open_set: HashSet::new(),
-            dirs: HashMap::new(),
+            listings: HashMap::new(),
+            forgotten: Vec::new(),
             next_fh: 1,
             known: HashSet::new(),
             writers: HashMap::new(),
@@ -292,6 +309,7 @@ impl AvfsFs {
             gens: HashMap::new(),
             epoch: 0,
             counters: HashMap::new(),
+            busy_ns: HashMap::new(),
         };
         Ok(AvfsFs {
             inner: Mutex::new((store, state)),
@@ -319,9 +337,8 @@ impl AvfsFs {
     ) -> Result<T> {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (store, state) = &mut *guard;
-        if cfg!(debug_assertions) {
-            *state.counters.entry(op).or_default() += 1;
-        }
+        let started = Instant::now();
+        *state.counters.entry(op).or_default() += 1;
         let db = &store.conn;
         if state.tx_since.is_none() {
             Store::exec(db, "BEGIN IMMEDIATE")?;
@@ -335,6 +352,13 @@ impl AvfsFs {
                 crate::workspace::find_workspace(db, &state.ws_name)?
                     .ok_or_else(|| Error::NoSuchVault(state.ws_name.clone()))?,
             );
+        }
+        if !state.forgotten.is_empty() {
+            let gone = std::mem::take(&mut state.forgotten);
+            let ws = state.ws(db)?;
+            for ino in gone {
+                ws.drop_orphan(ino)?;
+            }
         }
         Store::exec(db, "SAVEPOINT op")?;
         let r = f(db, state);
@@ -352,7 +376,14 @@ impl AvfsFs {
             // Still under the lock, so no other request has begun a transaction.
             Self::make_durable(store)?;
         }
+        *state.busy_ns.entry(op).or_default() += started.elapsed().as_nanos() as u64;
         r.map_err(|e| store.corrupt_if_sqlite(e))
+    }
+
+    /// A listing was read to its end: its snapshot can go.
+    fn end_listing(&self, dir: u64) {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        guard.1.listings.remove(&dir);
     }
 
     /// Makes every committed transaction survive power loss. Commits run with
@@ -490,13 +521,10 @@ impl AvfsFs {
         })
     }
 
-    pub fn counters(&self) -> Counters {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .1
-            .counters
-            .clone()
+    /// (requests, busy ns) per operation.
+    pub fn counters(&self) -> (Counters, Counters) {
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        (guard.1.counters.clone(), guard.1.busy_ns.clone())
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -988,62 +1016,33 @@ impl Filesystem for AvfsFs {
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The listing is read on the first readdir: many opens (fchdir, openat-based
-        // walks, syncfs) never list.
-        let r = self.with("opendir", |db, st| {
-            let dir = st.ws(db)?.get(ino.0)?;
-            if dir.kind != Kind::Dir {
-                return Err(Error::NotADirectory(String::new()));
-            }
-            let fh = st.next_fh;
-            st.next_fh += 1;
-            st.dirs.insert(
-                fh,
-                DirHandle {
-                    ino: ino.0,
-                    entries: None,
-                },
-            );
-            // An open directory stays (as an orphan) when removed, like an open file.
-            *st.open.entry(ino.0).or_default() += 1;
-            st.open_set.insert(ino.0);
-            Ok(fh)
-        });
-        match r {
-            // The kernel may keep listings across opens: changes through the mount
-            // invalidate them in the kernel itself, outside changes via `outside_change`.
-            Ok(fh) => reply.opened(
-                FileHandle(fh),
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Err(e) => reply.error(errno(&e)),
-        }
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // "Not implemented": the kernel stops sending OPENDIR and RELEASEDIR for good
+        // and opens directories itself with FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR. The
+        // kernel still checks that the inode is a directory and its permissions.
+        reply.error(Errno::from_i32(libc::ENOSYS))
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         let r = self.with("readdir", |db, st| {
-            if !st.load_dir(db, fh.0)? {
-                return Ok(false);
-            }
-            let entries = st.dirs[&fh.0].entries.as_deref().unwrap_or_default();
+            let entries = st.listing(db, ino.0, offset)?;
             let mut i = offset;
             if i == 0 {
                 if reply.add(ino, 1, FileType::Directory, ".") {
-                    return Ok(true);
+                    return Ok(false);
                 }
                 i = 1;
             }
             if i == 1 {
                 if reply.add(ino, 2, FileType::Directory, "..") {
-                    return Ok(true);
+                    return Ok(false);
                 }
                 i = 2;
             }
@@ -1054,14 +1053,18 @@ impl Filesystem for AvfsFs {
                     file_type(inode.kind),
                     OsStr::from_bytes(name),
                 ) {
-                    break;
+                    return Ok(false);
                 }
             }
             Ok(true)
         });
         match r {
-            Ok(true) => reply.ok(),
-            Ok(false) => reply.error(Errno::from_i32(libc::EBADF)),
+            Ok(done) => {
+                if done {
+                    self.end_listing(ino.0);
+                }
+                reply.ok()
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -1070,16 +1073,14 @@ impl Filesystem for AvfsFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         let r = self.with("readdirplus", |db, st| {
-            if !st.load_dir(db, fh.0)? {
-                return Ok(false);
-            }
+            st.listing(db, ino.0, offset)?;
             let st = &mut *st;
-            let entries = st.dirs[&fh.0].entries.as_deref().unwrap_or_default();
+            let entries = &st.listings[&ino.0];
             // The kernel skips "." and ".." of a readdirplus reply (no dentries for them).
             let dot = FileAttr {
                 ino,
@@ -1089,17 +1090,18 @@ impl Filesystem for AvfsFs {
             let mut i = offset;
             if i == 0 {
                 if reply.add(ino, 1, ".", &Duration::ZERO, &dot, Generation(0)) {
-                    return Ok(true);
+                    return Ok(false);
                 }
                 i = 1;
             }
             if i == 1 {
                 if reply.add(ino, 2, "..", &Duration::ZERO, &dot, Generation(0)) {
-                    return Ok(true);
+                    return Ok(false);
                 }
                 i = 2;
             }
             let mut added = Vec::new();
+            let mut done = true;
             for (n, (name, inode)) in entries.iter().enumerate().skip((i - 2) as usize) {
                 let a = attr_of(inode, st.dirty.get(&inode.ino));
                 let g = Generation(st.gens.get(&inode.ino).copied().unwrap_or(0));
@@ -1111,49 +1113,27 @@ impl Filesystem for AvfsFs {
                     &a,
                     g,
                 ) {
+                    done = false;
                     break;
                 }
                 added.push((name.clone(), inode.ino, inode.kind, inode.hash, inode.size));
             }
             for (name, child, kind, hash, size) in added {
-                *st.lookups.entry(child).or_default() += 1;
+                st.kernel_ref(child, kind);
                 st.known.insert((ino.0, name));
                 if kind == Kind::File {
                     st.files.entry(child).or_insert((hash, size));
                 }
             }
-            Ok(true)
+            Ok(done)
         });
         match r {
-            Ok(true) => reply.ok(),
-            Ok(false) => reply.error(Errno::from_i32(libc::EBADF)),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        let r = self.with("releasedir", |db, st| {
-            let Some(h) = st.dirs.remove(&fh.0) else {
-                return Ok(());
-            };
-            let n = st.open.entry(h.ino).or_default();
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                st.open.remove(&h.ino);
-                st.open_set.remove(&h.ino);
-                st.ws(db)?.drop_orphan(h.ino)?;
+            Ok(done) => {
+                if done {
+                    self.end_listing(ino.0);
+                }
+                reply.ok()
             }
-            Ok(())
-        });
-        match r {
-            Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
