@@ -16,7 +16,8 @@ pub struct DirtyFile {
     base_size: u64,
     /// New size of the file.
     pub size: u64,
-    /// Replaced blocks, each exactly CHUNK_SIZE bytes (the tail past `size` is ignored).
+    /// Replaced blocks. A block holds its first `len()` bytes, at most CHUNK_SIZE; the
+    /// rest of it reads as zeros (so a small file costs its size, not a 64 KiB block).
     blocks: BTreeMap<u64, Vec<u8>>,
 }
 
@@ -39,7 +40,8 @@ impl DirtyFile {
         self.blocks.len() * CHUNK_SIZE
     }
 
-    /// The stored bytes of block `idx` (zeros for holes and past the old end).
+    /// The stored bytes of block `idx` up to the old end of file (holes: none); what
+    /// is missing up to CHUNK_SIZE reads as zeros.
     fn base_block(&self, db: &Connection, idx: u64) -> Result<Vec<u8>> {
         let start = idx * CHUNK_SIZE as u64;
         let mut data = match self.base.get(idx as usize) {
@@ -49,7 +51,6 @@ impl DirtyFile {
         // Bytes beyond the old end of file are zeros, even if the stored chunk is longer.
         let valid = self.base_size.saturating_sub(start).min(CHUNK_SIZE as u64) as usize;
         data.truncate(valid);
-        data.resize(CHUNK_SIZE, 0);
         Ok(data)
     }
 
@@ -67,8 +68,7 @@ impl DirtyFile {
         if offset > self.size && !self.size.is_multiple_of(cs) {
             let idx = self.size / cs;
             let from = (self.size % cs) as usize;
-            let b = self.block_mut(db, idx)?;
-            b[from..].fill(0);
+            self.block_mut(db, idx)?.truncate(from);
         }
         let mut done = 0usize;
         while done < data.len() {
@@ -81,6 +81,9 @@ impl DirtyFile {
                 self.blocks.insert(idx, data[done..done + n].to_vec());
             } else {
                 let b = self.block_mut(db, idx)?;
+                if b.len() < within + n {
+                    b.resize(within + n, 0);
+                }
                 b[within..within + n].copy_from_slice(&data[done..done + n]);
             }
             done += n;
@@ -96,8 +99,7 @@ impl DirtyFile {
             if !size.is_multiple_of(cs) {
                 let idx = size / cs;
                 let from = (size % cs) as usize;
-                let b = self.block_mut(db, idx)?;
-                b[from..].fill(0);
+                self.block_mut(db, idx)?.truncate(from);
             }
             let keep = size.div_ceil(cs);
             self.blocks.retain(|i, _| *i < keep);
@@ -108,8 +110,7 @@ impl DirtyFile {
         } else if size > self.size && !self.size.is_multiple_of(cs) {
             let idx = self.size / cs;
             let from = (self.size % cs) as usize;
-            let b = self.block_mut(db, idx)?;
-            b[from..].fill(0);
+            self.block_mut(db, idx)?.truncate(from);
         }
         self.size = size;
         Ok(())
@@ -127,10 +128,21 @@ impl DirtyFile {
             let idx = pos / cs;
             let within = (pos % cs) as usize;
             let n = ((cs - within as u64).min(end - pos)) as usize;
-            match self.blocks.get(&idx) {
-                Some(b) => out.extend_from_slice(&b[within..within + n]),
-                None => out.extend_from_slice(&self.base_block(db, idx)?[within..within + n]),
+            let stored;
+            let b = match self.blocks.get(&idx) {
+                Some(b) => b,
+                None => {
+                    stored = self.base_block(db, idx)?;
+                    &stored
+                }
+            };
+            if b.len() > within {
+                out.extend_from_slice(&b[within..b.len().min(within + n)]);
             }
+            out.resize(
+                out.len() + (within + n).saturating_sub(b.len().max(within)),
+                0,
+            );
             pos += n as u64;
         }
         Ok(out)
@@ -144,8 +156,9 @@ impl DirtyFile {
         for idx in 0..nblocks as u64 {
             let len = (self.size - idx * cs).min(cs) as usize;
             let h = match self.blocks.get(&idx) {
-                Some(b) if b[..len].iter().all(|x| *x == 0) && nblocks > 1 => HOLE,
-                Some(b) => objects::put_chunk(db, &b[..len])?,
+                Some(b) if b[..b.len().min(len)].iter().all(|x| *x == 0) && nblocks > 1 => HOLE,
+                Some(b) if b.len() >= len => objects::put_chunk(db, &b[..len])?,
+                Some(b) => objects::put_chunk(db, &zero_padded(b, len))?,
                 None => match self.base.get(idx as usize) {
                     // An untouched stored block; the last one may need cutting to size.
                     Some(h)
@@ -157,15 +170,13 @@ impl DirtyFile {
                         if stored_len == len {
                             *h
                         } else {
-                            let mut d = self.base_block(db, idx)?;
-                            d.truncate(len);
-                            objects::put_chunk(db, &d)?
+                            let d = self.base_block(db, idx)?;
+                            objects::put_chunk(db, &zero_padded(&d, len))?
                         }
                     }
                     Some(h) if *h != HOLE && idx * cs < self.base_size => {
-                        let mut d = self.base_block(db, idx)?;
-                        d.truncate(len);
-                        objects::put_chunk(db, &d)?
+                        let d = self.base_block(db, idx)?;
+                        objects::put_chunk(db, &zero_padded(&d, len))?
                     }
                     _ if nblocks > 1 => HOLE,
                     _ => objects::put_chunk(db, &vec![0; len])?,
@@ -175,5 +186,75 @@ impl DirtyFile {
         }
         let hash = objects::put_chunk_list(db, &chunks, self.size)?;
         Ok((hash, self.size))
+    }
+}
+
+/// The first `len` bytes of a block that holds `b` and zeros after it.
+fn zero_padded(b: &[u8], len: usize) -> Vec<u8> {
+    let mut v = b[..b.len().min(len)].to_vec();
+    v.resize(len, 0);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    /// Random writes, truncates, reads and commits against a plain byte vector.
+    #[test]
+    fn matches_a_byte_vector_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("v.avfs")).unwrap();
+        let db = &store.conn;
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n.max(1)
+        };
+        let cs = CHUNK_SIZE as u64;
+        for _ in 0..40 {
+            let mut model: Vec<u8> = Vec::new();
+            let mut f = DirtyFile::new(db, &HOLE, 0).unwrap();
+            for _ in 0..60 {
+                match rnd(5) {
+                    0 | 1 => {
+                        let off = rnd(3 * cs + 10);
+                        let max = if rnd(4) == 0 { cs + 100 } else { 300 };
+                        let len = rnd(max) as usize;
+                        let byte = rnd(255) as u8 + 1;
+                        let data = vec![byte; len];
+                        f.write(db, off, &data).unwrap();
+                        if model.len() < off as usize + len {
+                            model.resize(off as usize + len, 0);
+                        }
+                        model[off as usize..off as usize + len].copy_from_slice(&data);
+                    }
+                    2 => {
+                        let size = rnd(3 * cs + 10);
+                        f.truncate(db, size).unwrap();
+                        model.resize(size as usize, 0);
+                    }
+                    3 => {
+                        let off = rnd(model.len() as u64 + 10);
+                        let len = rnd(2 * cs) as usize;
+                        let want: Vec<u8> =
+                            model.iter().skip(off as usize).take(len).copied().collect();
+                        assert_eq!(f.read(db, off, len).unwrap(), want);
+                    }
+                    _ => {
+                        // Commit, then continue on top of the stored content.
+                        let (hash, size) = f.commit(db).unwrap();
+                        assert_eq!(size, model.len() as u64);
+                        if size > 0 {
+                            assert_eq!(objects::read_all(db, &hash, size).unwrap(), model);
+                        }
+                        f = DirtyFile::new(db, &hash, size).unwrap();
+                    }
+                }
+            }
+        }
     }
 }

@@ -662,7 +662,12 @@ impl Filesystem for AvfsFs {
                     set.mode = Some(kill_suid(cur.mode));
                 }
                 let ws = st.ws(db)?;
-                let i = ws.setattr(ino.0, &set)?;
+                // A truncate above changed the stored inode: read it again.
+                let i = if size.is_some() {
+                    ws.setattr(ino.0, &set)?
+                } else {
+                    ws.setattr_of(cur, &set)?
+                };
                 st.own(&i);
                 Ok(st.attr(&i))
             })
@@ -1319,7 +1324,9 @@ impl Filesystem for AvfsFs {
                             existing
                         }
                     }
-                    None => ws.create(&p, name.as_bytes(), new_node(req, &p, Kind::File, mode))?,
+                    None => {
+                        ws.create_absent(&p, name.as_bytes(), new_node(req, &p, Kind::File, mode))?
+                    }
                 };
                 st.known.insert((parent.0, name.as_bytes().to_vec()));
                 if truncated {

@@ -78,10 +78,17 @@ impl Workspace<'_> {
     }
 
     pub fn create(&self, parent: &Inode, name: &[u8], node: NewNode) -> Result<Inode> {
-        check_name(name)?;
         if self.lookup(parent, name)?.is_some() {
+            check_name(name)?;
             return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
         }
+        self.create_absent(parent, name, node)
+    }
+
+    /// `create` for a caller that has just looked `name` up in `parent` (in this
+    /// transaction) and found nothing: saves the second lookup on the mount's hot path.
+    pub fn create_absent(&self, parent: &Inode, name: &[u8], node: NewNode) -> Result<Inode> {
+        check_name(name)?;
         let now = now_ns();
         let ino = self.alloc_inos(1)?;
         if let (Kind::File, Some((_, size))) = (node.kind, node.content) {
@@ -338,7 +345,13 @@ impl Workspace<'_> {
     }
 
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Inode> {
-        let mut i = self.get(ino)?;
+        self.setattr_of(self.get(ino)?, set)
+    }
+
+    /// `setattr` on an inode the caller has just read (in this transaction).
+    pub fn setattr_of(&self, mut i: Inode, set: &SetAttr) -> Result<Inode> {
+        let ino = i.ino;
+        let before = (i.mode, i.uid, i.gid, i.size, i.mtime_ns, i.hash);
         if let Some(m) = set.mode {
             i.mode = m & 0o7777;
         }
@@ -371,7 +384,11 @@ impl Workspace<'_> {
         }
         i.ctime_ns = now;
         self.put_inode(&i)?;
-        self.entry_changed(ino)?;
+        // Trees do not hold ctime: a chown or chmod that changes nothing else (tar does
+        // them for every file) leaves the parent's tree as it is.
+        if before != (i.mode, i.uid, i.gid, i.size, i.mtime_ns, i.hash) {
+            self.entry_changed(ino)?;
+        }
         Ok(i)
     }
 
