@@ -244,8 +244,8 @@ impl State {
         if let Some(d) = self.dirty.remove(&ino) {
             let (hash, size) = d.commit(db)?;
             let ws = self.ws(db)?;
-            if ws.try_get(ino)?.is_some() {
-                let i = ws.set_content(ino, hash, size)?;
+            if let Some(i) = ws.try_get(ino)? {
+                let i = ws.set_content_of(i, hash, size)?;
                 self.own(&i);
             }
         }

@@ -394,7 +394,12 @@ impl Workspace<'_> {
 
     /// Replaces a file's whole content.
     pub fn set_content(&self, ino: u64, hash: Hash, size: u64) -> Result<Inode> {
-        let mut i = self.get(ino)?;
+        self.set_content_of(self.get(ino)?, hash, size)
+    }
+
+    /// `set_content` on an inode the caller has just read (in this transaction).
+    pub fn set_content_of(&self, mut i: Inode, hash: Hash, size: u64) -> Result<Inode> {
+        let ino = i.ino;
         if size > i.size {
             self.check_file_size(size)?;
         }
