@@ -246,43 +246,67 @@ fn text_of(db: &Connection, e: Option<&Entry>) -> Result<Option<String>> {
 }
 
 /// Adds a unified diff to every change of a text file no larger than `limit` bytes.
+/// Contents are read here (the connection is this thread's); the line diffs run on a
+/// second thread as they arrive, so reading and diffing overlap.
 pub fn add_patches(db: &Connection, changes: &mut [Change], limit: u64) -> Result<()> {
-    for c in changes.iter_mut() {
-        let sized = |e: &Option<Entry>| {
-            e.as_ref()
-                .is_none_or(|e| e.kind == Kind::File && e.size <= limit)
-        };
-        if !matches!(
-            c.kind,
-            ChangeKind::Added | ChangeKind::Modified | ChangeKind::Deleted
-        ) || !sized(&c.before)
-            || !sized(&c.after)
-        {
-            continue;
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, String, String, String, String)>();
+    std::thread::scope(|scope| {
+        let differ = scope.spawn(move || {
+            rx.into_iter()
+                .map(|(i, old, new, from, to)| (i, unified(&old, &new, &from, &to)))
+                .collect::<Vec<_>>()
+        });
+        let read: Result<()> = (|| {
+            for (i, c) in changes.iter().enumerate() {
+                let sized = |e: &Option<Entry>| {
+                    e.as_ref()
+                        .is_none_or(|e| e.kind == Kind::File && e.size <= limit)
+                };
+                if !matches!(
+                    c.kind,
+                    ChangeKind::Added | ChangeKind::Modified | ChangeKind::Deleted
+                ) || !sized(&c.before)
+                    || !sized(&c.after)
+                {
+                    continue;
+                }
+                let (Some(old), Some(new)) = (
+                    text_of(db, c.before.as_ref())?,
+                    text_of(db, c.after.as_ref())?,
+                ) else {
+                    continue;
+                };
+                let from = if c.before.is_some() {
+                    format!("a{}", c.path)
+                } else {
+                    "/dev/null".into()
+                };
+                let to = if c.after.is_some() {
+                    format!("b{}", c.path)
+                } else {
+                    "/dev/null".into()
+                };
+                // The receiver lives until every sender is gone: sending cannot fail.
+                let _ = tx.send((i, old, new, from, to));
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let patches = differ
+            .join()
+            .map_err(|_| crate::error::Error::Internal("the diff thread panicked".into()))?;
+        read?;
+        for (i, p) in patches {
+            changes[i].patch = Some(p);
         }
-        let (Some(old), Some(new)) = (
-            text_of(db, c.before.as_ref())?,
-            text_of(db, c.after.as_ref())?,
-        ) else {
-            continue;
-        };
-        let from = if c.before.is_some() {
-            format!("a{}", c.path)
-        } else {
-            "/dev/null".into()
-        };
-        let to = if c.after.is_some() {
-            format!("b{}", c.path)
-        } else {
-            "/dev/null".into()
-        };
-        let d = similar::TextDiff::from_lines(&old, &new);
-        c.patch = Some(
-            d.unified_diff()
-                .context_radius(3)
-                .header(&from, &to)
-                .to_string(),
-        );
-    }
-    Ok(())
+        Ok(())
+    })
+}
+
+fn unified(old: &str, new: &str, from: &str, to: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(from, to)
+        .to_string()
 }

@@ -47,8 +47,7 @@ const USAGE: &str =
                      and the change report)
   --dir              where to put the trees, vaults and mounts (default: the system temp dir)
   --keep             keep the generated trees and vaults
-  --avfs             the avfs binary to use (default: the one next to avfs-bench); a debug
-                     build makes the mount count FUSE requests per workload
+  --avfs             the avfs binary to use (default: the one next to avfs-bench)
 
  vault group:
   --sizes            workspace sizes in files (default 1000,10000,100000)
@@ -1483,8 +1482,8 @@ struct Side {
     root: PathBuf,
 }
 
-/// Per-operation request counters of the mount (debug builds count; release builds answer
-/// with an empty map), read through its control socket.
+/// Per-operation request counters of the mount, read through its control socket, with
+/// the server's busy time (time spent serving requests under its lock) as `busy_ns`.
 fn fuse_counters(socket: &Path) -> Option<BTreeMap<String, u64>> {
     let mut s = UnixStream::connect(socket).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
@@ -1492,14 +1491,22 @@ fn fuse_counters(socket: &Path) -> Option<BTreeMap<String, u64>> {
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).ok()?;
     let v: serde_json::Value = serde_json::from_str(&line).ok()?;
-    Some(
-        v["counters"]
-            .as_object()?
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
-            .collect(),
-    )
+    let mut m: BTreeMap<String, u64> = v["counters"]
+        .as_object()?
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_u64()?)))
+        .collect();
+    if let Some(busy) = v["busy_ns"].as_object() {
+        m.insert(
+            BUSY.into(),
+            busy.values().filter_map(|v| v.as_u64()).sum::<u64>(),
+        );
+    }
+    Some(m)
 }
+
+/// The pseudo-operation under which `fuse_counters` reports the server's busy time.
+const BUSY: &str = "busy_ns";
 
 /// FUSE requests caused by each workload's timed runs in the mount.
 struct Counts {
@@ -1548,12 +1555,14 @@ impl Counts {
             .filter(|(_, _, m)| !m.is_empty())
             .map(|(name, runs, m)| {
                 let runs = (*runs).max(1);
-                let total: u64 = m.values().sum();
-                let mut ops: Vec<_> = m.iter().collect();
+                let busy = m.get(BUSY).copied().unwrap_or(0);
+                let total: u64 = m.iter().filter(|(k, _)| *k != BUSY).map(|(_, n)| n).sum();
+                let mut ops: Vec<_> = m.iter().filter(|(k, _)| *k != BUSY).collect();
                 ops.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
                 format!(
-                    "{name}: {} requests per run ({})",
+                    "{name}: {} requests per run, server busy {:.0} ms per run ({})",
                     fmt_count((total / runs) as f64),
+                    busy as f64 / 1e6 / runs as f64,
                     ops.iter()
                         .map(|(op, n)| format!("{op} {}", fmt_count((**n / runs) as f64)))
                         .collect::<Vec<_>>()
@@ -2143,13 +2152,13 @@ fn bench_mount(args: &Args, avfs: &Path, base: &Path, t0: Instant) -> BoxResult<
     ));
     let described = counts.describe();
     if described.is_empty() {
+        notes.push("FUSE request counts: not available (no control socket answer)".into());
+    } else {
         notes.push(
-            "FUSE request counts: not available (the mount server counts only in debug builds; \
-             run with --avfs target/debug/avfs)"
+            "FUSE requests per timed run in the mount, and the time the server spent serving \
+             them (the rest of the mount's time is kernel round trips and waiting):"
                 .into(),
         );
-    } else {
-        notes.push("FUSE requests per timed run in the mount (debug build counters):".into());
         notes.extend(described.into_iter().map(|s| format!("  {s}")));
     }
     progress_tag(t0, tag, "unmounting");
