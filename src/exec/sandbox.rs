@@ -661,6 +661,12 @@ pub fn init_main(args: &[OsString]) -> i32 {
         Some(a) if a == "--" => args[1..].iter().collect(),
         _ => args.iter().collect(),
     };
+    // kill(-1, ...) below means "every other process of the sandbox" only for PID 1 of
+    // a PID namespace; anywhere else it would reach every process of the user.
+    if std::process::id() != 1 {
+        eprintln!("avfs: {INIT_ARG} runs only as PID 1 of an avfs exec --sandbox run");
+        return 126;
+    }
     // SAFETY: fcntl on our own report descriptor: the command must not inherit it.
     unsafe { libc::fcntl(REPORT_FD, libc::F_SETFD, libc::FD_CLOEXEC) };
     let Some((prog, rest)) = argv.split_first() else {
