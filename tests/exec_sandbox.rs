@@ -243,6 +243,8 @@ try root 'touch /avfs-sandbox-escape'
 try tmp 'echo t > "$TMP_FILE" && test -s "$TMP_FILE"'
 try shm 'echo s > /dev/shm/x'
 try mkdir-root 'mkdir /newdir'
+try remount 'mount -o remount,rw /usr'
+try mknod 'mknod disk b 254 0'
 "#,
     );
     let vars = [
@@ -260,7 +262,7 @@ try mkdir-root 'mkdir /newdir'
     assert_eq!(
         stdout(&x),
         "workspace ok\nhost-dir FAILED\netc FAILED\nusr FAILED\nhome FAILED\nroot FAILED\n\
-         tmp ok\nshm ok\nmkdir-root FAILED\n",
+         tmp ok\nshm ok\nmkdir-root FAILED\nremount FAILED\nmknod FAILED\n",
         "{}",
         x.env
     );
@@ -300,6 +302,40 @@ try mkdir-root 'mkdir /newdir'
         "the home directory (or a directory above it) is visible: {ro:?}"
     );
     assert_eq!(x.env["request"]["options"]["sandbox"], true);
+    // No capability that could undo the sandbox: CAP_SYS_ADMIN (mount), CAP_MKNOD,
+    // CAP_DAC_READ_SEARCH (open_by_handle_at), CAP_SYS_MODULE, CAP_SYS_PTRACE, CAP_NET_ADMIN.
+    let x = exec(
+        &env,
+        &["--sandbox", "--", "grep", "CapEff", "/proc/self/status"],
+    );
+    let caps = stdout(&x)
+        .lines()
+        .find_map(|l| l.split("CapEff:").nth(1))
+        .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+        .unwrap_or_else(|| panic!("no CapEff: {}", x.env));
+    for (name, bit) in [
+        ("CAP_DAC_READ_SEARCH", 2),
+        ("CAP_NET_ADMIN", 12),
+        ("CAP_SYS_MODULE", 16),
+        ("CAP_SYS_PTRACE", 19),
+        ("CAP_SYS_ADMIN", 21),
+        ("CAP_MKNOD", 27),
+    ] {
+        assert_eq!(caps & (1 << bit), 0, "{name} in the sandbox: {caps:x}");
+    }
+    // Root may still manage ownership inside the workspace (tar, package managers).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let x = exec(
+            &env,
+            &[
+                "--sandbox",
+                "--shell",
+                "touch owned && chown 1234:1234 owned",
+            ],
+        );
+        assert_eq!(x.code, 0, "{}", x.env);
+    }
     // The audit log records the same sandbox.
     let id = x.env["id"].as_str().unwrap();
     assert_eq!(audit_run(&env, id)["sandbox"], x.env["sandbox"]);

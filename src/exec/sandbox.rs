@@ -81,6 +81,19 @@ pub const SECRET_PATHS: &[&str] = &[
     "/etc/ssh",
 ];
 
+/// The capabilities a command run by root keeps in the sandbox (bwrap also sets
+/// `no_new_privs`, and binds everything `nosuid,nodev`).
+pub const ROOT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_KILL",
+    "CAP_NET_BIND_SERVICE",
+];
+
 /// Environment variables passed into the sandbox by default (`*` is a wildcard).
 pub const DEFAULT_ENV: &[&str] = &[
     "PATH",
@@ -526,6 +539,18 @@ pub fn plan(req: &Request) -> Result<Plan> {
     );
     if !req.network {
         push(&mut a, &[OsStr::new("--unshare-net")]);
+    }
+    // Run by root, bwrap keeps every capability: CAP_SYS_ADMIN could remount the host's
+    // paths writable, CAP_MKNOD make a disk's device node in the workspace (mounted
+    // with `dev`), CAP_DAC_READ_SEARCH open any host file by handle. Only what builds
+    // and archives need to manage file ownership inside the workspace stays. Others run
+    // bwrap in a user namespace, where it drops every capability itself.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        push(&mut a, &[OsStr::new("--cap-drop"), OsStr::new("ALL")]);
+        for cap in ROOT_CAPS {
+            push(&mut a, &[OsStr::new("--cap-add"), OsStr::new(cap)]);
+        }
     }
     push(
         &mut a,
