@@ -245,6 +245,7 @@ try shm 'echo s > /dev/shm/x'
 try mkdir-root 'mkdir /newdir'
 try remount 'mount -o remount,rw /usr'
 try mknod 'mknod disk b 254 0'
+try sysctl 'v=$(cat /proc/sys/kernel/core_pattern) && echo "$v" > /proc/sys/kernel/core_pattern'
 "#,
     );
     let vars = [
@@ -262,7 +263,7 @@ try mknod 'mknod disk b 254 0'
     assert_eq!(
         stdout(&x),
         "workspace ok\nhost-dir FAILED\netc FAILED\nusr FAILED\nhome FAILED\nroot FAILED\n\
-         tmp ok\nshm ok\nmkdir-root FAILED\nremount FAILED\nmknod FAILED\n",
+         tmp ok\nshm ok\nmkdir-root FAILED\nremount FAILED\nmknod FAILED\nsysctl FAILED\n",
         "{}",
         x.env
     );

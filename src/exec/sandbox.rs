@@ -59,7 +59,8 @@ pub const DEFAULT_READ_ONLY_PATHS: &[&str] = &[
     "$PATH",
 ];
 
-/// Secrets that are hidden (an empty directory or an empty file in their place) even when
+/// Secrets that are hidden (an empty directory, or a file that cannot be opened, in their
+/// place) even when
 /// a read-only path above them is visible. Always applied; `hidden_paths` adds to it.
 pub const SECRET_PATHS: &[&str] = &[
     "~/.ssh",
@@ -79,6 +80,25 @@ pub const SECRET_PATHS: &[&str] = &[
     "/etc/shadow",
     "/etc/gshadow",
     "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/letsencrypt",
+    "/etc/krb5.keytab",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+];
+
+/// Parts of /proc that are read-only in the sandbox (bound from the host's /proc: a
+/// sysctl shows the values of the namespace that reads it, whichever mount it is read
+/// through).
+const PROC_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/fs"];
+
+/// Files of /proc that cannot be read in the sandbox.
+const PROC_MASKED: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
 ];
 
 /// The capabilities a command run by root keeps in the sandbox (bwrap also sets
@@ -454,6 +474,29 @@ pub fn plan(req: &Request) -> Result<Plan> {
             OsStr::new("/dev/shm"),
         ],
     );
+    // The sandbox's /proc as a container has it: sysctls and the other kernel knobs
+    // read-only (root may write a 0644 sysctl without any capability, and
+    // kernel.core_pattern runs a program on the host), kernel internals masked.
+    for p in PROC_READ_ONLY {
+        if Path::new(p).exists() {
+            push(
+                &mut a,
+                &[OsStr::new("--ro-bind"), OsStr::new(p), OsStr::new(p)],
+            );
+        }
+    }
+    for p in PROC_MASKED {
+        if Path::new(p).exists() {
+            push(
+                &mut a,
+                &[
+                    OsStr::new("--ro-bind"),
+                    OsStr::new("/dev/null"),
+                    OsStr::new(p),
+                ],
+            );
+        }
+    }
     bind_all(&mut a, true);
     // Secrets, the vault file and $AVFS_HOME: hidden where a visible path would show them.
     let mut hide: Vec<PathBuf> = SECRET_PATHS
