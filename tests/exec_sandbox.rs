@@ -739,6 +739,38 @@ fn status_and_timeouts_are_exact_in_the_sandbox() {
     assert!(!out.contains("AVFS_HOME="), "{out}");
 }
 
+/// A descriptor avfs inherited (here: a host directory) does not get into the sandbox,
+/// where it would be a way out.
+#[test]
+fn inherited_descriptors_stay_outside() {
+    if !can_sandbox("inherited_descriptors_stay_outside") {
+        return;
+    }
+    let env = setup();
+    let host = env.path("host");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("outside.txt"), "outside\n").unwrap();
+    let dir = std::fs::File::open(&host).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&dir);
+    // SAFETY: clearing close-on-exec of our own descriptor, so avfs inherits it.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, 0) };
+    write(
+        &env,
+        "fd.sh",
+        "if cat \"/proc/self/fd/$FD/outside.txt\" 2>/dev/null; then :; else echo no; fi\n",
+    );
+    let fd_s = format!("FD={fd}");
+    let plain = exec(&env, &["--env", &fd_s, "--", "sh", "fd.sh"]);
+    let boxed = exec(&env, &["--sandbox", "--env", &fd_s, "--", "sh", "fd.sh"]);
+    drop(dir);
+    assert_eq!(
+        stdout(&plain),
+        "outside\n",
+        "the descriptor was not inherited at all"
+    );
+    assert_eq!(stdout(&boxed), "no\n", "{}", boxed.env);
+}
+
 // ---------------------------------------------------------------- settings and errors
 
 /// A missing bubblewrap is an error that names the package, never a run without the

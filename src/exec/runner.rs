@@ -177,6 +177,39 @@ fn report_pipe() -> Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Marks every descriptor from `first` on close-on-exec. Async-signal-safe (called
+/// between fork and exec); descriptors std itself uses are close-on-exec already.
+fn close_inherited_fds(first: i32) {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    // Kernels before 5.11: one by one, up to the descriptor limit.
+    // SAFETY: getrlimit and fcntl on our own descriptors.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 16) as i32
+        } else {
+            1024
+        };
+        for fd in first..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
 /// What the sandbox init reported: the command's exit code or signal, then whether it
 /// left processes running (absent when the init was killed first).
 #[derive(Default)]
@@ -232,6 +265,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                 // Ignored dispositions survive exec: bwrap (and its init, which installs
                 // its own handler) ignore SIGTERM; the init passes it on.
                 libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                // No descriptor avfs inherited gets into the sandbox (bwrap passes them
+                // all on): one open on a host directory would be a way out.
+                close_inherited_fds(REPORT_FD + 1);
                 Ok(())
             });
         }

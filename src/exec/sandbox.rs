@@ -735,8 +735,13 @@ pub fn init_main(args: &[OsString]) -> i32 {
         eprintln!("avfs: {INIT_ARG} runs only as PID 1 of an avfs exec --sandbox run");
         return 126;
     }
-    // SAFETY: fcntl on our own report descriptor: the command must not inherit it.
-    unsafe { libc::fcntl(REPORT_FD, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: fcntl on our own report descriptor: the command must not inherit it; and
+    // not dumpable, so that the command (same uid) can neither ptrace us nor open our
+    // report pipe through /proc/1/fd.
+    unsafe {
+        libc::fcntl(REPORT_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
     let Some((prog, rest)) = argv.split_first() else {
         eprintln!("avfs: sandbox init: no command");
         return 126;
