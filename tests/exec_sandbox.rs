@@ -648,6 +648,9 @@ fn a_process_left_running_is_gone_when_exec_returns() {
     assert_eq!(x.code, 0, "{}", x.env);
     assert_eq!(stdout(&x), "started\n");
     assert_eq!(x.env["result"]["lingering_processes_killed"], true);
+    // The command's duration, not the grace period of what it left behind.
+    let ms = x.env["result"]["duration_ms"].as_u64().unwrap();
+    assert!((300..1900).contains(&ms), "duration_ms {ms}");
     let left = processes_with(&tag);
     assert!(left.is_empty(), "processes outlived exec: {left:?}");
     // The one that ignores SIGTERM got the grace period, then SIGKILL.

@@ -2,7 +2,7 @@
 //! grace period, SIGKILL) and bounded output capture, optionally echoing output live.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -210,31 +210,39 @@ fn close_inherited_fds(first: i32) {
     }
 }
 
-/// What the sandbox init reported: the command's exit code or signal, then whether it
-/// left processes running (absent when the init was killed first).
+/// What the sandbox init reported: the command's exit code or signal (and when that
+/// arrived: the command's end, before the init ends what it left running), then whether
+/// it left processes running. Absent when the init was killed first.
 #[derive(Default)]
 struct InitReport {
-    status: Option<(Option<i32>, Option<i32>)>,
+    status: Option<(Option<i32>, Option<i32>, Instant)>,
     lingering: Option<bool>,
 }
 
-fn parse_report(data: &[u8]) -> InitReport {
-    let mut r = InitReport::default();
-    for line in String::from_utf8_lossy(data).lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if v.get("exit_code").is_some() {
-            r.status = Some((
-                v["exit_code"].as_i64().map(|c| c as i32),
-                v["signal"].as_i64().map(|s| s as i32),
-            ));
+/// Reads the init's report lines as they come, each with the time it arrived.
+fn read_report(src: std::fs::File) -> mpsc::Receiver<InitReport> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = InitReport::default();
+        for line in std::io::BufReader::new(src).lines() {
+            let Ok(line) = line else { break };
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if v.get("exit_code").is_some() {
+                r.status = Some((
+                    v["exit_code"].as_i64().map(|c| c as i32),
+                    v["signal"].as_i64().map(|s| s as i32),
+                    Instant::now(),
+                ));
+            }
+            if let Some(l) = v["lingering"].as_bool() {
+                r.lingering = Some(l);
+            }
         }
-        if let Some(l) = v["lingering"].as_bool() {
-            r.lingering = Some(l);
-        }
-    }
-    r
+        let _ = tx.send(r);
+    });
+    rx
 }
 
 pub fn run(spec: &RunSpec) -> Result<RunResult> {
@@ -299,7 +307,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     let pgid = child.id() as i32;
     let report_rx = report.map(|(read, write)| {
         drop(write);
-        pump(std::fs::File::from(read), 64 * 1024, None)
+        read_report(std::fs::File::from(read))
     });
     let out_rx = pump(
         child.stdout.take().unwrap(),
@@ -336,7 +344,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
             },
         ));
     };
-    let duration_ms = start.elapsed().as_millis() as u64;
+    let mut duration_ms = start.elapsed().as_millis() as u64;
     // Background processes the command left in its group are ended too.
     let lingering = group_alive(pgid);
     if lingering {
@@ -354,10 +362,11 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     });
     let (mut exit_code, mut signal, mut lingering) = (status.code(), status.signal(), lingering);
     if let Some(rx) = report_rx {
-        let rep = parse_report(&rx.recv_timeout(wait).map(|c| c.data).unwrap_or_default());
+        let rep = rx.recv_timeout(wait).unwrap_or_default();
         match rep.status {
-            Some((code, sig)) => {
+            Some((code, sig, at)) => {
                 (exit_code, signal) = (code, sig);
+                duration_ms = duration_ms.min(at.duration_since(start).as_millis() as u64);
                 lingering |= rep.lingering.unwrap_or(false);
             }
             // Killed with its sandbox after a timeout: bwrap's status is the truth.
