@@ -879,6 +879,30 @@ fn policy_settings_make_the_sandbox_the_default() {
     if !can_sandbox("policy_settings_make_the_sandbox_the_default") {
         return;
     }
+    // A bubblewrap that cannot set the sandbox up: an error, not the command's failure.
+    let fake = env.path("fake-bwrap");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'bwrap: Creating new namespace failed: Operation not permitted' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut cmd = env.cmd(["--json", "--vault", "t", "exec", "--", "true"]);
+    cmd.env("AVFS_BWRAP", &fake);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "sandbox_unavailable", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Creating new namespace failed"),
+        "{v}"
+    );
+    assert!(
+        std::fs::read_dir(env.home().join("run/exec")).map_or(true, |mut d| d.next().is_none())
+    );
     let x = exec(&env, &["--", "true"]);
     assert_eq!(x.code, 0, "{}", x.env);
     assert_sandboxed(&x.env, false);
