@@ -7,8 +7,9 @@
 #   mount  real tools in a FUSE mount of a fresh vault and in a plain directory: tar x of a
 #          ~20 000-file source tarball, git init+add+commit, git status, find+stat, ls -lR,
 #          rm -rf, 1 GiB sequential write+read, cargo build of this crate (offline);
-#   exec   `avfs exec -- true` with and without a live mount, and the change report of 100
-#          changes in a 100 000-file workspace, against `sh -c true`.
+#   exec   `avfs exec -- true` with and without a live mount and with and without --sandbox
+#          (bubblewrap), and the change report of 100 changes in a 100 000-file workspace,
+#          against `sh -c true`.
 #
 #   ./scripts/bench.sh                                   # everything (30-45 minutes on 2 cores)
 #   ./scripts/bench.sh --groups vault --sizes 1000,10000 # a quick run of one group

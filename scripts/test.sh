@@ -11,6 +11,9 @@ need() { command -v "$1" >/dev/null 2>&1; }
 missing=()
 need git || missing+=(git)
 need python3 || missing+=(python3)
+# `avfs exec --sandbox` runs commands under bubblewrap; its tests run a node script.
+need bwrap || missing+=(bubblewrap)
+need node || missing+=(nodejs)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"

@@ -56,6 +56,8 @@ pub enum Error {
     NoSpace,
     #[error("quota exceeded: {0}")]
     Quota(String),
+    #[error("sandbox unavailable: {0}")]
+    SandboxUnavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -85,6 +87,7 @@ impl Error {
             Error::Busy => "busy",
             Error::NoSpace => "no_space",
             Error::Quota(_) => "quota_exceeded",
+            Error::SandboxUnavailable(_) => "sandbox_unavailable",
             Error::Internal(_) => "internal",
         }
     }

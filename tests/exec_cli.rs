@@ -242,8 +242,30 @@ fn schema_accepts_real_envelopes_and_rejects_damaged_ones() {
         "patch": "--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
     }]);
     ran["exit_code"] = json!(0);
-    for ok in [&denied, &asked, &ran] {
+    ran["sandbox"] = json!({
+        "enforced": false, "network": true, "network_granted_by": null,
+        "writable_paths": ["/"], "read_only_paths": [], "hidden_paths": []
+    });
+    // The same run under the sandbox, with the network an approval granted.
+    let mut boxed = ran.clone();
+    boxed["request"]["options"]["sandbox"] = json!(true);
+    boxed["sandbox"] = json!({
+        "enforced": true, "network": true, "network_granted_by": "approval ap-0123456789",
+        "writable_paths": ["/tmp/m", "/tmp", "/dev/shm"], "read_only_paths": ["/usr", "/etc"],
+        "hidden_paths": ["/etc/shadow"]
+    });
+    for ok in [&denied, &asked, &ran, &boxed] {
         assert_envelope(ok);
+    }
+    // Nothing ran: nothing was enforced and nothing had the network.
+    for e in [&denied, &asked] {
+        assert_eq!(
+            e["sandbox"],
+            json!({"enforced": false, "network": false, "network_granted_by": null,
+                   "writable_paths": [], "read_only_paths": [], "hidden_paths": []})
+        );
+        assert_eq!(e["request"]["options"]["sandbox"], false);
+        assert_eq!(e["request"]["options"]["no_sandbox"], false);
     }
     type Damage = fn(&mut Value);
     let damages: &[(&str, Damage)] = &[
@@ -296,6 +318,53 @@ fn schema_accepts_real_envelopes_and_rejects_damaged_ones() {
             v["change_summary"]["renamed"] = json!(0)
         }),
         ("schema version", |v| v["schema_version"] = json!(2)),
+        ("no sandbox", |v| {
+            v.as_object_mut().unwrap().remove("sandbox");
+        }),
+        ("sandbox extra field", |v| v["sandbox"]["uid"] = json!(0)),
+        ("sandbox without network_granted_by", |v| {
+            v["sandbox"]
+                .as_object_mut()
+                .unwrap()
+                .remove("network_granted_by");
+        }),
+        ("enforced sandbox writable everywhere", |v| {
+            v["sandbox"]["enforced"] = json!(true);
+            v["sandbox"]["network"] = json!(false);
+        }),
+        ("enforced sandbox with nothing writable", |v| {
+            v["sandbox"] = json!({"enforced": true, "network": false, "network_granted_by": null,
+                "writable_paths": [], "read_only_paths": [], "hidden_paths": []})
+        }),
+        ("unenforced sandbox hiding paths", |v| {
+            v["sandbox"]["hidden_paths"] = json!(["/etc/shadow"])
+        }),
+        ("network granted but off", |v| {
+            v["sandbox"] = json!({"enforced": true, "network": false, "network_granted_by": "policy",
+                "writable_paths": ["/tmp/m"], "read_only_paths": [], "hidden_paths": []})
+        }),
+        ("sandboxed network without a grant", |v| {
+            v["sandbox"] = json!({"enforced": true, "network": true, "network_granted_by": null,
+                "writable_paths": ["/tmp/m"], "read_only_paths": [], "hidden_paths": []})
+        }),
+        ("unknown grant", |v| {
+            v["sandbox"] = json!({"enforced": true, "network": true, "network_granted_by": "agent",
+                "writable_paths": ["/tmp/m"], "read_only_paths": [], "hidden_paths": []})
+        }),
+        ("relative read-only path", |v| {
+            v["sandbox"] = json!({"enforced": true, "network": false, "network_granted_by": null,
+                "writable_paths": ["/tmp/m"], "read_only_paths": ["usr"], "hidden_paths": []})
+        }),
+        ("--sandbox and --no-sandbox", |v| {
+            v["request"]["options"]["sandbox"] = json!(true);
+            v["request"]["options"]["no_sandbox"] = json!(true);
+        }),
+        ("options without sandbox", |v| {
+            v["request"]["options"]
+                .as_object_mut()
+                .unwrap()
+                .remove("sandbox");
+        }),
     ];
     for (what, damage) in damages {
         let mut v = ran.clone();
@@ -344,6 +413,12 @@ fn read_only_is_allowed_without_a_checkpoint() {
     assert_eq!(x.env["request"]["vault"], "t");
     assert_eq!(x.env["request"]["workspace"], "main");
     assert_eq!(x.env["request"]["cwd"], "/");
+    // Without --sandbox (and no policy asking for it) the command had the user's rights.
+    assert_eq!(
+        x.env["sandbox"],
+        json!({"enforced": false, "network": true, "network_granted_by": null,
+               "writable_paths": ["/"], "read_only_paths": [], "hidden_paths": []})
+    );
     let x = exec(&env, &["--shell", "cat a.txt"]);
     assert_eq!(x.env["result"]["stdout"], "hi\n");
     assert_eq!(x.env["request"]["command"]["kind"], "shell");

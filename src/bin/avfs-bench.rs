@@ -5,8 +5,8 @@
 //!   workspaces of several sizes, against `cp -a`, git, `diff -rq`, `cat`;
 //! - `mount`: real tools in a FUSE mount of a fresh vault and in a plain directory (tar,
 //!   git, find/stat, ls -lR, rm -rf, sequential I/O, cargo build);
-//! - `exec`: `avfs exec -- true` end to end with and without a live mount, and the change
-//!   report of 100 changes in a 100 000-file workspace.
+//! - `exec`: `avfs exec -- true` end to end with and without a live mount and with and
+//!   without `--sandbox`, and the change report of 100 changes in a 100 000-file workspace.
 //!
 //! ```text
 //! cargo run --release --bin avfs-bench -- [--groups vault,mount,exec] [--sizes ...] [--dir DIR] ...
@@ -43,8 +43,8 @@ const USAGE: &str =
                   [--exec-files N]
 
   --groups           which groups to run (default all): vault (vault operations), mount (real
-                     tools in a FUSE mount vs a native directory), exec (avfs exec overhead
-                     and the change report)
+                     tools in a FUSE mount vs a native directory), exec (avfs exec overhead,
+                     with and without --sandbox, and the change report)
   --dir              where to put the trees, vaults and mounts (default: the system temp dir)
   --keep             keep the generated trees and vaults
   --avfs             the avfs binary to use (default: the one next to avfs-bench)
@@ -1436,6 +1436,8 @@ fn bench_size(
 struct GroupResult {
     rows: Vec<Row>,
     notes: Vec<String>,
+    /// Lines printed right under the table.
+    extra: Vec<String>,
 }
 
 /// Unmounts `mnt` when dropped (also on errors); `finish` unmounts and reports failures.
@@ -2167,7 +2169,11 @@ fn bench_mount(args: &Args, avfs: &Path, base: &Path, t0: Instant) -> BoxResult<
         progress_tag(t0, tag, "cleaning up");
         std::fs::remove_dir_all(&work)?;
     }
-    Ok(GroupResult { rows, notes })
+    Ok(GroupResult {
+        rows,
+        notes,
+        extra: Vec::new(),
+    })
 }
 
 /// Bytes in regular files under `dir`.
@@ -2191,15 +2197,44 @@ fn dir_size(dir: &Path) -> u64 {
 const EXEC_PATCH_LIMIT: u64 = 64 * 1024;
 
 fn check_envelope(out: &[u8], checkpoint: bool) -> BoxResult<()> {
+    check_envelope_sandbox(out, checkpoint, false)
+}
+
+fn check_envelope_sandbox(out: &[u8], checkpoint: bool, sandbox: bool) -> BoxResult<()> {
     let v: serde_json::Value = serde_json::from_slice(out)?;
-    if v["exit_code"] != 0 || v["checkpoint"].is_null() == checkpoint {
+    if v["exit_code"] != 0
+        || v["checkpoint"].is_null() == checkpoint
+        || v["sandbox"]["enforced"] != sandbox
+    {
         return Err(format!(
-            "avfs exec: unexpected envelope (exit_code {}, checkpoint {})",
-            v["exit_code"], v["checkpoint"]
+            "avfs exec: unexpected envelope (exit_code {}, checkpoint {}, sandbox {})",
+            v["exit_code"], v["checkpoint"], v["sandbox"]
         )
         .into());
     }
     Ok(())
+}
+
+/// Whether bwrap runs here (the sandbox rows are left out, with a note, when not).
+fn bwrap_usable() -> Result<(), String> {
+    match Command::new("bwrap")
+        .args([
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-pid",
+            "--unshare-net",
+            "--",
+            "true",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+    {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+        Err(e) => Err(format!("bwrap: {e}")),
+    }
 }
 
 fn bench_exec(
@@ -2351,10 +2386,29 @@ fn bench_exec(
             "true",
         ])
     };
+    // `avfs exec -- true` as an agent types it (read-only: no checkpoint), with and
+    // without --sandbox: the sandbox's own overhead.
+    let plain = |sandbox: bool| {
+        let mut c = env.avfs(["--vault", "exec", "--json", "exec"]);
+        if sandbox {
+            c.arg("--sandbox");
+        }
+        c.args(["--", "true"]);
+        c
+    };
+    let sandbox_ok = bwrap_usable();
     let native = || cmd("sh", ["-c", "true"]);
     let mut sh_true = Stat::default();
     let mut live = [Stat::default(), Stat::default()];
     let mut cold = [Stat::default(), Stat::default()];
+    // [plain, sandboxed] with a live mount and without.
+    let mut live_sb = [Stat::default(), Stat::default()];
+    let mut cold_sb = [Stat::default(), Stat::default()];
+    let variants: Vec<bool> = if sandbox_ok.is_ok() {
+        vec![false, true]
+    } else {
+        Vec::new()
+    };
 
     progress_tag(
         t0,
@@ -2374,12 +2428,20 @@ fn bench_exec(
             check_envelope(&run(&mut exec(checkpoint))?, checkpoint)?;
         }
     }
+    for &sandbox in &variants {
+        check_envelope_sandbox(&run(&mut plain(sandbox))?, false, sandbox)?;
+    }
     for _ in 0..xreps {
         sh_true.push(run_timed(&mut native(), &[0])?.0);
         for (i, checkpoint) in [true, false].into_iter().enumerate() {
             let (d, out) = run_timed(&mut exec(checkpoint), &[0])?;
             check_envelope(&out, checkpoint)?;
             live[i].push(d);
+        }
+        for &sandbox in &variants {
+            let (d, out) = run_timed(&mut plain(sandbox), &[0])?;
+            check_envelope_sandbox(&out, false, sandbox)?;
+            live_sb[sandbox as usize].push(d);
         }
     }
     notes.push(format!(
@@ -2396,12 +2458,20 @@ fn bench_exec(
     for checkpoint in [true, false] {
         check_envelope(&run(&mut exec(checkpoint))?, checkpoint)?;
     }
+    for &sandbox in &variants {
+        check_envelope_sandbox(&run(&mut plain(sandbox))?, false, sandbox)?;
+    }
     for _ in 0..xreps {
         sh_true.push(run_timed(&mut native(), &[0])?.0);
         for (i, checkpoint) in [true, false].into_iter().enumerate() {
             let (d, out) = run_timed(&mut exec(checkpoint), &[0])?;
             check_envelope(&out, checkpoint)?;
             cold[i].push(d);
+        }
+        for &sandbox in &variants {
+            let (d, out) = run_timed(&mut plain(sandbox), &[0])?;
+            check_envelope_sandbox(&out, false, sandbox)?;
+            cold_sb[sandbox as usize].push(d);
         }
     }
     let left: serde_json::Value =
@@ -2412,6 +2482,55 @@ fn bench_exec(
     let mut floor = Stat::default();
     for _ in 0..xreps {
         floor.push(run_timed(&mut env.avfs(["--version"]), &[0])?.0);
+    }
+    let mut extra = Vec::new();
+    if let Err(why) = &sandbox_ok {
+        notes.push(format!(
+            "sandbox: not measured, bwrap does not run here ({why}); install bubblewrap"
+        ));
+    } else {
+        extra.push(String::new());
+        for (where_, [p, s]) in [("live mount", &live_sb), ("no live mount", &cold_sb)] {
+            let (pm, sm) = (p.median(), s.median());
+            extra.push(format!(
+                "sandbox overhead, {where_}: `avfs exec --sandbox -- true` {} vs `avfs exec -- true` {} (medians of {}, interleaved): ratio {:.2}, +{}",
+                fmt_secs(sm),
+                fmt_secs(pm),
+                s.0.len(),
+                sm / pm,
+                fmt_secs(sm - pm)
+            ));
+        }
+        let mut bw = Stat::default();
+        for _ in 0..xreps {
+            let mut c = cmd(
+                "bwrap",
+                [
+                    "--ro-bind",
+                    "/usr",
+                    "/usr",
+                    "--symlink",
+                    "usr/bin",
+                    "/bin",
+                    "--symlink",
+                    "usr/lib",
+                    "/lib",
+                    "--symlink",
+                    "usr/lib64",
+                    "/lib64",
+                    "--unshare-pid",
+                    "--unshare-net",
+                    "--",
+                    "/bin/true",
+                ],
+            );
+            bw.push(run_timed(&mut c, &[0])?.0);
+        }
+        extra.push(format!(
+            "  for scale: a bare `bwrap --ro-bind /usr /usr ... --unshare-pid --unshare-net -- /bin/true` {} (median of {})",
+            fmt_secs(bw.median()),
+            bw.0.len()
+        ));
     }
     let [live_ck, live_nock] = live;
     let [cold_ck, cold_nock] = cold;
@@ -2436,12 +2555,27 @@ fn bench_exec(
             cold_nock,
             None,
         ),
+        ("avfs exec -- true, live mount", live_sb[0].clone(), None),
+        (
+            "avfs exec --sandbox -- true, live mount",
+            live_sb[1].clone(),
+            None,
+        ),
+        ("avfs exec -- true, no live mount", cold_sb[0].clone(), None),
+        (
+            "avfs exec --sandbox -- true, no live mount",
+            cold_sb[1].clone(),
+            None,
+        ),
         (
             "  for scale: avfs --version (process start only)",
             floor,
             None,
         ),
     ] {
+        if s.0.is_empty() {
+            continue;
+        }
         rows.push(Row {
             op: op.into(),
             files: n,
@@ -2457,7 +2591,7 @@ fn bench_exec(
         progress_tag(t0, tag, "cleaning up");
         std::fs::remove_dir_all(&work)?;
     }
-    Ok(GroupResult { rows, notes })
+    Ok(GroupResult { rows, notes, extra })
 }
 
 fn main() {
@@ -2683,10 +2817,10 @@ fn real_main() -> BoxResult<()> {
         println!();
         println!("## exec");
         println!();
-        print_table(["measure", "workspace files", "avfs"], &r.rows, &[]);
+        print_table(["measure", "workspace files", "avfs"], &r.rows, &r.extra);
         println!();
         println!(
-            "native analogue: `sh -c true` spawned and waited for (the same process work without avfs). avfs exec runs are whole `avfs --json exec ... -- true` processes (policy, checkpoint or flush, run, change report, audit, envelope); \"live mount\": the workspace was mounted with `avfs mount` before; \"no live mount\": exec mounts it for the command and unmounts after. The change report is timed through the library on the vault file, as src/cli/exec.rs computes it."
+            "native analogue: `sh -c true` spawned and waited for (the same process work without avfs). avfs exec runs are whole `avfs --json exec ... -- true` processes (policy, checkpoint or flush, run, change report, audit, envelope); \"live mount\": the workspace was mounted with `avfs mount` before; \"no live mount\": exec mounts it for the command and unmounts after. `avfs exec [--sandbox] -- true` without checkpoint flags is what an agent types (`true` is read-only: no checkpoint); the two are interleaved, and the sandbox overhead is their difference (bwrap's namespaces and mounts, avfs as the sandbox's PID 1). The change report is timed through the library on the vault file, as src/cli/exec.rs computes it."
         );
         println!();
         for n in &r.notes {

@@ -1,6 +1,7 @@
 //! `avfs exec`, `avfs policy`, `avfs approvals`, `avfs approve`, `avfs deny`: the policy
 //! boundary. Decide, record, checkpoint, mount, run, report, roll back.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,8 +12,9 @@ use super::Ctx;
 use crate::diff::{ChangeSummary, add_patches, diff_roots};
 use crate::error::{Error, Result};
 use crate::exec::envelope::{self, ApprovalInfo, Envelope, Rollback};
-use crate::exec::policy::{Action, Decision, Policy};
+use crate::exec::policy::{Action, Category, Decision, Policy};
 use crate::exec::runner::{self, RunSpec};
+use crate::exec::sandbox::{self, SandboxConfig, SandboxInfo};
 use crate::exec::{EXIT_APPROVAL_REQUIRED, EXIT_DENIED, EXIT_TIMED_OUT};
 use crate::registry::{VaultRef, validate_name};
 use crate::store::{Store, approvals, audit};
@@ -50,6 +52,14 @@ pub struct ExecArgs {
     /// Run the command of this approved approval (exactly as approved, once).
     #[arg(long, value_name = "ID")]
     approve: Option<String>,
+    /// Run under bubblewrap: the workspace and a private /tmp are the only writable
+    /// places, no network unless granted (see docs/exec.md).
+    #[arg(long, conflicts_with = "no_sandbox")]
+    sandbox: bool,
+    /// Run without the sandbox although the policy makes it the default (refused when
+    /// the policy requires it).
+    #[arg(long)]
+    no_sandbox: bool,
     /// A shell command line (parsed as shell, run with sh -c).
     #[arg(long, conflicts_with = "argv")]
     shell: Option<String>,
@@ -150,6 +160,21 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
         PolicyCmd::Show => {
             ctx.out.emit(&p, || {
                 println!("policy files: {}", p.sources.join(", "));
+                let sb = &p.sandbox;
+                println!(
+                    "sandbox: default {}, required {}, network {}",
+                    sb.default, sb.required, sb.network
+                );
+                println!("  read-only: {}", sb.read_only_paths.join(" "));
+                if !sb.hidden_paths.is_empty() {
+                    println!(
+                        "  hidden (besides the built-in secrets): {}",
+                        sb.hidden_paths.join(" ")
+                    );
+                }
+                if !sb.env.is_empty() {
+                    println!("  extra environment: {}", sb.env.join(" "));
+                }
                 for (c, a) in &p.defaults {
                     println!(
                         "  {:<18} -> {}",
@@ -174,6 +199,7 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                         r.decision
                             .map(|d| format!(" ({})", d.name()))
                             .unwrap_or_default()
+                            + if r.network { " +network" } else { "" }
                     );
                 }
             });
@@ -479,6 +505,8 @@ fn approved_args(ctx: &Ctx, a: &ExecArgs, ap_id: &str) -> Result<(ExecArgs, appr
         no_checkpoint: opts["no_checkpoint"].as_bool().unwrap_or(false),
         rollback_on_failure: opts["rollback_on_failure"].as_bool().unwrap_or(false),
         approve: Some(ap_id.to_string()),
+        sandbox: opts["sandbox"].as_bool().unwrap_or(false),
+        no_sandbox: opts["no_sandbox"].as_bool().unwrap_or(false),
         shell: req["command"]["shell"].as_str().map(String::from),
         argv: strings(&req["command"]["argv"]),
     };
@@ -564,7 +592,7 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         options: json!({
             "timeout_secs": a.timeout, "env": a.env, "checkpoint": a.checkpoint, "no_checkpoint": a.no_checkpoint,
             "rollback_on_failure": a.rollback_on_failure, "fork": a.fork, "ephemeral": a.ephemeral, "keep": a.keep,
-            "approve": a.approve,
+            "approve": a.approve, "sandbox": a.sandbox, "no_sandbox": a.no_sandbox,
         }),
     };
     let mut decision: Decision = match &a.shell {
@@ -594,7 +622,20 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
             checkpoint: None,
         },
         mountpoint: None,
+        sandbox: SandboxInfo::nothing_ran(),
         exit_code: 0,
+    };
+    // Sandboxed unless the policy allows --no-sandbox to turn its default off.
+    let sandboxed = if a.no_sandbox {
+        if policy.sandbox.required {
+            return Err(Error::Refused(format!(
+                "--no-sandbox: the policy requires the sandbox ([sandbox] required = true in {})",
+                policy.sources.join(", ")
+            )));
+        }
+        false
+    } else {
+        a.sandbox || policy.sandbox.default || policy.sandbox.required
     };
     // Nothing is created before the policy has said yes.
     match decision.action {
@@ -640,6 +681,30 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         }
         _ => {}
     }
+    // Checked before the approval is used or anything is created: a missing bubblewrap
+    // is an error, never a silent run without the sandbox.
+    let sandbox_run = if sandboxed {
+        let (network, granted_by) = if policy.sandbox.network {
+            (true, Some("policy".to_string()))
+        } else if let Some(ap) = approved
+            .as_ref()
+            .filter(|_| decision.categories.contains(&Category::Networked))
+        {
+            (true, Some(format!("approval {}", ap.id)))
+        } else if let Some(rule) = decision.network_rule() {
+            (true, Some(format!("rule {rule}")))
+        } else {
+            (false, None)
+        };
+        Some(SandboxRun {
+            bwrap: sandbox::find_bwrap()?,
+            config: policy.sandbox.clone(),
+            network,
+            granted_by,
+        })
+    } else {
+        None
+    };
     if let Some(ap) = &approved {
         // Used before anything is created or run: at most once, even when two runs race.
         let mut store = Store::open(&base.path)?;
@@ -667,6 +732,7 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         cwd: &cwd,
         timeout,
         env: &env_pairs,
+        sandbox: sandbox_run,
     };
     let result = run_command(ctx, &a, &v, &job, &decision, &mut envelope);
     let discard = ephemeral && !a.keep;
@@ -691,6 +757,15 @@ struct Run<'a> {
     cwd: &'a [String],
     timeout: Option<Duration>,
     env: &'a [(String, String)],
+    sandbox: Option<SandboxRun>,
+}
+
+/// How a sandboxed run is enforced.
+struct SandboxRun {
+    bwrap: PathBuf,
+    config: SandboxConfig,
+    network: bool,
+    granted_by: Option<String>,
 }
 
 /// Mounts (or reuses the live mount), runs and reports.
@@ -737,6 +812,33 @@ fn run_in_mount(
             )));
         }
     }
+    // The sandbox is planned before the checkpoint: a plan that fails leaves nothing.
+    let plan = match &job.sandbox {
+        Some(sb) => {
+            let init = std::env::current_exe()
+                .map_err(|e| Error::host("locating the avfs binary for the sandbox", e))?;
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let path_var = std::env::var_os("PATH");
+            let plan = sandbox::plan(&sandbox::Request {
+                config: &sb.config,
+                network: sb.network,
+                network_granted_by: sb.granted_by.clone(),
+                mountpoint: &mount.mountpoint,
+                cwd: &dir,
+                avfs_home: &ctx.home,
+                vault_file: &v.path,
+                init: &init,
+                home: home.as_deref().filter(|h| h.is_absolute()),
+                path_var: path_var.as_deref(),
+            })?;
+            envelope.sandbox = plan.info.clone();
+            Some(plan)
+        }
+        None => {
+            envelope.sandbox = SandboxInfo::unenforced();
+            None
+        }
+    };
     ctx.sync_mount(v)?;
     let cp_name = format!("exec-{}", &envelope.id[3..]);
     let shown = show_command(&envelope.request.command);
@@ -760,10 +862,21 @@ fn run_in_mount(
         ("AVFS_EXEC_ID".to_string(), envelope.id.clone()),
     ];
     env.extend(job.env.iter().cloned());
-    let (program, args): (String, Vec<String>) = match &a.shell {
-        Some(s) => ("/bin/sh".into(), vec!["-c".into(), s.clone()]),
-        None => (a.argv[0].clone(), a.argv[1..].to_vec()),
+    let (mut program, mut args): (OsString, Vec<OsString>) = match &a.shell {
+        Some(s) => ("/bin/sh".into(), vec!["-c".into(), s.into()]),
+        None => (
+            a.argv[0].clone().into(),
+            a.argv[1..].iter().map(OsString::from).collect(),
+        ),
     };
+    if let (Some(sb), Some(plan)) = (&job.sandbox, plan) {
+        // bwrap ARGS... -- avfs INIT -- PROGRAM ARGS...
+        let mut full = plan.args;
+        full.push(program);
+        full.append(&mut args);
+        (program, args) = (sb.bwrap.clone().into_os_string(), full);
+        env = sandbox::environment(&sb.config, std::env::vars_os(), &env);
+    }
     let spec = RunSpec {
         program: &program,
         args: &args,
@@ -773,6 +886,7 @@ fn run_in_mount(
         grace: Duration::from_secs(2),
         capture_limit: CAPTURE_LIMIT,
         stream: !ctx.out.json,
+        sandboxed: job.sandbox.is_some(),
     };
     let run = runner::run(&spec);
     // Whatever happened, report what changed: a diff of the workspace itself.
@@ -839,6 +953,18 @@ fn finish(ctx: &Ctx, env: &Envelope, ephemeral: Option<&str>, keep: bool) -> Res
         }
         if let Some(cp) = &env.checkpoint {
             eprintln!("checkpoint: {cp}");
+        }
+        let sb = &env.sandbox;
+        if sb.enforced {
+            eprintln!(
+                "sandbox:    bwrap; network {}; writable: {}",
+                match (&sb.network_granted_by, sb.network) {
+                    (Some(by), true) => format!("on ({by})"),
+                    (None, true) => "on".into(),
+                    _ => "off".into(),
+                },
+                sb.writable_paths.join(", ")
+            );
         }
         if let Some(r) = &env.result {
             eprintln!(

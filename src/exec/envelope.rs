@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::policy::Decision;
 use super::runner::RunResult;
+use super::sandbox::SandboxInfo;
 use crate::diff::{Change, ChangeSummary};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -56,5 +57,7 @@ pub struct Envelope {
     pub rollback: Rollback,
     /// Where the workspace was mounted for the run.
     pub mountpoint: Option<String>,
+    /// Whether the kernel enforced the boundary (`--sandbox`), and how.
+    pub sandbox: SandboxInfo,
     pub exit_code: i32,
 }

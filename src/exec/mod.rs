@@ -5,6 +5,7 @@
 pub mod envelope;
 pub mod policy;
 pub mod runner;
+pub mod sandbox;
 pub mod shell;
 
 /// Exit status of `avfs exec` when the policy denies the command.

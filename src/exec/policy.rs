@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::sandbox::{SandboxConfig, SandboxFile};
 use super::shell::{self, SimpleCommand};
 use crate::error::{Error, Result};
 
@@ -67,6 +68,9 @@ pub struct Rule {
     /// Command lines the rule must not match.
     #[serde(default)]
     pub counter_examples: Vec<String>,
+    /// A sandboxed command this rule matches gets the network (`avfs exec --sandbox`).
+    #[serde(default)]
+    pub network: bool,
     #[serde(skip_deserializing)]
     pub source: String,
 }
@@ -78,6 +82,8 @@ struct PolicyFile {
     defaults: BTreeMap<Category, Action>,
     #[serde(default, rename = "rule")]
     rules: Vec<Rule>,
+    #[serde(default)]
+    sandbox: Option<SandboxFile>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -86,6 +92,8 @@ pub struct Policy {
     /// User rules first (per vault, then user-wide), then the built-in ones.
     pub rules: Vec<Rule>,
     pub sources: Vec<String>,
+    /// `[sandbox]`: whether and how `avfs exec` runs commands under bubblewrap.
+    pub sandbox: SandboxConfig,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -95,6 +103,10 @@ pub struct Finding {
     pub action: Action,
     pub rule: String,
     pub reason: String,
+    /// The rule grants a sandboxed command the network (not part of the JSON: the
+    /// envelope's `sandbox.network_granted_by` names the rule).
+    #[serde(skip)]
+    pub network: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -910,6 +922,7 @@ impl Policy {
             defaults: builtin_defaults(),
             rules: builtin_rules(),
             sources: vec!["built-in".into()],
+            sandbox: SandboxConfig::default(),
         }
     }
 
@@ -932,6 +945,9 @@ impl Policy {
             })?;
             for (c, a) in parsed.defaults {
                 p.defaults.insert(c, a);
+            }
+            if let Some(sb) = parsed.sandbox {
+                p.sandbox.merge(f, sb)?;
             }
             let mut rules = parsed.rules;
             for rule in rules.iter_mut() {
@@ -968,6 +984,7 @@ impl Policy {
                     action,
                     rule: rule.name.clone(),
                     reason: rule.reason.clone(),
+                    network: rule.network,
                 };
             }
         }
@@ -977,6 +994,7 @@ impl Policy {
             action: self.action_for(Category::Unknown),
             rule: "unknown-program".into(),
             reason: format!("no rule knows {prog:?}"),
+            network: false,
         }
     }
 
@@ -1000,6 +1018,7 @@ impl Policy {
             action: self.action_for(category),
             rule: rule.into(),
             reason,
+            network: false,
         }
     }
 
@@ -1291,6 +1310,7 @@ impl Policy {
                     action: rule.decision.unwrap_or_else(|| self.action_for(category)),
                     rule: rule.name.clone(),
                     reason: rule.reason.clone(),
+                    network: rule.network,
                 };
             }
         }
@@ -1409,6 +1429,16 @@ fn combine(findings: Vec<Finding>) -> Decision {
         matched_rule: worst.rule.clone(),
         reason: worst.reason.clone(),
         findings,
+    }
+}
+
+impl Decision {
+    /// The first rule among the findings that grants a sandboxed command the network.
+    pub fn network_rule(&self) -> Option<&str> {
+        self.findings
+            .iter()
+            .find(|f| f.network)
+            .map(|f| f.rule.as_str())
     }
 }
 
@@ -1561,5 +1591,44 @@ counter_examples = ["npm publish"]
         assert!(Policy::load(&[&f]).is_err());
         std::fs::write(&f, "[defaults]\nnetworked = \"maybe\"\n").unwrap();
         assert!(Policy::load(&[&f]).is_err());
+    }
+
+    #[test]
+    fn sandbox_settings_and_network_grants() {
+        let dir = tempfile::tempdir().unwrap();
+        let (user, vault) = (dir.path().join("u.toml"), dir.path().join("v.toml"));
+        std::fs::write(
+            &user,
+            "[sandbox]\nrequired = true\nnetwork = true\nenv = [\"A\"]\n\n\
+             [[rule]]\nname = \"registry\"\nprogram = \"npm\"\nargs = [\"ci\"]\n\
+             category = \"networked\"\ndecision = \"allow\"\nnetwork = true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &vault,
+            "[sandbox]\ndefault = true\nrequired = false\nnetwork = false\n\
+             read_only_paths = [\"/usr\"]\nextra_read_only_paths = [\"~/tools\"]\nenv = [\"B\"]\n",
+        )
+        .unwrap();
+        let p = Policy::load(&[&user, &vault]).unwrap();
+        assert!(p.sandbox.default);
+        assert!(p.sandbox.required, "the vault's file cannot unset required");
+        assert!(!p.sandbox.network, "the vault's file overrides network");
+        assert_eq!(p.sandbox.read_only_paths, ["/usr", "~/tools"]);
+        assert_eq!(p.sandbox.env, ["A", "B"]);
+        let d = p.decide_shell("npm ci && ls", &[], None);
+        assert_eq!(d.action, Action::Allow);
+        assert_eq!(d.network_rule(), Some("registry"));
+        assert!(
+            !serde_json::to_string(&d).unwrap().contains("\"network\""),
+            "the grant is not part of the decision's JSON"
+        );
+        assert_eq!(p.decide_shell("npm test", &[], None).network_rule(), None);
+        assert_eq!(
+            Policy::builtin()
+                .decide_shell("curl x", &[], None)
+                .network_rule(),
+            None
+        );
     }
 }

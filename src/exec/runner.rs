@@ -1,7 +1,9 @@
 //! Runs one command in its own process group with a timeout (SIGTERM to the group, a
 //! grace period, SIGKILL) and bounded output capture, optionally echoing output live.
 
-use std::io::{Read, Write};
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -10,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::sandbox::REPORT_FD;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Serialize)]
@@ -29,8 +32,8 @@ pub struct RunResult {
 }
 
 pub struct RunSpec<'a> {
-    pub program: &'a str,
-    pub args: &'a [String],
+    pub program: &'a OsStr,
+    pub args: &'a [OsString],
     pub cwd: &'a Path,
     pub env: &'a [(String, String)],
     pub timeout: Option<Duration>,
@@ -38,6 +41,11 @@ pub struct RunSpec<'a> {
     pub capture_limit: usize,
     /// Echo output to our own stdout/stderr as it arrives.
     pub stream: bool,
+    /// `program` is bwrap starting the sandbox's init (`exec::sandbox`): the environment
+    /// is exactly `env`, bwrap ignores SIGTERM (the init passes a timeout's SIGTERM on to
+    /// the command) and the init reports the command's status on fd 3. A sandbox that
+    /// never started the command is an error, not a result.
+    pub sandboxed: bool,
 }
 
 struct Capture {
@@ -130,12 +138,12 @@ fn end_group(pgid: i32, grace: Duration, child: &mut Child) {
 
 /// A command that could not even start, reported like a shell would: 127 when the
 /// program is missing, 126 when it cannot be executed.
-fn not_started(program: &str, e: &std::io::Error) -> RunResult {
+fn not_started(program: &OsStr, e: &std::io::Error) -> RunResult {
     let code = match e.kind() {
         std::io::ErrorKind::NotFound => 127,
         _ => 126,
     };
-    let msg = format!("avfs: cannot start {program}: {e}\n");
+    let msg = format!("avfs: cannot start {}: {e}\n", program.to_string_lossy());
     RunResult {
         exit_code: Some(code),
         signal: None,
@@ -155,6 +163,88 @@ fn text(c: &Capture) -> String {
     String::from_utf8_lossy(&c.data).into_owned()
 }
 
+/// The read end of the sandbox init's report pipe, and the write end for the child.
+fn report_pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two new descriptors, owned below.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(Error::host(
+            "creating the sandbox report pipe",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: both descriptors are new and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Marks every descriptor from `first` on close-on-exec. Async-signal-safe (called
+/// between fork and exec); descriptors std itself uses are close-on-exec already.
+fn close_inherited_fds(first: i32) {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    // Kernels before 5.11: one by one, up to the descriptor limit.
+    // SAFETY: getrlimit and fcntl on our own descriptors.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 16) as i32
+        } else {
+            1024
+        };
+        for fd in first..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+/// What the sandbox init reported: the command's exit code or signal (and when that
+/// arrived: the command's end, before the init ends what it left running), then whether
+/// it left processes running. Absent when the init was killed first.
+#[derive(Default)]
+struct InitReport {
+    status: Option<(Option<i32>, Option<i32>, Instant)>,
+    lingering: Option<bool>,
+}
+
+/// Reads the init's report lines as they come, each with the time it arrived.
+fn read_report(src: std::fs::File) -> mpsc::Receiver<InitReport> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = InitReport::default();
+        for line in std::io::BufReader::new(src).lines() {
+            let Ok(line) = line else { break };
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            if v.get("exit_code").is_some() {
+                r.status = Some((
+                    v["exit_code"].as_i64().map(|c| c as i32),
+                    v["signal"].as_i64().map(|s| s as i32),
+                    Instant::now(),
+                ));
+            }
+            if let Some(l) = v["lingering"].as_bool() {
+                r.lingering = Some(l);
+            }
+        }
+        let _ = tx.send(r);
+    });
+    rx
+}
+
 pub fn run(spec: &RunSpec) -> Result<RunResult> {
     let mut cmd = Command::new(spec.program);
     cmd.args(spec.args)
@@ -162,10 +252,37 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if spec.sandboxed {
+        cmd.env_clear();
+    }
     for (k, v) in spec.env {
         cmd.env(k, v);
     }
     cmd.process_group(0);
+    let report = if spec.sandboxed {
+        let (read, write) = report_pipe()?;
+        let w = write.as_raw_fd();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if w == REPORT_FD {
+                    libc::fcntl(w, libc::F_SETFD, 0);
+                } else if libc::dup2(w, REPORT_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Ignored dispositions survive exec: bwrap (and its init, which installs
+                // its own handler) ignore SIGTERM; the init passes it on.
+                libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                // No descriptor avfs inherited gets into the sandbox (bwrap passes them
+                // all on): one open on a host directory would be a way out.
+                close_inherited_fds(REPORT_FD + 1);
+                Ok(())
+            });
+        }
+        Some((read, write))
+    } else {
+        None
+    };
     // Orphans the command leaves behind (a background job whose shell exited) are
     // reparented to us rather than to init, so we can reap them: an unreaped zombie
     // keeps its process group alive as far as kill(-pgid, 0) can tell.
@@ -174,6 +291,12 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     let start = Instant::now();
     let mut child = match cmd.spawn() {
         Ok(c) => c,
+        Err(e) if spec.sandboxed => {
+            return Err(Error::SandboxUnavailable(format!(
+                "cannot start {}: {e}",
+                spec.program.to_string_lossy()
+            )));
+        }
         Err(e) => {
             if spec.stream {
                 eprint!("{}", not_started(spec.program, &e).stderr);
@@ -182,6 +305,10 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         }
     };
     let pgid = child.id() as i32;
+    let report_rx = report.map(|(read, write)| {
+        drop(write);
+        read_report(std::fs::File::from(read))
+    });
     let out_rx = pump(
         child.stdout.take().unwrap(),
         spec.capture_limit,
@@ -195,6 +322,12 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
             .then(|| Box::new(std::io::stderr()) as Box<dyn Write + Send>),
     );
     let mut timed_out = false;
+    // A pidfd becomes readable when the command exits: no polling delay, no wake-ups
+    // (kernels before 5.3 have none: then poll every few milliseconds).
+    // SAFETY: pidfd_open on our own child; the descriptor is owned below.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pgid, 0) };
+    // SAFETY: a new descriptor, ours alone.
+    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
     let status = loop {
         if let Some(st) = child
             .try_wait()
@@ -209,15 +342,31 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                 .wait()
                 .map_err(|e| Error::host("waiting for the command", e))?;
         }
-        std::thread::sleep(Duration::from_millis(
-            if start.elapsed() < Duration::from_millis(20) {
-                1
-            } else {
-                5
-            },
-        ));
+        match &pidfd {
+            Some(fd) => {
+                let left = spec
+                    .timeout
+                    .map(|t| t.saturating_sub(start.elapsed()))
+                    .unwrap_or(Duration::from_secs(1))
+                    .min(Duration::from_secs(1));
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: poll on one valid descriptor.
+                unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as libc::c_int) };
+            }
+            None => std::thread::sleep(Duration::from_millis(
+                if start.elapsed() < Duration::from_millis(20) {
+                    1
+                } else {
+                    5
+                },
+            )),
+        }
     };
-    let duration_ms = start.elapsed().as_millis() as u64;
+    let mut duration_ms = start.elapsed().as_millis() as u64;
     // Background processes the command left in its group are ended too.
     let lingering = group_alive(pgid);
     if lingering {
@@ -233,9 +382,38 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         data: b"".to_vec(),
         total: 0,
     });
+    let (mut exit_code, mut signal, mut lingering) = (status.code(), status.signal(), lingering);
+    if let Some(rx) = report_rx {
+        let rep = rx.recv_timeout(wait).unwrap_or_default();
+        match rep.status {
+            Some((code, sig, at)) => {
+                (exit_code, signal) = (code, sig);
+                duration_ms = duration_ms.min(at.duration_since(start).as_millis() as u64);
+                lingering |= rep.lingering.unwrap_or(false);
+            }
+            // Killed with its sandbox after a timeout: bwrap's status is the truth.
+            None if timed_out => {}
+            None => {
+                let text = text(&err);
+                let last = text.trim().lines().last().unwrap_or("").to_string();
+                return Err(Error::SandboxUnavailable(format!(
+                    "bubblewrap could not start the sandbox (exit {}){}",
+                    status
+                        .code()
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| format!("signal {}", status.signal().unwrap_or(0))),
+                    if last.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {last}")
+                    }
+                )));
+            }
+        }
+    }
     Ok(RunResult {
-        exit_code: status.code(),
-        signal: status.signal(),
+        exit_code,
+        signal,
         timed_out,
         duration_ms,
         stdout: text(&out),
@@ -252,9 +430,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
 mod tests {
     use super::*;
 
-    fn spec<'a>(args: &'a [String], timeout: Option<Duration>) -> RunSpec<'a> {
+    fn spec<'a>(args: &'a [OsString], timeout: Option<Duration>) -> RunSpec<'a> {
         RunSpec {
-            program: "/bin/sh",
+            program: OsStr::new("/bin/sh"),
             args,
             cwd: Path::new("/"),
             env: &[],
@@ -262,10 +440,11 @@ mod tests {
             grace: Duration::from_secs(2),
             capture_limit: 16,
             stream: false,
+            sandboxed: false,
         }
     }
 
-    fn sh(line: &str) -> Vec<String> {
+    fn sh(line: &str) -> Vec<OsString> {
         vec!["-c".into(), line.into()]
     }
 
@@ -313,7 +492,7 @@ mod tests {
     #[test]
     fn a_missing_program_is_127() {
         let r = run(&RunSpec {
-            program: "/nonexistent/program",
+            program: OsStr::new("/nonexistent/program"),
             ..spec(&[], None)
         })
         .unwrap();
