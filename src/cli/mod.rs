@@ -106,6 +106,9 @@ pub enum Command {
     Deny(exec::DecideArgs),
     /// Show, set or clear quotas (total bytes, file count, single file size).
     Quota(quota::QuotaArgs),
+    /// (internal) Started by `avfs exec`: finishes its work if it dies.
+    #[command(name = "exec-watchdog", hide = true)]
+    ExecWatchdog(exec::WatchdogArgs),
 }
 
 /// Everything a command needs to find and open its vault.
@@ -299,5 +302,6 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Approve(a) => exec::decide(ctx, a, true),
         Command::Deny(a) => exec::decide(ctx, a, false),
         Command::Quota(a) => quota::run(ctx, a),
+        Command::ExecWatchdog(a) => exec::watchdog(ctx, a),
     }
 }

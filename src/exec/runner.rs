@@ -1,5 +1,8 @@
 //! Runs one command in its own process group with a timeout (SIGTERM to the group, a
 //! grace period, SIGKILL) and bounded output capture, optionally echoing output live.
+//! Processes that leave the group (`setsid`, double forks) are found through /proc (see
+//! `procs`) and ended with it; if this process dies, the command's leader gets SIGKILL
+//! from the kernel and the exec watchdog ends the rest (see `watchdog`).
 
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -10,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::procs::{self, MARKER};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +30,25 @@ pub struct RunResult {
     pub stderr_bytes: u64,
     /// Processes of the command's group still running after it exited (ended by avfs).
     pub lingering_processes_killed: bool,
+    /// Processes the command started that had left its process group (a daemon that
+    /// called `setsid`) and were still running when it ended; avfs ended them too.
+    pub escaped_processes: Vec<EscapedProcess>,
+    /// Writes the mount refused for a quota while the command ran (filled in by exec).
+    pub quota_refused: Option<QuotaRefused>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EscapedProcess {
+    pub pid: i32,
+    pub command: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuotaRefused {
+    /// Requests refused (each a failed write, close, create, link, ...).
+    pub refusals: u64,
+    /// The last refusal's message, which names the quota.
+    pub message: String,
 }
 
 pub struct RunSpec<'a> {
@@ -38,6 +61,14 @@ pub struct RunSpec<'a> {
     pub capture_limit: usize,
     /// Echo output to our own stdout/stderr as it arrives.
     pub stream: bool,
+    /// Marks every process of the command (`AVFS_EXEC_ID=<id>` in its environment).
+    pub id: &'a str,
+    /// Every process that becomes a child of this one while the command runs is the
+    /// command's (an orphan reparented to us: we are a child subreaper). True for the
+    /// CLI, which starts nothing else meanwhile; false where other threads spawn too.
+    pub adopt_children: bool,
+    /// Called with the command's process group id once it started.
+    pub on_start: Option<&'a dyn Fn(i32)>,
 }
 
 struct Capture {
@@ -148,7 +179,39 @@ fn not_started(program: &str, e: &std::io::Error) -> RunResult {
         stderr_truncated: false,
         stdout_bytes: 0,
         lingering_processes_killed: false,
+        escaped_processes: vec![],
+        quota_refused: None,
     }
+}
+
+/// Processes of the command still running outside its process group: children of ours
+/// that carry its marker or group, or (with `adopt`) that we did not have before it
+/// started, and everything below them.
+fn escaped(spec: &RunSpec, pgid: i32, before: &[i32]) -> Vec<i32> {
+    let all = procs::scan();
+    let me = std::process::id() as i32;
+    let roots: Vec<i32> = all
+        .iter()
+        .filter(|p| p.ppid == me && p.pid != pgid)
+        .filter(|p| {
+            p.pgid == pgid
+                || procs::has_marker(p.pid, spec.id)
+                || (spec.adopt_children && !before.contains(&p.pid))
+        })
+        .map(|p| p.pid)
+        .collect();
+    procs::with_descendants(&all, &roots)
+        .into_iter()
+        .filter(|pid| {
+            let zombie = all.iter().any(|p| p.pid == *pid && p.zombie);
+            if zombie {
+                // An escaped process that already exited: reap it quietly.
+                // SAFETY: non-blocking waitpid of one pid.
+                unsafe { libc::waitpid(*pid, std::ptr::null_mut(), libc::WNOHANG) };
+            }
+            !zombie
+        })
+        .collect()
 }
 
 fn text(c: &Capture) -> String {
@@ -165,7 +228,27 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     for (k, v) in spec.env {
         cmd.env(k, v);
     }
+    cmd.env(MARKER, spec.id);
     cmd.process_group(0);
+    let parent = std::process::id() as i32;
+    // SAFETY: only async-signal-safe syscalls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // If we die (even by SIGKILL), the kernel kills the command's leader.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "avfs exec died before the command started",
+                ));
+            }
+            Ok(())
+        });
+    }
+    let before = if spec.adopt_children {
+        procs::own_children(&procs::scan())
+    } else {
+        vec![]
+    };
     // Orphans the command leaves behind (a background job whose shell exited) are
     // reparented to us rather than to init, so we can reap them: an unreaped zombie
     // keeps its process group alive as far as kill(-pgid, 0) can tell.
@@ -182,6 +265,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         }
     };
     let pgid = child.id() as i32;
+    if let Some(f) = spec.on_start {
+        f(pgid);
+    }
     let out_rx = pump(
         child.stdout.take().unwrap(),
         spec.capture_limit,
@@ -223,6 +309,18 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     if lingering {
         end_group(pgid, spec.grace, &mut child);
     }
+    // Processes that left the group are ended too, and reported.
+    let gone = escaped(spec, pgid, &before);
+    let escaped_processes: Vec<EscapedProcess> = gone
+        .iter()
+        .map(|&pid| EscapedProcess {
+            pid,
+            command: procs::command_line(pid),
+        })
+        .collect();
+    if !gone.is_empty() {
+        procs::end_all(&gone, spec.grace, || escaped(spec, pgid, &before));
+    }
     // A daemon that left the group may hold the pipes open: do not wait for it forever.
     let wait = Duration::from_millis(500);
     let out = out_rx.recv_timeout(wait).unwrap_or(Capture {
@@ -245,12 +343,17 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         stdout_bytes: out.total,
         stderr_bytes: err.total,
         lingering_processes_killed: lingering,
+        escaped_processes,
+        quota_refused: None,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static NEXT: AtomicU64 = AtomicU64::new(0);
 
     fn spec<'a>(args: &'a [String], timeout: Option<Duration>) -> RunSpec<'a> {
         RunSpec {
@@ -262,6 +365,12 @@ mod tests {
             grace: Duration::from_secs(2),
             capture_limit: 16,
             stream: false,
+            // Tests run in parallel threads of one process: each its own marker.
+            id: Box::leak(
+                format!("ex-test-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into_boxed_str(),
+            ),
+            adopt_children: false,
+            on_start: None,
         }
     }
 
@@ -308,6 +417,35 @@ mod tests {
         assert_eq!(r.stdout, "0123456789abcdef");
         assert!(r.stdout_truncated);
         assert_eq!(r.stdout_bytes, 20);
+    }
+
+    #[test]
+    fn a_daemon_that_left_the_group_is_ended_and_reported() {
+        // setsid(1) forks when it is a group leader; the daemon has a session and group
+        // of its own, and its parent (the shell) is gone before the command ends.
+        let args = sh("setsid sleep 30 & sleep 0.2; echo started");
+        let t = Instant::now();
+        let r = run(&spec(&args, None)).unwrap();
+        assert_eq!(r.exit_code, Some(0));
+        assert_eq!(r.escaped_processes.len(), 1, "{:?}", r.escaped_processes);
+        assert!(r.escaped_processes[0].command.contains("sleep 30"));
+        let pid = r.escaped_processes[0].pid;
+        assert!(
+            procs::stat(pid).is_none_or(|p| p.zombie),
+            "{pid} still runs"
+        );
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        // And at a timeout.
+        let args = sh("setsid sh -c 'trap \"\" TERM; sleep 30' & sleep 30");
+        let r = run(&spec(&args, Some(Duration::from_millis(300)))).unwrap();
+        assert!(r.timed_out);
+        assert_eq!(r.escaped_processes.len(), 2, "{:?}", r.escaped_processes);
+        for p in &r.escaped_processes {
+            assert!(
+                procs::stat(p.pid).is_none_or(|p| p.zombie),
+                "{p:?} still runs"
+            );
+        }
     }
 
     #[test]

@@ -139,9 +139,7 @@ pub struct ServeOptions {
     pub on_ready: Box<dyn FnOnce(&MountRecord) + Send>,
 }
 
-/// Blocks SIGTERM/SIGINT/SIGHUP in this thread (and the threads it starts) and waits for
-/// them on a thread of its own, which unmounts cleanly.
-fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
+fn stop_signals() -> libc::sigset_t {
     // SAFETY: plain signal-mask manipulation on a zeroed sigset.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -149,6 +147,25 @@ fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
         for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
             libc::sigaddset(&mut set, s);
         }
+        set
+    }
+}
+
+/// Blocks SIGTERM/SIGINT/SIGHUP in this thread and the threads it starts later: one that
+/// arrives before `catch_signals` waits for it stays pending instead of killing the
+/// process between mounting and listening (exec's servers get SIGTERM when exec dies).
+fn block_signals() {
+    let set = stop_signals();
+    // SAFETY: changes this thread's signal mask only.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Blocks SIGTERM/SIGINT/SIGHUP in this thread (and the threads it starts) and waits for
+/// them on a thread of its own, which unmounts cleanly.
+fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
+    let set = stop_signals();
+    // SAFETY: plain signal-mask manipulation; sigwait on the blocked set.
+    unsafe {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         std::thread::spawn(move || {
             let mut sig = 0;
@@ -160,6 +177,7 @@ fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
 
 /// Mounts and serves until unmounted. Refuses a workspace that is already mounted.
 pub fn serve(opts: ServeOptions) -> Result<()> {
+    block_signals();
     if let Some(m) = find_mount(&opts.home, &opts.vault_path, &opts.workspace)? {
         return Err(Error::Refused(format!(
             "workspace {} of {} is already mounted at {} (pid {})",
@@ -237,10 +255,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     };
     std::thread::spawn(move || server.serve(listener));
     let batcher = fs.clone();
+    let batch_notifier = session.notifier();
     std::thread::spawn(move || {
         loop {
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            batcher.wait_for_work(std::time::Duration::from_millis(20));
             batcher.commit_if_stale();
+            if batcher.take_refused() {
+                let _ = control::invalidate(&batcher, &batch_notifier);
+            }
         }
     });
     catch_signals(move || {
