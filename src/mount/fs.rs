@@ -241,6 +241,8 @@ impl State {
     /// Writes one file's buffer into the vault (inside the caller's transaction).
     fn flush_file(&mut self, db: &Connection, ino: u64) -> Result<()> {
         if let Some(d) = self.dirty.remove(&ino) {
+            // All or nothing, also inside a request that goes on (release).
+            Store::exec(db, "SAVEPOINT flush_file")?;
             let r = d.commit(db).and_then(|(hash, size)| {
                 let ws = self.ws(db)?;
                 if ws.try_get(ino)?.is_some() {
@@ -249,8 +251,12 @@ impl State {
                 }
                 Ok(())
             });
+            if r.is_err() {
+                Store::exec(db, "ROLLBACK TO flush_file")?;
+            }
+            Store::exec(db, "RELEASE flush_file")?;
             if let Err(e) = &r {
-                // Refused (a quota) or failed: the request is rolled back, so the buffer
+                // Refused (a quota) or failed: nothing of it is stored, and the buffer
                 // stays as it was; the last release drops it. The kernel's cached size
                 // and pages of the file must go (see `take_refused`).
                 self.dirty.insert(ino, d);
