@@ -991,6 +991,78 @@ fn timeout_ends_a_process_that_ignores_sigterm() {
     );
 }
 
+fn pid_runs(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// A daemon that leaves the command's process group (setsid, with or without its
+/// environment) is ended when the command exits or times out, and reported.
+#[test]
+fn a_daemon_that_leaves_the_process_group_is_ended_and_reported() {
+    if !can_mount("a_daemon_that_leaves_the_process_group_is_ended_and_reported") {
+        return;
+    }
+    let env = setup();
+    std::fs::write(
+        env.home().join("policy.toml"),
+        "[[rule]]\nname = \"setsid\"\nprogram = \"setsid\"\ncategory = \"mutating\"\ndecision = \"allow\"\n",
+    )
+    .unwrap();
+    let cases = [
+        // Keeps the marker in its environment.
+        (
+            "setsid sleep 601 & sleep 0.3; echo started",
+            "sleep 601",
+            None,
+        ),
+        // Clears its environment: found because it became our child.
+        (
+            "setsid env -i sleep 602 & sleep 0.3; echo started",
+            "sleep 602",
+            None,
+        ),
+        // Ignores SIGTERM, and the command times out.
+        (
+            "setsid sh -c 'trap \"\" TERM; sleep 603' & sleep 30",
+            "sleep 603",
+            Some("1"),
+        ),
+    ];
+    for (line, daemon, timeout) in cases {
+        let mut args = vec![];
+        if let Some(t) = timeout {
+            args.extend(["--timeout", t]);
+        }
+        args.extend(["--shell", line]);
+        let start = Instant::now();
+        let x = exec(&env, &args);
+        let r = &x.env["result"];
+        assert_eq!(r["timed_out"], timeout.is_some(), "{line}: {r}");
+        let escaped = r["escaped_processes"].as_array().unwrap();
+        let found: Vec<&Value> = escaped.iter().filter(|p| p["command"] == daemon).collect();
+        assert_eq!(found.len(), 1, "{line}: {r}");
+        for p in escaped {
+            let pid = p["pid"].as_i64().unwrap();
+            assert!(!pid_runs(pid), "{line}: {p} still runs");
+        }
+        // SIGTERM first, SIGKILL after the 2 s grace period.
+        assert!(
+            start.elapsed() < Duration::from_secs(8),
+            "{line}: {:?}",
+            start.elapsed()
+        );
+    }
+    // A run without daemons reports none.
+    let x = exec(&env, &["--", "true"]);
+    assert_eq!(x.env["result"]["escaped_processes"], json!([]));
+}
+
 #[test]
 fn rollback_on_failure_restores_the_checkpoint() {
     if !can_mount("rollback_on_failure_restores_the_checkpoint") {
