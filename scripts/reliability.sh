@@ -2,10 +2,12 @@
 # Runs the reliability tests and writes the reliability table in docs/reliability.md from
 # what they report.
 #
-#   scripts/reliability.sh                 # CI mode: default rounds (a few minutes)
+#   scripts/reliability.sh                 # CI mode: default rounds (a few minutes; 50
+#                                          # kill -9 rounds of the mount server)
 #   scripts/reliability.sh --long          # release-check mode: more rounds, longer loops,
 #                                          # 100 000 decoder inputs, a short cargo-fuzz run
-#   scripts/reliability.sh --rounds 200    # crash rounds per operation (either mode)
+#   scripts/reliability.sh --rounds 200    # crash rounds per operation and of the mount
+#                                          # server (either mode)
 #   options: --release (test the release build), --no-docs (do not touch the docs),
 #            --fuzz-secs N (seconds per fuzz target in --long, default 60)
 #
@@ -41,7 +43,7 @@ export AVFS_REQUIRE_FUSE="${AVFS_REQUIRE_FUSE:-1}"
 if [ "$long" = 1 ]; then
   mode="long"
   export AVFS_CRASH_ROUNDS="${rounds:-${AVFS_CRASH_ROUNDS:-50}}"
-  export AVFS_MOUNT_CRASH_ROUNDS="${rounds:-${AVFS_MOUNT_CRASH_ROUNDS:-50}}"
+  export AVFS_MOUNT_CRASH_ROUNDS="${rounds:-${AVFS_MOUNT_CRASH_ROUNDS:-200}}"
   export AVFS_CONC_SECS="${AVFS_CONC_SECS:-30}"
   export AVFS_CONC_EXECS="${AVFS_CONC_EXECS:-16}"
   export AVFS_CONC_UNMOUNT_ROUNDS="${AVFS_CONC_UNMOUNT_ROUNDS:-50}"
@@ -50,7 +52,7 @@ if [ "$long" = 1 ]; then
 else
   mode="ci"
   export AVFS_CRASH_ROUNDS="${rounds:-${AVFS_CRASH_ROUNDS:-10}}"
-  if [ -n "$rounds" ]; then export AVFS_MOUNT_CRASH_ROUNDS="$rounds"; fi
+  export AVFS_MOUNT_CRASH_ROUNDS="${rounds:-${AVFS_MOUNT_CRASH_ROUNDS:-50}}"
   ignored=()
 fi
 
@@ -62,7 +64,7 @@ log="$out_dir/$mode.log"
 suites=(concurrency crash_cli hostile_input)
 [ -f tests/mount_crash.rs ] && suites+=(mount_crash)
 
-echo "reliability ($mode mode): ${suites[*]}; AVFS_CRASH_ROUNDS=$AVFS_CRASH_ROUNDS" | tee -a "$log"
+echo "reliability ($mode mode): ${suites[*]}; AVFS_CRASH_ROUNDS=$AVFS_CRASH_ROUNDS AVFS_MOUNT_CRASH_ROUNDS=$AVFS_MOUNT_CRASH_ROUNDS" | tee -a "$log"
 status=0
 start=$(date +%s)
 cargo build "${release[@]}" --tests --bins -q 2>&1 | tee -a "$log" || status=1

@@ -140,6 +140,10 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<i32> {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
+            // A server that died on its own leaves its mount behind.
+            if !mount::pid_alive(r.pid) && mount::is_mountpoint(&mp) {
+                mount::force_unmount(&mp)?;
+            }
             "unmounted"
         }
         None if was_mounted || mount::is_mountpoint(&mp) => {

@@ -47,10 +47,19 @@ fn record_path(home: &Path, id: &str) -> PathBuf {
 
 pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
-    unsafe {
+    let exists = unsafe {
         libc::kill(pid as i32, 0) == 0
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
+    };
+    // A killed server stays a zombie until its parent (often init) reaps it: dead.
+    exists
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
 }
 
 /// Is something mounted at `path` right now (per /proc/self/mountinfo)?
