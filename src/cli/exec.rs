@@ -944,7 +944,12 @@ fn run_in_mount(
         job.dog
             .tell(json!({"checkpoint": cp, "rollback": a.rollback_on_failure}));
     }
-    let quota_before = quota_refusals(mount.socket.as_deref());
+    // A mount made for this run has refused nothing yet.
+    let quota_before = if mount.server.is_some() {
+        Some((0, String::new()))
+    } else {
+        quota_refusals(mount.socket.as_deref())
+    };
     let mut env = vec![
         ("AVFS_VAULT".to_string(), v.name.clone()),
         ("AVFS_WORKSPACE".to_string(), v.workspace.clone()),
