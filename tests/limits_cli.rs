@@ -81,6 +81,16 @@ fn quotas_are_enforced_on_cli_and_import_with_clear_messages() {
             .iter()
             .any(|e| e["action"] == "quota.set")
     );
+    report(
+        "CLI `write` and `import` over the workspace's file size, file count and total bytes",
+        3,
+        "exit 1, quota_exceeded naming the limit; nothing written (an import refused whole); a raised or cleared limit lets the same work through",
+    );
+}
+
+/// One line for the reliability table (collected by scripts/reliability.sh).
+fn report(what: &str, times: u64, held: &str) {
+    eprintln!("RELIABILITY|limits_cli|quota|{what}|{times}|{held}");
 }
 
 #[test]
@@ -314,6 +324,11 @@ fn quotas_are_enforced_through_the_mount() {
     }
     assert_eq!(m.avfs_json(&["vault", "verify"])["report"]["ok"], true);
     assert_eq!(m.avfs_json(&["audit", "verify"])["ok"], true);
+    report(
+        "through a mount: create/symlink/link/mkfifo over the file count; close, fsync, ftruncate and O_DIRECT writes over the file size and the total bytes",
+        14,
+        "every one EDQUOT; the vault keeps what it had and the mount shows that, not the refused bytes; rm, rename over a name, a smaller file and a raised limit make room at once; usage kept in memory = the CLI's after a remount; verify + audit ok",
+    );
 }
 
 /// The vault-wide file-count limit and the vault file's size, through the mount.
@@ -354,6 +369,11 @@ fn vault_wide_quotas_hold_in_the_mount() {
         "a 3 MiB vault must stop 4.5 MB of incompressible writes"
     );
     assert_eq!(m.avfs_json(&["vault", "verify"])["report"]["ok"], true);
+    report(
+        "through a mount: the vault-wide file count and vault file size",
+        2,
+        "EDQUOT at create / close; verify ok",
+    );
 }
 
 /// exec writes through the mount: the command sees EDQUOT, the envelope names the quota,
@@ -417,5 +437,47 @@ fn exec_reports_quota_refusals_with_the_quota() {
     assert!(
         e["message"].as_str().unwrap().contains("at most 2 files"),
         "{e}"
+    );
+    report(
+        "`exec` of a command that creates a file over the count and appends over the size",
+        2,
+        "the command gets EDQUOT (\"Disk quota exceeded\"); the envelope's result.quota_refused counts the refusals and names the quota; nothing over it stored",
+    );
+}
+
+/// A limit lowered below the current usage: whatever frees room passes (CLI and mount),
+/// whatever adds is refused.
+#[test]
+fn a_lowered_limit_still_lets_room_be_freed() {
+    let env = Env::new();
+    for i in 0..4 {
+        env.ok(&["write", &format!("/f{i}"), "0123456789"]);
+    }
+    env.json(&["quota", "set", "--max-files", "2", "--max-bytes", "15"]);
+    env.ok(&["rm", "/f0"]);
+    env.ok(&["write", "/f1", "x"]);
+    assert_eq!(
+        env.json_err(&["write", "/f9", "x"], 1)["kind"],
+        "quota_exceeded"
+    );
+    assert_eq!(
+        env.json_err(&["write", "/f2", "0123456789-more"], 1)["kind"],
+        "quota_exceeded"
+    );
+    if let Some(m) = Mount::new("a_lowered_limit_still_lets_room_be_freed") {
+        m.avfs(&["write", "/a", "0123456789"]);
+        m.avfs(&["write", "/b", "0123456789"]);
+        m.avfs(&["quota", "set", "--max-files", "1", "--max-bytes", "5"]);
+        // Each request counts on its own in a mount: the unlink frees room, then the
+        // truncation, then the write of 1 byte fits.
+        std::fs::remove_file(m.p("b")).unwrap();
+        write_close(&m.p("a"), b"x").unwrap();
+        edquot(write_close(&m.p("c"), b""), "create over the lowered count");
+        assert_eq!(quota_usage(&m), (1, 1));
+    }
+    report(
+        "a limit lowered below the usage: rm and smaller files through the CLI and a mount",
+        2,
+        "what frees room passes, what adds is refused",
     );
 }

@@ -183,9 +183,10 @@ impl Ctx {
         let (v, mut store) = self.open()?;
         let r = store.write(|db| {
             let mut ws = Workspace::open(db, &v.workspace)?;
+            let before = ws.quota_baseline()?;
             let r = f(&mut ws)?;
             // Over quota: the whole command is rolled back.
-            ws.check_quota()?;
+            ws.check_quota(&before)?;
             audit::append(db, Some(&v.workspace), "cli", action, &detail)?;
             Ok(r)
         })?;

@@ -64,8 +64,31 @@ impl Workspace<'_> {
         tree_usage(self.db, &root)
     }
 
+    /// What the quotas compare a command's result with (see `check_quota`): the usage
+    /// before it, when a limit needs it. Costs nothing without quotas.
+    pub fn quota_baseline(&self) -> Result<QuotaBaseline> {
+        let (ws, vault) = self.quotas()?;
+        let l = Limits {
+            ws: limit_of(ws),
+            vault: limit_of(vault),
+        };
+        Ok(QuotaBaseline {
+            usage: if l.counts() {
+                Some(self.live_usage()?)
+            } else {
+                None
+            },
+            vault_bytes: match l.vault.max_bytes {
+                Some(_) => Some(quota::vault_bytes(self.db)?),
+                None => None,
+            },
+        })
+    }
+
     /// Checks total bytes and file count against the quotas; call before committing.
-    pub fn check_quota(&mut self) -> Result<()> {
+    /// Refuses only what grew past a limit since `before`: a command that frees room
+    /// (rm, a smaller file) always passes, also while a lowered limit is exceeded.
+    pub fn check_quota(&mut self, before: &QuotaBaseline) -> Result<()> {
         let (ws, vault) = self.quotas()?;
         let l = Limits {
             ws: limit_of(ws),
@@ -73,16 +96,30 @@ impl Workspace<'_> {
         };
         if l.counts() {
             let usage = self.usage()?;
-            self.within(&l, usage, true, true)?;
+            let grew = |now: u64, then: Option<u64>| then.is_none_or(|t| now > t);
+            let b = before.usage;
+            self.within(
+                &l,
+                usage,
+                grew(usage.files, b.map(|u| u.files)),
+                grew(usage.bytes, b.map(|u| u.bytes)),
+            )?;
         }
         if let Some(max) = l.vault.max_bytes {
             let used = quota::vault_bytes(self.db)?;
-            if used > max {
+            if used > max && before.vault_bytes.is_none_or(|b| used > b) {
                 return Err(vault_bytes_error(max, used));
             }
         }
         Ok(())
     }
+}
+
+/// Usage before a command, for `check_quota`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuotaBaseline {
+    usage: Option<Usage>,
+    vault_bytes: Option<u64>,
 }
 
 fn limit_of(q: Option<Quota>) -> Limit {

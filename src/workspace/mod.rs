@@ -13,7 +13,7 @@ mod nodes;
 pub mod path;
 
 pub use checkpoint::{Checkpoint, CheckpointSummary};
-pub use limits::Budget;
+pub use limits::{Budget, QuotaBaseline};
 pub use nodes::{NewNode, RenameFlags, SetAttr};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
