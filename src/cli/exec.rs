@@ -469,7 +469,6 @@ pub fn watchdog(ctx: &Ctx, a: WatchdogArgs) -> Result<i32> {
     if let Some(pid) = st.get("server").and_then(|v| v.as_i64()) {
         // It got SIGTERM from the kernel when exec died, and is unmounting.
         crate::exec::watchdog::wait_gone(pid as i32, Duration::from_secs(20));
-        // SAFETY: reaping is not ours to do (not our child); nothing else to do here.
     }
     if let Some(mp) = st.get("mountpoint").and_then(|v| v.as_str()) {
         let mp = Path::new(mp);
