@@ -240,9 +240,10 @@ impl State {
 
     /// Writes one file's buffer into the vault (inside the caller's transaction).
     fn flush_file(&mut self, db: &Connection, ino: u64) -> Result<()> {
-        if let Some(d) = self.dirty.remove(&ino) {
+        if self.dirty.contains_key(&ino) {
             // All or nothing, also inside a request that goes on (release).
             Store::exec(db, "SAVEPOINT flush_file")?;
+            let d = self.dirty.remove(&ino).unwrap();
             let r = d.commit(db).and_then(|(hash, size)| {
                 let ws = self.ws(db)?;
                 if ws.try_get(ino)?.is_some() {
@@ -1036,13 +1037,17 @@ impl Filesystem for AvfsFs {
         let r = self.with_commit("release", End::Batch, |db, st| {
             let flushed = st.flush_file(db, ino.0);
             let n = st.open.entry(ino.0).or_default();
-            if flushed.is_err() && *n > 1 {
-                return flushed;
+            // A buffer a quota refused goes with the last handle; one that failed for
+            // another reason stays for the next flush (sync, unmount) to try again.
+            match flushed {
+                Err(Error::Quota(_)) if *n <= 1 => {
+                    st.dirty.remove(&ino.0);
+                }
+                Err(e) => return Err(e),
+                Ok(()) => {}
             }
             *n = n.saturating_sub(1);
             if *n == 0 {
-                // The last handle: a buffer that could not be stored goes now.
-                st.dirty.remove(&ino.0);
                 st.open.remove(&ino.0);
                 st.open_set.remove(&ino.0);
                 st.ws(db)?.drop_orphan(ino.0)?;
