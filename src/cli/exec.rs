@@ -403,14 +403,9 @@ impl Watchdog {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
-        // SAFETY: setsid between fork and exec: no terminal signal (Ctrl-C, hangup) that
-        // ends `avfs exec` reaches the watchdog.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                libc::setsid();
-                Ok(())
-            });
-        }
+        // A process group of its own: the terminal's signals (Ctrl-C, Ctrl-Z, hangup) go
+        // to the foreground group, which ends `avfs exec`, not its watchdog.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::host("starting the exec watchdog", e))?;

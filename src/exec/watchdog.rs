@@ -1,5 +1,5 @@
 //! The exec watchdog: a small process `avfs exec` starts before it creates anything, in a
-//! session of its own, holding the read end of a pipe only `avfs exec` can write to. exec
+//! process group of its own, holding the read end of a pipe only `avfs exec` can write to. exec
 //! tells it, one JSON object per line, what it made (the fork, the temporary mount, the
 //! checkpoint, the command's process group) and finally `{"done": true}`. If the pipe
 //! closes without that line, `avfs exec` died (SIGKILL, a crash, a closed terminal), and
