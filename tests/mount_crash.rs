@@ -1,6 +1,7 @@
 //! Crash safety of a mount: `kill -9` of the serving process at random moments of a
 //! write-heavy workload, round after round. The workload (a writer process, see
-//! `writer`) writes many small files (whole, or in pieces with fsync), appends, renames
+//! `writer`) writes many small files (whole, in pieces, or garbage cut back and
+//! overwritten in place; some fsynced), appends, renames
 //! and unlinks (each made durable with an fsync of the directory, as POSIX asks),
 //! rewrites the middle of a 2 MiB file, and saves checkpoints in between. After every
 //! kill: the stale mount is cleaned up and the vault mounts again, `vault verify` and
@@ -125,15 +126,23 @@ fn writer_op(
         let data = rng.bytes(len);
         let pieces = 1 + rng.below(4) as usize;
         let sync = rng.chance(30);
+        let garbage_first = rng.chance(20);
         let begin = json!({"op": "write", "paths": [path], "n": n});
         let r = (|| {
             let f = open(
                 &p(&path),
-                libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+                libc::O_CREAT | libc::O_RDWR | libc::O_TRUNC,
                 0o644,
             )?;
-            for chunk in data.chunks(data.len().div_ceil(pieces).max(1)) {
-                f.write(chunk)?;
+            if garbage_first {
+                // Longer garbage first, cut back, then overwritten in place.
+                f.write(&vec![b'x'; data.len() + 10])?;
+                f.ftruncate(data.len() as i64)?;
+                f.pwrite(&data, 0)?;
+            } else {
+                for chunk in data.chunks(data.len().div_ceil(pieces).max(1)) {
+                    f.write(chunk)?;
+                }
             }
             if sync {
                 f.fsync()?;
@@ -551,7 +560,7 @@ fn kill_9_of_the_server_in_a_write_heavy_workload() {
     assert_eq!(hash(&big_now), model.files[BIG]);
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "RELIABILITY|mount_crash|kill -9|mount server killed at random moments of a write-heavy workload: small files ({DIRS}x{SLOTS} names, whole or in pieces, some fsynced), appends, renames and unlinks (directory fsynced), a 2 MiB file rewritten in the middle, checkpoints in between ({secs:.0} s, slowest round {} ms)|{rounds}|every round: the vault mounts again, verify + audit ok, every file whose close/fsync returned byte-identical and nothing else there ({} checks, {} operations returned; in flight at the kill: {}), all {} checkpoints listed, {} restores exact",
+        "RELIABILITY|mount_crash|kill -9|mount server killed at random moments of a write-heavy workload: small files ({DIRS}x{SLOTS} names, whole, in pieces or overwritten in place, some fsynced), appends, renames and unlinks (directory fsynced), a 2 MiB file rewritten in the middle, checkpoints in between ({secs:.0} s, slowest round {} ms)|{rounds}|every round: the vault mounts again, verify + audit ok, every file whose close/fsync returned byte-identical and nothing else there ({} checks, {} operations returned; in flight at the kill: {}), all {} checkpoints listed, {} restores exact",
         st.slowest_round.as_millis(),
         st.files_checked,
         st.ops,
