@@ -2,15 +2,17 @@
 # Runs the reliability tests and writes the reliability table in docs/reliability.md from
 # what they report.
 #
-#   scripts/reliability.sh                 # CI mode: default rounds (a few minutes)
+#   scripts/reliability.sh                 # CI mode: default rounds (a few minutes; 50
+#                                          # kill -9 rounds of the mount server)
 #   scripts/reliability.sh --long          # release-check mode: more rounds, longer loops,
 #                                          # 100 000 decoder inputs, a short cargo-fuzz run
-#   scripts/reliability.sh --rounds 200    # crash rounds per operation (either mode)
+#   scripts/reliability.sh --rounds 200    # crash rounds per operation and of the mount
+#                                          # server (either mode)
 #   options: --release (test the release build), --no-docs (do not touch the docs),
 #            --fuzz-secs N (seconds per fuzz target in --long, default 60)
 #
-# Tests: tests/concurrency.rs, tests/crash_cli.rs, tests/hostile_input.rs and, when it
-# exists, tests/mount_crash.rs. Each test prints `RELIABILITY|suite|area|what|count|held`
+# Tests: tests/concurrency.rs, tests/crash_cli.rs, tests/hostile_input.rs, limits_cli.rs,
+# exec_cli.rs and mount_crash.rs. Tests print `RELIABILITY|suite|area|what|count|held`
 # lines; this script collects them (and every test's pass/fail) into the table between
 # the markers in docs/reliability.md. It exits non-zero when a test failed (the table is
 # written anyway and shows the failures).
@@ -41,7 +43,7 @@ export AVFS_REQUIRE_FUSE="${AVFS_REQUIRE_FUSE:-1}"
 if [ "$long" = 1 ]; then
   mode="long"
   export AVFS_CRASH_ROUNDS="${rounds:-${AVFS_CRASH_ROUNDS:-50}}"
-  export AVFS_MOUNT_CRASH_ROUNDS="${rounds:-${AVFS_MOUNT_CRASH_ROUNDS:-50}}"
+  export AVFS_MOUNT_CRASH_ROUNDS="${rounds:-${AVFS_MOUNT_CRASH_ROUNDS:-200}}"
   export AVFS_CONC_SECS="${AVFS_CONC_SECS:-30}"
   export AVFS_CONC_EXECS="${AVFS_CONC_EXECS:-16}"
   export AVFS_CONC_UNMOUNT_ROUNDS="${AVFS_CONC_UNMOUNT_ROUNDS:-50}"
@@ -50,7 +52,7 @@ if [ "$long" = 1 ]; then
 else
   mode="ci"
   export AVFS_CRASH_ROUNDS="${rounds:-${AVFS_CRASH_ROUNDS:-10}}"
-  if [ -n "$rounds" ]; then export AVFS_MOUNT_CRASH_ROUNDS="$rounds"; fi
+  export AVFS_MOUNT_CRASH_ROUNDS="${rounds:-${AVFS_MOUNT_CRASH_ROUNDS:-50}}"
   ignored=()
 fi
 
@@ -59,10 +61,10 @@ mkdir -p "$out_dir"
 log="$out_dir/$mode.log"
 : > "$log"
 
-suites=(concurrency crash_cli hostile_input)
+suites=(concurrency crash_cli hostile_input limits_cli exec_cli)
 [ -f tests/mount_crash.rs ] && suites+=(mount_crash)
 
-echo "reliability ($mode mode): ${suites[*]}; AVFS_CRASH_ROUNDS=$AVFS_CRASH_ROUNDS" | tee -a "$log"
+echo "reliability ($mode mode): ${suites[*]}; AVFS_CRASH_ROUNDS=$AVFS_CRASH_ROUNDS AVFS_MOUNT_CRASH_ROUNDS=$AVFS_MOUNT_CRASH_ROUNDS" | tee -a "$log"
 status=0
 start=$(date +%s)
 cargo build "${release[@]}" --tests --bins -q 2>&1 | tee -a "$log" || status=1

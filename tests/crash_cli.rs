@@ -24,7 +24,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Env;
-use fuse::{Rng, fuse_or_skip, is_mountpoint};
+use fuse::{Rng, fuse_or_skip};
 use serde_json::Value;
 
 fn knob(name: &str, default: u64) -> u64 {
@@ -573,13 +573,90 @@ fn kill_9_of_gc_leaves_it_done_or_not_done() {
 
 // ------------------------------------------------------------------------------ exec
 
-/// A command that writes 300 files in the mount, then its marker.
-const EXEC_LINE: &str = "mkdir -p out && python3 -c 'import sys; [open(\"out/f%d\" % i, \"w\").write(\"x\" * i) for i in range(300)]' && echo done > out/marker";
+/// A command that starts a daemon outside its process group, writes 300 files in the
+/// mount, then its marker.
+const EXEC_LINE: &str = "setsid sleep 600 & mkdir -p out && python3 -c 'import sys; [open(\"out/f%d\" % i, \"w\").write(\"x\" * i) for i in range(300)]' && echo done > out/marker";
 
-#[test]
-fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
-    if !fuse_or_skip("kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up") {
-        return;
+/// `setsid` is no program the built-in policy knows; these tests allow it.
+fn allow_setsid(env: &Env) {
+    std::fs::create_dir_all(env.home()).unwrap();
+    std::fs::write(
+        env.home().join("policy.toml"),
+        "[[rule]]\nname = \"setsid\"\nprogram = \"setsid\"\ncategory = \"mutating\"\ndecision = \"allow\"\n",
+    )
+    .unwrap();
+}
+
+/// Processes started for this test's `$AVFS_HOME` (every avfs process, its mount
+/// servers, watchdogs and commands inherit it): pid and command line.
+fn processes_of(env: &Env) -> Vec<(i32, String)> {
+    let want = format!("AVFS_HOME={}", env.home().display());
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|kv| kv == want.as_bytes()) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        out.push((pid, String::from_utf8_lossy(&cmd).replace('\0', " ")));
+    }
+    out
+}
+
+/// Mountpoints under this test's `$AVFS_HOME`.
+fn mounts_of(env: &Env) -> Vec<String> {
+    let h = env.home().to_string_lossy().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| p.starts_with(&h))
+        .map(String::from)
+        .collect()
+}
+
+/// After a killed exec: within `limit`, no process of it runs and nothing is mounted.
+/// Returns how long that took.
+fn all_gone(env: &Env, what: &str, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let p = processes_of(env);
+        let m = mounts_of(env);
+        if p.is_empty() && m.is_empty() {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "{what}: {:?} after the kill still: processes {p:?}, mounts {m:?}",
+            t0.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn audit_actions(env: &Env, vault: &str) -> Vec<Value> {
+    env.json(&["--vault", vault, "audit", "--limit", "1000"])["entries"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn needs_python(test: &str) -> bool {
+    if !fuse_or_skip(test) {
+        return false;
     }
     if std::process::Command::new("python3")
         .arg("--version")
@@ -590,10 +667,19 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
             std::env::var("AVFS_REQUIRE_FUSE").as_deref() != Ok("1"),
             "python3 is required"
         );
-        eprintln!("SKIPPED: python3 not installed");
+        eprintln!("SKIPPED {test}: python3 not installed");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn kill_9_of_exec_ends_its_command_and_its_mount() {
+    if !needs_python("kill_9_of_exec_ends_its_command_and_its_mount") {
         return;
     }
     let env = Env::new();
+    allow_setsid(&env);
     env.ok(&["vault", "create", "v"]);
     env.ok(&["--vault", "v", "write", "/base", "base"]);
     let full = timed(
@@ -603,9 +689,11 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
         ],
     );
     assert_eq!(env.cat(Some("cal"), "/out/marker"), "done\n");
+    assert!(processes_of(&env).is_empty(), "{:?}", processes_of(&env));
     let mut rng = rng_for("exec");
     let mut t = Tally::default();
-    let mut leftovers = 0;
+    let mut abandoned = 0;
+    let mut slowest = Duration::ZERO;
     for round in 0..rounds() {
         let fork = format!("e{round}");
         let delay = delay_within(&mut rng, full);
@@ -622,38 +710,19 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
             t.finished_first += 1;
         }
         let what = format!("exec round {round} (killed after {} ms)", delay.as_millis());
-        // The mount the killed exec started may still be served: `avfs mounts` shows it,
-        // `avfs unmount` ends it.
-        let m = env.json(&["mounts"]);
-        for rec in m["mounts"].as_array().unwrap() {
-            leftovers += 1;
-            let mp = rec["mountpoint"].as_str().unwrap();
-            let r = env.run(&["--json", "unmount", mp]);
-            // The server may be exiting on its own right now (the killed exec had asked it
-            // to); then "nothing mounted there" is a fine answer, an internal or I/O error
-            // is not.
-            assert!(
-                r.code == 0 || (r.code == 1 && r.json()["error"]["kind"] == "not_found"),
-                "{what}: `avfs unmount {mp}` of a mount left by a killed exec failed:\n{}",
-                r.stdout
-            );
-            assert!(!is_mountpoint(Path::new(mp)), "{what}: {mp} still mounted");
-        }
-        // A mount whose server died is cleaned up by `mounts` too; none is left.
+        // Nothing of the killed exec is left: not its command, not the daemon the command
+        // started with setsid, not the mount it made, not its watchdog.
+        slowest = slowest.max(all_gone(&env, &what, Duration::from_secs(30)));
         let m = env.json(&["mounts"]);
         assert_eq!(m["mounts"].as_array().unwrap().len(), 0, "{what}: {m}");
-        let home = env.home();
-        if let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") {
-            let h = home.to_string_lossy().to_string();
-            assert!(
-                !info
-                    .lines()
-                    .any(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(&h))),
-                "{what}: a mount under AVFS_HOME is left behind"
-            );
-        }
         // The command may have been cut short, but the vault is consistent.
         healthy(&env, "v", &what);
+        if mid {
+            abandoned += audit_actions(&env, "v")
+                .iter()
+                .filter(|e| e["action"] == "exec.abandoned" && e["workspace"] == fork.as_str())
+                .count();
+        }
         // The next exec on the same fork works (and creates the fork if the kill came
         // before that).
         let r = env.run(&[
@@ -682,18 +751,145 @@ fn kill_9_of_exec_leaves_a_mount_that_unmount_cleans_up() {
         } else {
             t.not_done += 1;
         }
-        assert_eq!(env.json(&["mounts"])["mounts"].as_array().unwrap().len(), 0);
+        assert!(
+            processes_of(&env).is_empty(),
+            "{what}: {:?}",
+            processes_of(&env)
+        );
+        assert!(mounts_of(&env).is_empty(), "{what}");
         healthy(&env, "v", &what);
     }
     report(
         &format!(
-            "`exec --fork` writing 300 files in the mount (full run {} ms)",
+            "`exec --fork` of a command that starts a `setsid` daemon and writes 300 files in the mount (full run {} ms)",
             full.as_millis()
         ),
         rounds(),
         &format!(
-            "verify + audit ok; {leftovers} mounts left by killed runs, all ended by `avfs unmount`; next exec always ok; {} killed mid-run ({} finished first); command complete in {}, cut short in {}",
-            t.killed_mid, t.finished_first, t.done, t.not_done
+            "verify + audit ok; no process (command, daemon, mount server, watchdog) and no mount left after any kill (slowest cleanup {} ms), {abandoned} `exec.abandoned` audit rows; next exec always ok; {} killed mid-run ({} finished first); command complete in {}, cut short in {}",
+            slowest.as_millis(),
+            t.killed_mid,
+            t.finished_first,
+            t.done,
+            t.not_done
         ),
+    );
+}
+
+/// Waits until the command of a running exec has written `file` in its mount.
+fn wait_for_file_in_mount(env: &Env, file: &str) {
+    let t0 = Instant::now();
+    loop {
+        let m = env.json(&["mounts"]);
+        if m["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["mountpoint"].as_str())
+            .any(|mp| Path::new(mp).join(file).exists())
+        {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{file} never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `--rollback-on-failure` and `--ephemeral` keep their promise when exec is killed: the
+/// watchdog restores the pre-run checkpoint or deletes the fork, and says so in the audit.
+#[test]
+fn kill_9_of_exec_rolls_back_or_discards_as_asked() {
+    if !needs_python("kill_9_of_exec_rolls_back_or_discards_as_asked") {
+        return;
+    }
+    let env = Env::new();
+    allow_setsid(&env);
+    env.ok(&["vault", "create", "v"]);
+    env.ok(&["--vault", "v", "write", "/keep", "before"]);
+    let line = "echo changed > keep; echo x > started; setsid sleep 600 & sleep 600";
+    let rounds = rounds().min(5);
+    for round in 0..rounds {
+        let what = format!("rollback round {round}");
+        let mut child = spawn(
+            &env,
+            &[
+                "--json",
+                "--vault",
+                "v",
+                "exec",
+                "--rollback-on-failure",
+                "--shell",
+                line,
+            ],
+        );
+        wait_for_file_in_mount(&env, "started");
+        // SAFETY: kill(2) of our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        all_gone(&env, &what, Duration::from_secs(30));
+        assert_eq!(
+            env.cat(Some("v"), "/keep"),
+            "before",
+            "{what}: not rolled back"
+        );
+        assert_eq!(
+            env.run(&["--vault", "v", "cat", "/started"]).code,
+            1,
+            "{what}: not rolled back"
+        );
+        let last = audit_actions(&env, "v");
+        let row = last
+            .iter()
+            .rev()
+            .find(|e| e["action"] == "exec.abandoned")
+            .unwrap_or_else(|| panic!("{what}: no exec.abandoned row"));
+        assert_eq!(row["detail"]["rolled_back"], true, "{what}: {row}");
+        assert!(
+            row["detail"]["killed_processes"].as_u64().unwrap() >= 1,
+            "{what}: {row}"
+        );
+        healthy(&env, "v", &what);
+    }
+    for round in 0..rounds {
+        let what = format!("ephemeral round {round}");
+        let mut child = spawn(
+            &env,
+            &[
+                "--json",
+                "--vault",
+                "v",
+                "exec",
+                "--ephemeral",
+                "--shell",
+                line,
+            ],
+        );
+        wait_for_file_in_mount(&env, "started");
+        // SAFETY: kill(2) of our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        all_gone(&env, &what, Duration::from_secs(30));
+        let list = env.json(&["vault", "list"]);
+        assert_eq!(
+            list["vaults"].as_array().unwrap().len(),
+            1,
+            "{what}: the ephemeral fork is left: {list}"
+        );
+        healthy(&env, "v", &what);
+        let row = audit_actions(&env, "v")
+            .into_iter()
+            .rev()
+            .find(|e| e["action"] == "exec.abandoned")
+            .unwrap();
+        assert_eq!(row["detail"]["discarded_fork"], true, "{what}: {row}");
+        assert_eq!(env.cat(Some("v"), "/keep"), "before");
+    }
+    report(
+        "`exec --rollback-on-failure` and `exec --ephemeral` killed once the command wrote (a `setsid` daemon running)",
+        rounds * 2,
+        "command and daemon ended, no mount left; the checkpoint restored / the fork deleted every time, with an `exec.abandoned` audit row; verify + audit ok",
     );
 }

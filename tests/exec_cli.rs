@@ -1066,6 +1066,196 @@ fn timeout_ends_a_process_that_ignores_sigterm() {
     );
 }
 
+fn pid_runs(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// A daemon that leaves the command's process group (setsid, with or without its
+/// environment) is ended when the command exits or times out, and reported.
+#[test]
+fn a_daemon_that_leaves_the_process_group_is_ended_and_reported() {
+    if !can_mount("a_daemon_that_leaves_the_process_group_is_ended_and_reported") {
+        return;
+    }
+    let env = setup();
+    std::fs::write(
+        env.home().join("policy.toml"),
+        "[[rule]]\nname = \"setsid\"\nprogram = \"setsid\"\ncategory = \"mutating\"\ndecision = \"allow\"\n",
+    )
+    .unwrap();
+    let cases = [
+        // Keeps the marker in its environment.
+        (
+            "setsid sleep 601 & sleep 0.3; echo started",
+            "sleep 601",
+            None,
+        ),
+        // Clears its environment: found because it became our child.
+        (
+            "setsid env -i sleep 602 & sleep 0.3; echo started",
+            "sleep 602",
+            None,
+        ),
+        // Ignores SIGTERM, and the command times out.
+        (
+            "setsid sh -c 'trap \"\" TERM; sleep 603' & sleep 30",
+            "sleep 603",
+            Some("1"),
+        ),
+    ];
+    for (line, daemon, timeout) in cases {
+        let mut args = vec![];
+        if let Some(t) = timeout {
+            args.extend(["--timeout", t]);
+        }
+        args.extend(["--shell", line]);
+        let start = Instant::now();
+        let x = exec(&env, &args);
+        let r = &x.env["result"];
+        assert_eq!(r["timed_out"], timeout.is_some(), "{line}: {r}");
+        let escaped = r["escaped_processes"].as_array().unwrap();
+        let found: Vec<&Value> = escaped.iter().filter(|p| p["command"] == daemon).collect();
+        assert_eq!(found.len(), 1, "{line}: {r}");
+        for p in escaped {
+            let pid = p["pid"].as_i64().unwrap();
+            assert!(!pid_runs(pid), "{line}: {p} still runs");
+        }
+        // SIGTERM first, SIGKILL after the 2 s grace period.
+        assert!(
+            start.elapsed() < Duration::from_secs(8),
+            "{line}: {:?}",
+            start.elapsed()
+        );
+    }
+    // A run without daemons reports none.
+    let x = exec(&env, &["--", "true"]);
+    assert_eq!(x.env["result"]["escaped_processes"], json!([]));
+    eprintln!(
+        "RELIABILITY|exec_cli|exec|a command that starts a daemon with `setsid` and exits (the daemon keeps or clears its environment), or times out while its daemon ignores SIGTERM|3|the daemon is ended (SIGTERM, SIGKILL after 2 s) and listed in result.escaped_processes; none left running"
+    );
+}
+
+/// A command that prints a gigabyte: the capture keeps its first MiB, and avfs exec's
+/// memory stays small (the rest is counted and dropped).
+#[test]
+fn a_gigabyte_of_output_keeps_capture_and_memory_bounded() {
+    if !can_mount("a_gigabyte_of_output_keeps_capture_and_memory_bounded") {
+        return;
+    }
+    let env = setup();
+    #[allow(clippy::zombie_processes)] // reaped below with wait4
+    let child = env
+        .cmd([
+            "--json",
+            "--vault",
+            "t",
+            "exec",
+            "--shell",
+            "yes | head -c 1073741824; echo done >&2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    // Read the pipes while waiting with wait4, which gives the process's own peak RSS.
+    let (mut so, mut se) = (child.stdout.unwrap(), child.stderr.unwrap());
+    let out = std::thread::spawn(move || {
+        let mut v = vec![];
+        std::io::Read::read_to_end(&mut so, &mut v).unwrap();
+        v
+    });
+    let err = std::thread::spawn(move || {
+        let mut v = vec![];
+        std::io::Read::read_to_end(&mut se, &mut v).unwrap();
+        v
+    });
+    let mut status = 0;
+    // SAFETY: zeroed rusage filled in by wait4 for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut ru) }, pid);
+    let out = out.join().unwrap();
+    let _ = err.join().unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_envelope(&v);
+    let r = &v["result"];
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["stdout_bytes"], 1u64 << 30);
+    assert_eq!(r["stdout_truncated"], true);
+    assert_eq!(r["stdout"].as_str().unwrap().len(), 1 << 20);
+    assert_eq!(r["stderr"], "done\n");
+    // "y\n" is three characters in JSON.
+    assert!(out.len() < (1 << 20) * 2, "envelope of {} bytes", out.len());
+    // ru_maxrss is in KiB: the largest of avfs exec and the children it waited for (the
+    // shell, head, the mount server).
+    assert!(
+        ru.ru_maxrss < 200 * 1024,
+        "peak RSS {} MiB while 1 GiB of output went by",
+        ru.ru_maxrss / 1024
+    );
+    eprintln!(
+        "RELIABILITY|exec_cli|exec|a command that prints 1 GiB|1|capture = its first 1 MiB (stdout_bytes counts all, truncated flag set), envelope < 2 MiB, peak RSS of avfs exec and its waited-for children {} MiB",
+        ru.ru_maxrss / 1024
+    );
+}
+
+/// A command that deletes the mountpoint's parent (`$AVFS_HOME/run/exec`) or its
+/// grandparent (`$AVFS_HOME/run`, with the mount records and control sockets): what it
+/// deleted in the workspace is reported, exec still ends its mount and reports, the
+/// vault verifies, and the next exec works.
+#[test]
+fn a_command_that_deletes_the_mountpoints_parent() {
+    if !can_mount("a_command_that_deletes_the_mountpoints_parent") {
+        return;
+    }
+    let env = setup();
+    for (up, what) in [(1, "parent"), (2, "grandparent")] {
+        env.ok(&["--vault", "t", "write", "a.txt", "hi\n"]);
+        let line = format!(
+            "echo new > n.txt; python3 -c 'import os, shutil; d = os.getcwd()\nfor _ in range({up}): d = os.path.dirname(d)\nshutil.rmtree(d, ignore_errors=True)'; echo after > after.txt"
+        );
+        let x = exec(&env, &["--shell", &line]);
+        let e = &x.env;
+        assert_eq!(x.code, 0, "{what}: {e}");
+        // rmtree went through the mount too: the workspace's files are gone, reported.
+        let changes = change_set(e);
+        assert!(
+            changes.contains(&("deleted".into(), "/a.txt".into())),
+            "{what}: {e}"
+        );
+        assert!(
+            changes.contains(&("added".into(), "/after.txt".into())),
+            "{what}: {e}"
+        );
+        assert_eq!(env.cat(Some("t"), "after.txt"), "after\n");
+        let mounts = env.json(&["mounts"]);
+        assert_eq!(mounts["mounts"], json!([]), "{what}: {mounts}");
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !info.contains(env.home().to_str().unwrap()),
+            "{what}: a mount under AVFS_HOME is left"
+        );
+        assert_eq!(
+            env.json(&["--vault", "t", "vault", "verify"])["report"]["ok"],
+            true
+        );
+        // The checkpoint taken before has everything back.
+        let cp = e["checkpoint"].as_str().unwrap();
+        env.ok(&["--vault", "t", "checkpoint", "restore", cp]);
+        assert_eq!(env.cat(Some("t"), "a.txt"), "hi\n");
+        assert_eq!(exec(&env, &["--", "cat", "a.txt"]).code, 0);
+    }
+    eprintln!(
+        "RELIABILITY|exec_cli|exec|a command that deletes the mountpoint's parent, and its grandparent (mount records, control sockets)|2|exit 0 with a full envelope; the deletions it made through the mount reported; no mount left; verify ok; the checkpoint restores everything; the next exec works"
+    );
+}
+
 #[test]
 fn rollback_on_failure_restores_the_checkpoint() {
     if !can_mount("rollback_on_failure_restores_the_checkpoint") {

@@ -319,13 +319,14 @@ enum Place {
     Existing(VaultRef),
     /// A fork of `base` to create under this name (`--fork NAME` on first use).
     NewFork(String),
-    /// A fresh ephemeral fork of `base`.
-    Ephemeral,
+    /// A fresh ephemeral fork of `base`, named in advance (so the watchdog can discard
+    /// it if exec dies right after making it).
+    Ephemeral(String),
 }
 
 fn plan_workspace(reg: &crate::registry::Registry, base: &VaultRef, a: &ExecArgs) -> Result<Place> {
     if a.ephemeral {
-        return Ok(Place::Ephemeral);
+        return Ok(Place::Ephemeral(new_id("eph")));
     }
     let Some(name) = &a.fork else {
         return Ok(Place::Existing(base.clone()));
@@ -356,7 +357,7 @@ fn create_workspace_for(
     let (name, ephemeral) = match place {
         Place::Existing(v) => return Ok((v, false)),
         Place::NewFork(n) => (n, false),
-        Place::Ephemeral => (new_id("eph"), true),
+        Place::Ephemeral(n) => (n, true),
     };
     ctx.sync_mount(base)?;
     let mut store = Store::open(&base.path)?;
@@ -409,10 +410,166 @@ fn discard_fork(ctx: &Ctx, v: &VaultRef) -> Result<()> {
     reg.remove(&v.name)
 }
 
+/// The exec watchdog (see `exec::watchdog`), seen from `avfs exec`: notes go down a
+/// pipe only this process holds; dropping the handle says "done".
+struct Watchdog {
+    pipe: Option<std::process::ChildStdin>,
+    child: std::process::Child,
+}
+
+impl Watchdog {
+    fn start(ctx: &Ctx, id: &str, base: &VaultRef) -> Result<Watchdog> {
+        let mut cmd = super::mount::avfs_command()?;
+        cmd.arg("exec-watchdog")
+            .arg("--id")
+            .arg(id)
+            .env("AVFS_HOME", &ctx.home)
+            .env_remove(crate::exec::procs::MARKER)
+            .current_dir("/")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        // A process group of its own: the terminal's signals (Ctrl-C, Ctrl-Z, hangup) go
+        // to the foreground group, which ends `avfs exec`, not its watchdog.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::host("starting the exec watchdog", e))?;
+        let dog = Watchdog {
+            pipe: child.stdin.take(),
+            child,
+        };
+        dog.tell(
+            json!({"base": {"name": base.name, "path": base.path, "workspace": base.workspace}}),
+        );
+        Ok(dog)
+    }
+
+    fn tell(&self, note: serde_json::Value) {
+        use std::io::Write;
+        if let Some(mut p) = self.pipe.as_ref() {
+            let _ = writeln!(p, "{note}");
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Every way out of `exec` that runs destructors cleaned up itself.
+        self.tell(json!({"done": true}));
+        self.pipe = None;
+        let _ = self.child.try_wait();
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct WatchdogArgs {
+    /// The exec run to watch.
+    #[arg(long)]
+    id: String,
+}
+
+fn vault_ref(v: &serde_json::Value) -> Option<VaultRef> {
+    Some(VaultRef {
+        name: v["name"].as_str()?.to_string(),
+        path: PathBuf::from(v["path"].as_str()?),
+        workspace: v["workspace"].as_str()?.to_string(),
+    })
+}
+
+/// `avfs exec-watchdog` (internal): waits for its `avfs exec` to finish; if it died
+/// instead, ends the command, waits for the temporary mount to go, rolls back
+/// (`--rollback-on-failure`) or discards (`--ephemeral`) as exec would have, and says
+/// so in the audit log.
+pub fn watchdog(ctx: &Ctx, a: WatchdogArgs) -> Result<i32> {
+    let Some(st) = crate::exec::watchdog::listen(std::io::stdin().lock()) else {
+        return Ok(0);
+    };
+    let pgid = st.get("pgid").and_then(|v| v.as_i64()).map(|v| v as i32);
+    let killed = crate::exec::watchdog::end_command(pgid, &a.id);
+    if let Some(pid) = st.get("server").and_then(|v| v.as_i64()) {
+        // It got SIGTERM from the kernel when exec died, and is unmounting.
+        crate::exec::watchdog::wait_gone(pid as i32, Duration::from_secs(20));
+    }
+    if let Some(mp) = st.get("mountpoint").and_then(|v| v.as_str()) {
+        let mp = Path::new(mp);
+        if crate::mount::is_mountpoint(mp) {
+            let _ = crate::mount::force_unmount(mp);
+        }
+        let _ = std::fs::remove_dir(mp);
+        let _ = crate::mount::list_mounts(&ctx.home);
+    }
+    let base = st.get("base").and_then(vault_ref);
+    let target = st.get("workspace").and_then(vault_ref);
+    let finished_ok =
+        st.get("finished") == Some(&json!(true)) && st.get("failed") == Some(&json!(false));
+    let mut rolled_back = None;
+    if let (Some(v), Some(cp), true) = (
+        &target,
+        st.get("checkpoint").and_then(|v| v.as_str()),
+        st.get("rollback") == Some(&json!(true)),
+    ) && !finished_ok
+    {
+        let r = (|| {
+            ctx.sync_mount(v)?;
+            let mut store = Store::open(&v.path)?;
+            store.write(|db| {
+                let mut ws = Workspace::open(db, &v.workspace)?;
+                let c = ws.find_checkpoint(cp)?;
+                ws.restore(&c)
+            })?;
+            ctx.invalidate_mount(v)
+        })();
+        rolled_back = Some(r.is_ok());
+    }
+    let mut discarded = None;
+    if let (Some(name), Some(b)) = (st.get("ephemeral").and_then(|v| v.as_str()), &base) {
+        let v = VaultRef {
+            name: name.to_string(),
+            path: b.path.clone(),
+            workspace: name.to_string(),
+        };
+        let r = (|| {
+            let mut store = Store::open(&v.path)?;
+            store.write(
+                |db| match crate::workspace::delete_workspace(db, &v.workspace) {
+                    Ok(_) | Err(Error::NoSuchVault(_)) => Ok(()),
+                    Err(e) => Err(e),
+                },
+            )?;
+            let reg = ctx.registry()?;
+            if reg.get(&v.name)?.is_some() {
+                reg.remove(&v.name)?;
+            }
+            Ok::<(), Error>(())
+        })();
+        discarded = Some(r.is_ok());
+    }
+    if let Some(b) = &base {
+        let ws = match (&target, discarded) {
+            (Some(t), None) => t.workspace.clone(),
+            _ => b.workspace.clone(),
+        };
+        let detail = json!({
+            "exec": a.id, "reason": "avfs exec ended before its command (killed or crashed)",
+            "command_finished": st.get("finished").cloned().unwrap_or(json!(false)),
+            "killed_processes": killed, "rolled_back": rolled_back, "discarded_fork": discarded,
+            "fork": st.get("ephemeral").cloned().unwrap_or(serde_json::Value::Null),
+        });
+        let mut store = Store::open(&b.path)?;
+        store.write(|db| audit::append(db, Some(&ws), "exec", "exec.abandoned", &detail))?;
+    }
+    Ok(0)
+}
+
 struct MountGuard {
     home: PathBuf,
     mountpoint: PathBuf,
     ours: bool,
+    /// The server of a mount we made.
+    server: Option<u32>,
+    /// The mount's control socket.
+    socket: Option<PathBuf>,
 }
 
 impl MountGuard {
@@ -422,15 +579,20 @@ impl MountGuard {
                 home: ctx.home.clone(),
                 mountpoint: m.mountpoint,
                 ours: false,
+                server: None,
+                socket: Some(m.socket),
             });
         }
         let mp = crate::mount::run_dir(&ctx.home).join("exec").join(id);
         std::fs::create_dir_all(&mp).map_err(|e| Error::host(mp.display(), e))?;
-        let rec = super::mount::spawn_background(&ctx.home, v, &mp, false, false)?;
+        // The server dies with this process: killed, exec leaves no mount behind.
+        let rec = super::mount::spawn_background(&ctx.home, v, &mp, false, false, true)?;
         Ok(MountGuard {
             home: ctx.home.clone(),
             mountpoint: rec.mountpoint,
             ours: true,
+            server: Some(rec.pid),
+            socket: Some(rec.socket),
         })
     }
 
@@ -463,6 +625,15 @@ impl Drop for MountGuard {
     fn drop(&mut self) {
         self.release();
     }
+}
+
+/// How many requests the mount refused for a quota so far, and the last message.
+fn quota_refusals(socket: Option<&Path>) -> Option<(u64, String)> {
+    let v = crate::mount::control::request(socket?, &json!({"op": "quota"})).ok()?;
+    Some((
+        v["refused"].as_u64()?,
+        v["message"].as_str().unwrap_or_default().to_string(),
+    ))
 }
 
 fn show_command(c: &envelope::Command) -> String {
@@ -572,10 +743,10 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
     let (planned_vault, planned_ws) = match &place {
         Place::Existing(v) => (v.name.clone(), v.workspace.clone()),
         Place::NewFork(n) => (n.clone(), n.clone()),
-        Place::Ephemeral => (base.name.clone(), base.workspace.clone()),
+        Place::Ephemeral(_) => (base.name.clone(), base.workspace.clone()),
     };
     let fork_name = match &place {
-        Place::Ephemeral => None,
+        Place::Ephemeral(_) => None,
         _ => Some(planned_vault.as_str()),
     };
     let policy = load_policy(ctx, &base, fork_name)?;
@@ -725,7 +896,13 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
             expires_at_ns: Some(used.expires_at_ns),
         });
     }
+    // From here on, if this process dies, the watchdog finishes for it.
+    let dog = Watchdog::start(ctx, &id, &base)?;
+    if let (Place::Ephemeral(name), false) = (&place, a.keep) {
+        dog.tell(json!({"ephemeral": name}));
+    }
     let (v, ephemeral) = create_workspace_for(ctx, &reg, &base, place)?;
+    dog.tell(json!({"workspace": {"name": v.name, "path": v.path, "workspace": v.workspace}}));
     envelope.request.vault = v.name.clone();
     envelope.request.workspace = v.workspace.clone();
     let job = Run {
@@ -733,6 +910,7 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         timeout,
         env: &env_pairs,
         sandbox: sandbox_run,
+        dog: &dog,
     };
     let result = run_command(ctx, &a, &v, &job, &decision, &mut envelope);
     let discard = ephemeral && !a.keep;
@@ -744,6 +922,7 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
     } else {
         result?;
     }
+    drop(dog);
     finish(
         ctx,
         &envelope,
@@ -758,6 +937,7 @@ struct Run<'a> {
     timeout: Option<Duration>,
     env: &'a [(String, String)],
     sandbox: Option<SandboxRun>,
+    dog: &'a Watchdog,
 }
 
 /// How a sandboxed run is enforced.
@@ -779,6 +959,10 @@ fn run_command(
 ) -> Result<()> {
     // Released when dropped, also if anything below fails or panics.
     let mount = MountGuard::acquire(ctx, v, &envelope.id)?;
+    if let Some(pid) = mount.server {
+        job.dog
+            .tell(json!({"server": pid, "mountpoint": mount.mountpoint}));
+    }
     envelope.mountpoint = Some(mount.mountpoint.display().to_string());
     let result = run_in_mount(ctx, a, v, &mount, job, decision, envelope);
     drop(mount);
@@ -852,6 +1036,16 @@ fn run_in_mount(
         }
     })?;
     envelope.checkpoint = checkpoint.clone();
+    if let Some(cp) = &checkpoint {
+        job.dog
+            .tell(json!({"checkpoint": cp, "rollback": a.rollback_on_failure}));
+    }
+    // A mount made for this run has refused nothing yet.
+    let quota_before = if mount.server.is_some() {
+        Some((0, String::new()))
+    } else {
+        quota_refusals(mount.socket.as_deref())
+    };
     let mut env = vec![
         ("AVFS_VAULT".to_string(), v.name.clone()),
         ("AVFS_WORKSPACE".to_string(), v.workspace.clone()),
@@ -859,7 +1053,6 @@ fn run_in_mount(
             "AVFS_CHECKPOINT".to_string(),
             checkpoint.clone().unwrap_or_default(),
         ),
-        ("AVFS_EXEC_ID".to_string(), envelope.id.clone()),
     ];
     env.extend(job.env.iter().cloned());
     let (mut program, mut args): (OsString, Vec<OsString>) = match &a.shell {
@@ -887,8 +1080,22 @@ fn run_in_mount(
         capture_limit: CAPTURE_LIMIT,
         stream: !ctx.out.json,
         sandboxed: job.sandbox.is_some(),
+        // The runner also sets AVFS_EXEC_ID, the marker of the command's processes.
+        id: &envelope.id,
+        adopt_children: true,
+        on_start: Some(&|pgid| job.dog.tell(json!({"pgid": pgid}))),
     };
-    let run = runner::run(&spec);
+    let mut run = runner::run(&spec);
+    if let Ok(r) = &run {
+        job.dog
+            .tell(json!({"finished": true, "failed": r.timed_out || r.exit_code != Some(0)}));
+    }
+    if let (Ok(r), Some((n, message))) = (&mut run, quota_refusals(mount.socket.as_deref())) {
+        let refusals = n.saturating_sub(quota_before.map_or(0, |b| b.0));
+        if refusals > 0 {
+            r.quota_refused = Some(runner::QuotaRefused { refusals, message });
+        }
+    }
     // Whatever happened, report what changed: a diff of the workspace itself.
     ctx.sync_mount(v)?;
     let failed = match &run {
@@ -975,6 +1182,18 @@ fn finish(ctx: &Ctx, env: &Envelope, ephemeral: Option<&str>, keep: bool) -> Res
                 if r.timed_out { " (timed out)" } else { "" },
                 r.duration_ms
             );
+            for p in &r.escaped_processes {
+                eprintln!(
+                    "ended:      {} {} (had left the command's process group)",
+                    p.pid, p.command
+                );
+            }
+            if let Some(q) = &r.quota_refused {
+                eprintln!(
+                    "quota:      {} request(s) refused: {}",
+                    q.refusals, q.message
+                );
+            }
         }
         if env.result.is_none() {
             return;

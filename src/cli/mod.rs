@@ -106,6 +106,9 @@ pub enum Command {
     Deny(exec::DecideArgs),
     /// Show, set or clear quotas (total bytes, file count, single file size).
     Quota(quota::QuotaArgs),
+    /// (internal) Started by `avfs exec`: finishes its work if it dies.
+    #[command(name = "exec-watchdog", hide = true)]
+    ExecWatchdog(exec::WatchdogArgs),
 }
 
 /// Everything a command needs to find and open its vault.
@@ -180,9 +183,10 @@ impl Ctx {
         let (v, mut store) = self.open()?;
         let r = store.write(|db| {
             let mut ws = Workspace::open(db, &v.workspace)?;
+            let before = ws.quota_baseline()?;
             let r = f(&mut ws)?;
             // Over quota: the whole command is rolled back.
-            ws.check_quota()?;
+            ws.check_quota(&before)?;
             audit::append(db, Some(&v.workspace), "cli", action, &detail)?;
             Ok(r)
         })?;
@@ -299,5 +303,6 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Approve(a) => exec::decide(ctx, a, true),
         Command::Deny(a) => exec::decide(ctx, a, false),
         Command::Quota(a) => quota::run(ctx, a),
+        Command::ExecWatchdog(a) => exec::watchdog(ctx, a),
     }
 }

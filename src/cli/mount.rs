@@ -97,7 +97,7 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
         mount::serve(opts)?;
         return Ok(0);
     }
-    let mut rec = spawn_background(&ctx.home, &v, &mp, a.readonly, a.allow_other)?;
+    let mut rec = spawn_background(&ctx.home, &v, &mp, a.readonly, a.allow_other, false)?;
     rec.vault = v.name.clone();
     ctx.out.emit(&json!({"mount": rec}), || {
         println!(
@@ -140,6 +140,10 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<i32> {
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
+            // A server that died on its own leaves its mount behind.
+            if !mount::pid_alive(r.pid) && mount::is_mountpoint(&mp) {
+                mount::force_unmount(&mp)?;
+            }
             "unmounted"
         }
         None if was_mounted || mount::is_mountpoint(&mp) => {
@@ -176,29 +180,37 @@ pub fn mounts(ctx: &Ctx) -> Result<i32> {
     Ok(0)
 }
 
+/// A command that runs this very avfs binary.
+pub(crate) fn avfs_command() -> Result<Command> {
+    let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
+    // /proc/self/exe still runs this very binary if its file was replaced meanwhile
+    // (a rebuild): the path would then name a different or missing file.
+    Ok(if std::path::Path::new("/proc/self/exe").exists() {
+        let mut c = Command::new("/proc/self/exe");
+        c.arg0(&exe);
+        c
+    } else {
+        Command::new(&exe)
+    })
+}
+
 /// Starts a mount server in the background and waits until it reports the mount ready.
+/// With `die_with_caller` (exec's temporary mounts) the server unmounts and exits when
+/// the calling thread's process dies, however it dies.
 pub(crate) fn spawn_background(
     home: &std::path::Path,
     v: &crate::registry::VaultRef,
     mp: &std::path::Path,
     readonly: bool,
     allow_other: bool,
+    die_with_caller: bool,
 ) -> Result<mount::MountRecord> {
     // Background: start a server and wait until it says the mount is ready.
     let run = mount::run_dir(home);
     std::fs::create_dir_all(&run).map_err(|e| Error::host(run.display(), e))?;
     let log_path = run.join(format!("{}.log", mount::mount_id(&v.path, &v.workspace)));
     let log = std::fs::File::create(&log_path).map_err(|e| Error::host(log_path.display(), e))?;
-    let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
-    // /proc/self/exe still runs this very binary if its file was replaced meanwhile
-    // (a rebuild): the path would then name a different or missing file.
-    let mut cmd = if std::path::Path::new("/proc/self/exe").exists() {
-        let mut c = Command::new("/proc/self/exe");
-        c.arg0(&exe);
-        c
-    } else {
-        Command::new(&exe)
-    };
+    let mut cmd = avfs_command()?;
     cmd.arg("--vault")
         .arg(&v.name)
         .arg("mount")
@@ -215,10 +227,19 @@ pub(crate) fn spawn_background(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log);
-    // SAFETY: setsid in the child before exec: the server outlives this terminal session.
+    let parent = std::process::id() as i32;
+    // SAFETY: only async-signal-safe syscalls between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
+            // The server outlives this terminal session.
             libc::setsid();
+            if die_with_caller {
+                // SIGTERM makes the server unmount cleanly (see `mount::serve`).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::other("the caller died"));
+                }
+            }
             Ok(())
         });
     }

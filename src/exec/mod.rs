@@ -4,9 +4,11 @@
 
 pub mod envelope;
 pub mod policy;
+pub mod procs;
 pub mod runner;
 pub mod sandbox;
 pub mod shell;
+pub mod watchdog;
 
 /// Exit status of `avfs exec` when the policy denies the command.
 pub const EXIT_DENIED: i32 = 126;

@@ -1,5 +1,8 @@
 //! Runs one command in its own process group with a timeout (SIGTERM to the group, a
 //! grace period, SIGKILL) and bounded output capture, optionally echoing output live.
+//! Processes that leave the group (`setsid`, double forks) are found through /proc (see
+//! `procs`) and ended with it; if this process dies, the command's leader gets SIGKILL
+//! from the kernel and the exec watchdog ends the rest (see `watchdog`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, Read, Write};
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::procs::{self, MARKER};
 use super::sandbox::REPORT_FD;
 use crate::error::{Error, Result};
 
@@ -29,6 +33,25 @@ pub struct RunResult {
     pub stderr_bytes: u64,
     /// Processes of the command's group still running after it exited (ended by avfs).
     pub lingering_processes_killed: bool,
+    /// Processes the command started that had left its process group (a daemon that
+    /// called `setsid`) and were still running when it ended; avfs ended them too.
+    pub escaped_processes: Vec<EscapedProcess>,
+    /// Writes the mount refused for a quota while the command ran (filled in by exec).
+    pub quota_refused: Option<QuotaRefused>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EscapedProcess {
+    pub pid: i32,
+    pub command: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuotaRefused {
+    /// Requests refused (each a failed write, close, create, link, ...).
+    pub refusals: u64,
+    /// The last refusal's message, which names the quota.
+    pub message: String,
 }
 
 pub struct RunSpec<'a> {
@@ -46,6 +69,14 @@ pub struct RunSpec<'a> {
     /// the command) and the init reports the command's status on fd 3. A sandbox that
     /// never started the command is an error, not a result.
     pub sandboxed: bool,
+    /// Marks every process of the command (`AVFS_EXEC_ID=<id>` in its environment).
+    pub id: &'a str,
+    /// Every process that becomes a child of this one while the command runs is the
+    /// command's (an orphan reparented to us: we are a child subreaper). True for the
+    /// CLI, which starts nothing else meanwhile; false where other threads spawn too.
+    pub adopt_children: bool,
+    /// Called with the command's process group id once it started.
+    pub on_start: Option<&'a dyn Fn(i32)>,
 }
 
 struct Capture {
@@ -156,7 +187,39 @@ fn not_started(program: &OsStr, e: &std::io::Error) -> RunResult {
         stderr_truncated: false,
         stdout_bytes: 0,
         lingering_processes_killed: false,
+        escaped_processes: vec![],
+        quota_refused: None,
     }
+}
+
+/// Processes of the command still running outside its process group: children of ours
+/// that carry its marker or group, or (with `adopt`) that we did not have before it
+/// started, and everything below them.
+fn escaped(spec: &RunSpec, pgid: i32, before: &[i32]) -> Vec<i32> {
+    let all = procs::scan();
+    let me = std::process::id() as i32;
+    let roots: Vec<i32> = all
+        .iter()
+        .filter(|p| p.ppid == me && p.pid != pgid)
+        .filter(|p| {
+            p.pgid == pgid
+                || procs::has_marker(p.pid, spec.id)
+                || (spec.adopt_children && !before.contains(&p.pid))
+        })
+        .map(|p| p.pid)
+        .collect();
+    procs::with_descendants(&all, &roots)
+        .into_iter()
+        .filter(|pid| {
+            let zombie = all.iter().any(|p| p.pid == *pid && p.zombie);
+            if zombie {
+                // An escaped process that already exited: reap it quietly.
+                // SAFETY: non-blocking waitpid of one pid.
+                unsafe { libc::waitpid(*pid, std::ptr::null_mut(), libc::WNOHANG) };
+            }
+            !zombie
+        })
+        .collect()
 }
 
 fn text(c: &Capture) -> String {
@@ -258,13 +321,26 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     for (k, v) in spec.env {
         cmd.env(k, v);
     }
+    cmd.env(MARKER, spec.id);
     cmd.process_group(0);
+    let parent = std::process::id() as i32;
     let report = if spec.sandboxed {
-        let (read, write) = report_pipe()?;
-        let w = write.as_raw_fd();
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
+        Some(report_pipe()?)
+    } else {
+        None
+    };
+    let report_w = report.as_ref().map(|(_, w)| w.as_raw_fd());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // If we die (even by SIGKILL), the kernel kills the command's leader.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "avfs exec died before the command started",
+                ));
+            }
+            if let Some(w) = report_w {
                 if w == REPORT_FD {
                     libc::fcntl(w, libc::F_SETFD, 0);
                 } else if libc::dup2(w, REPORT_FD) < 0 {
@@ -276,12 +352,14 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                 // No descriptor avfs inherited gets into the sandbox (bwrap passes them
                 // all on): one open on a host directory would be a way out.
                 close_inherited_fds(REPORT_FD + 1);
-                Ok(())
-            });
-        }
-        Some((read, write))
+            }
+            Ok(())
+        });
+    }
+    let before = if spec.adopt_children {
+        procs::own_children(&procs::scan())
     } else {
-        None
+        vec![]
     };
     // Orphans the command leaves behind (a background job whose shell exited) are
     // reparented to us rather than to init, so we can reap them: an unreaped zombie
@@ -305,6 +383,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         }
     };
     let pgid = child.id() as i32;
+    if let Some(f) = spec.on_start {
+        f(pgid);
+    }
     let report_rx = report.map(|(read, write)| {
         drop(write);
         read_report(std::fs::File::from(read))
@@ -372,6 +453,18 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     if lingering {
         end_group(pgid, spec.grace, &mut child);
     }
+    // Processes that left the group are ended too, and reported.
+    let gone = escaped(spec, pgid, &before);
+    let escaped_processes: Vec<EscapedProcess> = gone
+        .iter()
+        .map(|&pid| EscapedProcess {
+            pid,
+            command: procs::command_line(pid),
+        })
+        .collect();
+    if !gone.is_empty() {
+        procs::end_all(&gone, spec.grace, || escaped(spec, pgid, &before));
+    }
     // A daemon that left the group may hold the pipes open: do not wait for it forever.
     let wait = Duration::from_millis(500);
     let out = out_rx.recv_timeout(wait).unwrap_or(Capture {
@@ -423,12 +516,17 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         stdout_bytes: out.total,
         stderr_bytes: err.total,
         lingering_processes_killed: lingering,
+        escaped_processes,
+        quota_refused: None,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static NEXT: AtomicU64 = AtomicU64::new(0);
 
     fn spec<'a>(args: &'a [OsString], timeout: Option<Duration>) -> RunSpec<'a> {
         RunSpec {
@@ -441,6 +539,12 @@ mod tests {
             capture_limit: 16,
             stream: false,
             sandboxed: false,
+            // Tests run in parallel threads of one process: each its own marker.
+            id: Box::leak(
+                format!("ex-test-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into_boxed_str(),
+            ),
+            adopt_children: false,
+            on_start: None,
         }
     }
 
@@ -487,6 +591,35 @@ mod tests {
         assert_eq!(r.stdout, "0123456789abcdef");
         assert!(r.stdout_truncated);
         assert_eq!(r.stdout_bytes, 20);
+    }
+
+    #[test]
+    fn a_daemon_that_left_the_group_is_ended_and_reported() {
+        // setsid(1) forks when it is a group leader; the daemon has a session and group
+        // of its own, and its parent (the shell) is gone before the command ends.
+        let args = sh("setsid sleep 30 & sleep 0.2; echo started");
+        let t = Instant::now();
+        let r = run(&spec(&args, None)).unwrap();
+        assert_eq!(r.exit_code, Some(0));
+        assert_eq!(r.escaped_processes.len(), 1, "{:?}", r.escaped_processes);
+        assert!(r.escaped_processes[0].command.contains("sleep 30"));
+        let pid = r.escaped_processes[0].pid;
+        assert!(
+            procs::stat(pid).is_none_or(|p| p.zombie),
+            "{pid} still runs"
+        );
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        // And at a timeout.
+        let args = sh("setsid sh -c 'trap \"\" TERM; sleep 30' & sleep 30");
+        let r = run(&spec(&args, Some(Duration::from_millis(300)))).unwrap();
+        assert!(r.timed_out);
+        assert_eq!(r.escaped_processes.len(), 2, "{:?}", r.escaped_processes);
+        for p in &r.escaped_processes {
+            assert!(
+                procs::stat(p.pid).is_none_or(|p| p.zombie),
+                "{p:?} still runs"
+            );
+        }
     }
 
     #[test]

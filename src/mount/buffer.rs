@@ -14,6 +14,8 @@ pub struct DirtyFile {
     /// Chunk list of the stored content the buffer applies to.
     base: Vec<Hash>,
     base_size: u64,
+    /// Size of the stored content when the buffer began (what a quota already counts).
+    pub stored_size: u64,
     /// New size of the file.
     pub size: u64,
     /// Replaced blocks. A block holds its first `len()` bytes, at most CHUNK_SIZE; the
@@ -31,6 +33,7 @@ impl DirtyFile {
         Ok(DirtyFile {
             base,
             base_size: size,
+            stored_size: size,
             size,
             blocks: BTreeMap::new(),
         })

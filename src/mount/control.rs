@@ -52,6 +52,10 @@ impl Server {
                 let (counters, busy_ns) = self.fs.counters();
                 json!({"ok": true, "counters": counters, "busy_ns": busy_ns})
             }
+            Some("quota") => {
+                let (n, msg) = self.fs.quota_refusals();
+                json!({"ok": true, "refused": n, "message": msg})
+            }
             Some("unmount") => {
                 self.kernel_writeback();
                 let r = self.fs.sync(true);
@@ -69,19 +73,7 @@ impl Server {
     /// Tells the kernel to forget what it cached from us that an outside change made
     /// stale (see `AvfsFs::outside_change`).
     fn invalidate(&self) -> Result<usize> {
-        let inv = self.fs.outside_change()?;
-        for ino in &inv.pages {
-            let _ = self.notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
-        }
-        for (parent, name) in &inv.names {
-            let _ = self
-                .notifier
-                .inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::from_bytes(name));
-        }
-        for ino in &inv.attrs {
-            let _ = self.notifier.inval_inode(fuser::INodeNo(*ino), -1, 0);
-        }
-        Ok(inv.names.len() + inv.pages.len() + inv.attrs.len())
+        invalidate(&self.fs, &self.notifier)
     }
 
     /// Makes the kernel write back the pages it holds dirty (writeback cache, shared
@@ -113,6 +105,22 @@ impl Server {
 }
 
 use std::os::unix::ffi::OsStrExt;
+
+/// Tells the kernel to forget what it cached from `fs` that is stale now (an outside
+/// change, or writes the vault refused).
+pub fn invalidate(fs: &AvfsFs, notifier: &fuser::Notifier) -> Result<usize> {
+    let inv = fs.outside_change()?;
+    for ino in &inv.pages {
+        let _ = notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
+    }
+    for (parent, name) in &inv.names {
+        let _ = notifier.inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::from_bytes(name));
+    }
+    for ino in &inv.attrs {
+        let _ = notifier.inval_inode(fuser::INodeNo(*ino), -1, 0);
+    }
+    Ok(inv.names.len() + inv.pages.len() + inv.attrs.len())
+}
 
 /// Sends one request to a mount's control socket.
 pub fn request(socket: &Path, req: &Value) -> Result<Value> {

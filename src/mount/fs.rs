@@ -20,7 +20,7 @@ use super::buffer::DirtyFile;
 use crate::error::{Error, Result};
 use crate::store::objects::{Hash, Kind};
 use crate::store::{Store, now_ns};
-use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace, WorkspaceInfo};
+use crate::workspace::{Budget, Inode, NewNode, ROOT_INO, SetAttr, Workspace, WorkspaceInfo};
 
 /// How long the kernel may cache names and attributes. Changes made behind the kernel's
 /// back (CLI commands, restore) reach it through explicit invalidation instead.
@@ -97,12 +97,20 @@ pub struct State {
     /// a new generation makes the kernel drop its old inode and its cached size.
     gens: HashMap<u64, u64>,
     epoch: u64,
+    /// Quota limits and usage, so quota checks cost no SQL per request.
+    budget: Budget,
+    /// A buffer was refused (quota): the kernel caches bytes the vault does not hold.
+    refused: bool,
+    /// Requests refused for a quota, and the last message (which names the quota).
+    quota_refusals: (u64, String),
     pub counters: Counters,
     pub busy_ns: Counters,
 }
 
 pub struct AvfsFs {
     inner: Mutex<(Store, State)>,
+    /// Wakes the mount's timer thread early (see `take_refused`).
+    wake: std::sync::Condvar,
     readonly: bool,
     vault_dir: std::path::PathBuf,
 }
@@ -172,18 +180,28 @@ fn open_ws<'a>(
     info: &Option<WorkspaceInfo>,
     name: &str,
     open: &'a HashSet<u64>,
+    budget: &'a Budget,
 ) -> Result<Workspace<'a>> {
     let mut ws = match info {
         Some(i) => Workspace::with_info(db, i.clone()),
         None => Workspace::open(db, name)?,
     };
     ws.open_inos = Some(open);
+    ws.budget = Some(budget);
     Ok(ws)
 }
 
 impl State {
     fn ws<'a>(&'a self, db: &'a Connection) -> Result<Workspace<'a>> {
-        open_ws(db, &self.info, &self.ws_name, &self.open_set)
+        open_ws(db, &self.info, &self.ws_name, &self.open_set, &self.budget)
+    }
+
+    /// Refuses to let a buffered file grow past a quota (costs nothing without quotas).
+    fn may_grow(&self, db: &Connection, stored: u64, size: u64) -> Result<()> {
+        if size > stored && self.budget.limited() {
+            self.ws(db)?.check_growth(stored, size)?;
+        }
+        Ok(())
     }
 
     fn attr(&self, i: &Inode) -> FileAttr {
@@ -241,13 +259,33 @@ impl State {
 
     /// Writes one file's buffer into the vault (inside the caller's transaction).
     fn flush_file(&mut self, db: &Connection, ino: u64) -> Result<()> {
-        if let Some(d) = self.dirty.remove(&ino) {
-            let (hash, size) = d.commit(db)?;
-            let ws = self.ws(db)?;
-            if let Some(i) = ws.try_get(ino)? {
-                let i = ws.set_content_of(i, hash, size)?;
-                self.own(&i);
+        if self.dirty.contains_key(&ino) {
+            // All or nothing, also inside a request that goes on (release).
+            Store::exec(db, "SAVEPOINT flush_file")?;
+            let d = self.dirty.remove(&ino).unwrap();
+            let r = d.commit(db).and_then(|(hash, size)| {
+                let ws = self.ws(db)?;
+                if let Some(i) = ws.try_get(ino)? {
+                    let i = ws.set_content_of(i, hash, size)?;
+                    self.own(&i);
+                }
+                Ok(())
+            });
+            if r.is_err() {
+                Store::exec(db, "ROLLBACK TO flush_file")?;
             }
+            Store::exec(db, "RELEASE flush_file")?;
+            if let Err(e) = &r {
+                // Refused (a quota) or failed: nothing of it is stored, and the buffer
+                // stays as it was; the last release drops it. The kernel's cached size
+                // and pages of the file must go (see `take_refused`).
+                self.dirty.insert(ino, d);
+                if matches!(e, Error::Quota(_)) {
+                    self.files.insert(ino, (None, u64::MAX));
+                    self.refused = true;
+                }
+            }
+            return r;
         }
         Ok(())
     }
@@ -308,11 +346,15 @@ impl AvfsFs {
             files: HashMap::new(),
             gens: HashMap::new(),
             epoch: 0,
+            budget: Budget::default(),
+            refused: false,
+            quota_refusals: (0, String::new()),
             counters: HashMap::new(),
             busy_ns: HashMap::new(),
         };
         Ok(AvfsFs {
             inner: Mutex::new((store, state)),
+            wake: std::sync::Condvar::new(),
             readonly,
             vault_dir,
         })
@@ -352,6 +394,7 @@ impl AvfsFs {
                 crate::workspace::find_workspace(db, &state.ws_name)?
                     .ok_or_else(|| Error::NoSuchVault(state.ws_name.clone()))?,
             );
+            state.budget.reload(db, &state.ws_name)?;
         }
         if !state.forgotten.is_empty() {
             let gone = std::mem::take(&mut state.forgotten);
@@ -362,6 +405,11 @@ impl AvfsFs {
         }
         Store::exec(db, "SAVEPOINT op")?;
         let r = f(db, state);
+        state.budget.finish_request(r.is_ok());
+        if let Err(Error::Quota(m)) = &r {
+            state.quota_refusals.0 += 1;
+            state.quota_refusals.1.clone_from(m);
+        }
         match &r {
             Ok(_) => Store::exec(db, "RELEASE op")?,
             Err(_) => {
@@ -377,6 +425,9 @@ impl AvfsFs {
             Self::make_durable(store)?;
         }
         *state.busy_ns.entry(op).or_default() += started.elapsed().as_nanos() as u64;
+        if state.refused {
+            self.wake.notify_all();
+        }
         r.map_err(|e| store.corrupt_if_sqlite(e))
     }
 
@@ -413,6 +464,7 @@ impl AvfsFs {
         {
             let _ = Store::exec(db, "ROLLBACK");
             state.info = None;
+            state.budget.forget_usage();
             return Err(e);
         }
         Ok(())
@@ -442,6 +494,7 @@ impl AvfsFs {
     pub fn outside_change(&self) -> Result<Invalidation> {
         self.with("invalidate", |db, st| {
             st.info = None;
+            st.budget.forget_usage();
             st.info = Some(
                 crate::workspace::find_workspace(db, &st.ws_name)?
                     .ok_or_else(|| Error::NoSuchVault(st.ws_name.clone()))?,
@@ -519,6 +572,28 @@ impl AvfsFs {
             }
             Ok(out)
         })
+    }
+
+    /// True once after a file's buffered writes were refused (a quota): the kernel still
+    /// caches them, so the caller runs an invalidation (`outside_change`), which gives
+    /// such files a new kernel inode.
+    pub fn take_refused(&self) -> bool {
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut guard.1.refused)
+    }
+
+    /// How many requests a quota refused so far, and the last refusal's message.
+    pub fn quota_refusals(&self) -> (u64, String) {
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        guard.1.quota_refusals.clone()
+    }
+
+    /// Sleeps up to `max`, less when a request refused writes (see `take_refused`).
+    pub fn wait_for_work(&self, max: Duration) {
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if !guard.1.refused {
+            let _ = self.wake.wait_timeout(guard, max);
+        }
     }
 
     /// (requests, busy ns) per operation.
@@ -627,6 +702,9 @@ impl Filesystem for AvfsFs {
                 if let Some(size) = size {
                     if cur.kind == Kind::Dir {
                         return Err(Error::IsADirectory(String::new()));
+                    }
+                    if let Some(d) = st.dirty.get(&ino.0) {
+                        st.may_grow(db, d.stored_size, size)?;
                     }
                     if let Some(d) = st.dirty.get_mut(&ino.0) {
                         d.truncate(db, size)?;
@@ -930,6 +1008,13 @@ impl Filesystem for AvfsFs {
                         )?;
                     }
                 }
+                // A write the caller waits for is refused at once. A delayed one from the
+                // page cache is checked when the file is stored (close, fsync): refused
+                // there, close() fails with EDQUOT, where a failed writeback means EIO.
+                if !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+                    let stored = st.dirty[&ino.0].stored_size;
+                    st.may_grow(db, stored, offset + data.len() as u64)?;
+                }
                 let d = st.dirty.get_mut(&ino.0).unwrap();
                 d.write(db, offset, data)?;
                 if d.bytes() > MAX_DIRTY_PER_FILE {
@@ -983,8 +1068,17 @@ impl Filesystem for AvfsFs {
             }
         }
         let r = self.with_commit("release", End::Batch, |db, st| {
-            st.flush_file(db, ino.0)?;
+            let flushed = st.flush_file(db, ino.0);
             let n = st.open.entry(ino.0).or_default();
+            // A buffer a quota refused goes with the last handle; one that failed for
+            // another reason stays for the next flush (sync, unmount) to try again.
+            match flushed {
+                Err(Error::Quota(_)) if *n <= 1 => {
+                    st.dirty.remove(&ino.0);
+                }
+                Err(e) => return Err(e),
+                Ok(()) => {}
+            }
             *n = n.saturating_sub(1);
             if *n == 0 {
                 st.open.remove(&ino.0);
@@ -1297,7 +1391,7 @@ impl Filesystem for AvfsFs {
     ) {
         let r = self.check_writable().and_then(|_| {
             self.with("create", |db, st| {
-                let ws = open_ws(db, &st.info, &st.ws_name, &st.open_set)?;
+                let ws = open_ws(db, &st.info, &st.ws_name, &st.open_set, &st.budget)?;
                 let p = ws.get(parent.0)?;
                 let mut truncated = false;
                 let inode = match ws.lookup(&p, name.as_bytes())? {
@@ -1372,8 +1466,11 @@ impl Filesystem for AvfsFs {
                         DirtyFile::new(db, &i.hash.unwrap_or(crate::store::objects::HOLE), i.size)?,
                     );
                 }
-                let d = st.dirty.get_mut(&ino.0).unwrap();
                 let end = offset + length;
+                if mode == 0 {
+                    st.may_grow(db, st.dirty[&ino.0].stored_size, end)?;
+                }
+                let d = st.dirty.get_mut(&ino.0).unwrap();
                 if mode == 0 {
                     if end > d.size {
                         d.truncate(db, end)?;

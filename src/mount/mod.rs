@@ -47,10 +47,19 @@ fn record_path(home: &Path, id: &str) -> PathBuf {
 
 pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
-    unsafe {
+    let exists = unsafe {
         libc::kill(pid as i32, 0) == 0
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
+    };
+    // A killed server stays a zombie until its parent (often init) reaps it: dead.
+    exists
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
 }
 
 /// Is something mounted at `path` right now (per /proc/self/mountinfo)?
@@ -139,9 +148,7 @@ pub struct ServeOptions {
     pub on_ready: Box<dyn FnOnce(&MountRecord) + Send>,
 }
 
-/// Blocks SIGTERM/SIGINT/SIGHUP in this thread (and the threads it starts) and waits for
-/// them on a thread of its own, which unmounts cleanly.
-fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
+fn stop_signals() -> libc::sigset_t {
     // SAFETY: plain signal-mask manipulation on a zeroed sigset.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -149,6 +156,25 @@ fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
         for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
             libc::sigaddset(&mut set, s);
         }
+        set
+    }
+}
+
+/// Blocks SIGTERM/SIGINT/SIGHUP in this thread and the threads it starts later: one that
+/// arrives before `catch_signals` waits for it stays pending instead of killing the
+/// process between mounting and listening (exec's servers get SIGTERM when exec dies).
+fn block_signals() {
+    let set = stop_signals();
+    // SAFETY: changes this thread's signal mask only.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+}
+
+/// Blocks SIGTERM/SIGINT/SIGHUP in this thread (and the threads it starts) and waits for
+/// them on a thread of its own, which unmounts cleanly.
+fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
+    let set = stop_signals();
+    // SAFETY: plain signal-mask manipulation; sigwait on the blocked set.
+    unsafe {
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         std::thread::spawn(move || {
             let mut sig = 0;
@@ -160,6 +186,7 @@ fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
 
 /// Mounts and serves until unmounted. Refuses a workspace that is already mounted.
 pub fn serve(opts: ServeOptions) -> Result<()> {
+    block_signals();
     if let Some(m) = find_mount(&opts.home, &opts.vault_path, &opts.workspace)? {
         return Err(Error::Refused(format!(
             "workspace {} of {} is already mounted at {} (pid {})",
@@ -237,10 +264,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     };
     std::thread::spawn(move || server.serve(listener));
     let batcher = fs.clone();
+    let batch_notifier = session.notifier();
     std::thread::spawn(move || {
         loop {
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            batcher.wait_for_work(std::time::Duration::from_millis(20));
             batcher.commit_if_stale();
+            if batcher.take_refused() {
+                let _ = control::invalidate(&batcher, &batch_notifier);
+            }
         }
     });
     catch_signals(move || {

@@ -146,6 +146,12 @@ impl Workspace<'_> {
         }
         if entry.kind != Kind::Dir {
             self.check_file_size(entry.size)?;
+            self.charge(1, entry.size as i64)?;
+        } else if self.budget.is_some()
+            && let Some(h) = entry.hash
+        {
+            let u = crate::store::objects::tree_usage(self.db, &h)?;
+            self.charge(u.files as i64, u.bytes as i64)?;
         }
         let mut entry = entry.clone();
         entry.name = name.to_vec();

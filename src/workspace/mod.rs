@@ -13,6 +13,7 @@ mod nodes;
 pub mod path;
 
 pub use checkpoint::{Checkpoint, CheckpointSummary};
+pub use limits::{Budget, QuotaBaseline};
 pub use nodes::{NewNode, RenameFlags, SetAttr};
 
 use std::collections::HashMap;
@@ -309,6 +310,9 @@ pub struct Workspace<'a> {
     /// Inodes some process still has open (the mount sets this): when their last name
     /// goes they stay as orphans, readable until `drop_orphan` after the last close.
     pub open_inos: Option<&'a std::collections::HashSet<u64>>,
+    /// Quota accounting of a long-lived writer (the mount); `None` for CLI commands,
+    /// which check the totals once before they commit (`check_quota`).
+    pub budget: Option<&'a Budget>,
 }
 
 impl<'a> Workspace<'a> {
@@ -318,6 +322,7 @@ impl<'a> Workspace<'a> {
             db,
             info,
             open_inos: None,
+            budget: None,
         })
     }
 
@@ -327,6 +332,7 @@ impl<'a> Workspace<'a> {
             db,
             info,
             open_inos: None,
+            budget: None,
         }
     }
 

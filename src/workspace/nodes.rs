@@ -89,11 +89,17 @@ impl Workspace<'_> {
     /// transaction) and found nothing: saves the second lookup on the mount's hot path.
     pub fn create_absent(&self, parent: &Inode, name: &[u8], node: NewNode) -> Result<Inode> {
         check_name(name)?;
-        let now = now_ns();
-        let ino = self.alloc_inos(1)?;
         if let (Kind::File, Some((_, size))) = (node.kind, node.content) {
             self.check_file_size(size)?;
         }
+        match node.kind {
+            Kind::Dir => {}
+            Kind::File => self.charge(1, node.content.map_or(0, |(_, s)| s) as i64)?,
+            Kind::Symlink => self.charge(1, node.target.as_ref().map_or(0, |t| t.len()) as i64)?,
+            _ => self.charge(1, 0)?,
+        }
+        let now = now_ns();
+        let ino = self.alloc_inos(1)?;
         let (hash, size) = match (node.kind, node.content) {
             (Kind::File, Some((h, s))) => (Some(h), s),
             (Kind::File, None) => (Some(objects::put_content(self.db, b"")?), 0),
@@ -136,6 +142,8 @@ impl Workspace<'_> {
         if self.lookup(parent, name)?.is_some() {
             return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
         }
+        // A tree counts every name of a hard-linked file.
+        self.charge(1, inode.size as i64)?;
         self.insert_dentry(parent.ino, name, ino)?;
         inode.nlink += 1;
         inode.ctime_ns = now_ns();
@@ -159,6 +167,7 @@ impl Workspace<'_> {
     }
 
     fn drop_name(&self, mut child: Inode) -> Result<()> {
+        self.charge(-1, -(child.size as i64))?;
         let open = self.open_inos.is_some_and(|o| o.contains(&child.ino));
         if child.nlink <= 1 && open {
             child.nlink = 0;
@@ -240,7 +249,10 @@ impl Workspace<'_> {
     fn delete_subtree(&self, dir: Inode) -> Result<()> {
         let mut stack = vec![dir];
         while let Some(d) = stack.pop() {
-            if d.materialized {
+            if !d.materialized {
+                let u = self.subtree_usage(&d)?;
+                self.charge(-(u.files as i64), -(u.bytes as i64))?;
+            } else {
                 for (n, c) in self.children(d.ino)? {
                     self.delete_dentry(d.ino, &n)?;
                     if c.kind == Kind::Dir {
@@ -375,6 +387,7 @@ impl Workspace<'_> {
             if size > i.size {
                 self.check_file_size(size)?;
             }
+            self.charge(0, (size as i64 - i.size as i64) * i.nlink as i64)?;
             i.hash = Some(objects::resize_content(self.db, &hash, i.size, size)?);
             i.size = size;
             i.mtime_ns = now;
@@ -409,6 +422,7 @@ impl Workspace<'_> {
                 "not a regular file".into(),
             ));
         }
+        self.charge(0, (size as i64 - i.size as i64) * i.nlink as i64)?;
         let now = now_ns();
         i.hash = Some(hash);
         i.size = size;
