@@ -383,14 +383,16 @@ fn discard_fork(ctx: &Ctx, v: &VaultRef) -> Result<()> {
     reg.remove(&v.name)
 }
 
-struct MountGuard {
+/// A mount of a workspace for the duration of a command: the running mount when there is
+/// one, otherwise one started here and unmounted when the guard goes.
+pub(super) struct MountGuard {
     home: PathBuf,
-    mountpoint: PathBuf,
+    pub(super) mountpoint: PathBuf,
     ours: bool,
 }
 
 impl MountGuard {
-    fn acquire(ctx: &Ctx, v: &VaultRef, id: &str) -> Result<MountGuard> {
+    pub(super) fn acquire(ctx: &Ctx, v: &VaultRef, id: &str) -> Result<MountGuard> {
         if let Some(m) = crate::mount::find_mount(&ctx.home, &v.path, &v.workspace)? {
             return Ok(MountGuard {
                 home: ctx.home.clone(),
