@@ -29,7 +29,7 @@ pub struct IndexUpdate {
     /// True when the whole tree was walked (first search in this workspace, or its
     /// previous root was removed by gc); false for an incremental update.
     pub full: bool,
-    /// Files whose entry was (re)indexed or dropped by this update.
+    /// Files (paths) this update added, re-indexed or dropped.
     pub files_updated: u64,
     /// Contents read and tokenized by this update (content seen before is not read again).
     pub contents_indexed: u64,
@@ -68,7 +68,6 @@ impl Indexer<'_> {
             .query_row(params![self.ws, path], |r| r.get(0))
             .optional()?;
         if let Some(t) = text {
-            self.stats.files_updated += 1;
             drop_text_if_unused(self.db, t)?;
         }
         Ok(())
@@ -110,11 +109,15 @@ impl Indexer<'_> {
                 "INSERT OR REPLACE INTO search_doc (workspace, path, text) VALUES (?1, ?2, ?3)",
             )?
             .execute(params![self.ws, path, id])?;
+        Ok(())
+    }
+
+    /// Counts one file updated, for the report and the progress bar.
+    fn counted(&mut self) {
         self.stats.files_updated += 1;
         if self.stats.files_updated.is_multiple_of(256) {
             (self.progress)(self.stats.files_updated);
         }
-        Ok(())
     }
 }
 
@@ -182,13 +185,23 @@ pub fn update(ws: &mut Workspace, progress: &dyn Fn(u64)) -> Result<IndexUpdate>
         Some(r) if r == current => {}
         Some(r) => {
             for c in diff_roots(db, &r, &current)? {
+                // The text is the same: nothing to re-index.
+                if c.kind == crate::diff::ChangeKind::ModeChanged {
+                    continue;
+                }
                 let path = join_bytes(&c.comps);
-                if c.before.as_ref().is_some_and(|e| e.kind == Kind::File) {
+                let before = c.before.as_ref().filter(|e| e.kind == Kind::File);
+                let after = c.after.as_ref().filter(|e| e.kind == Kind::File);
+                if before.is_none() && after.is_none() {
+                    continue;
+                }
+                if before.is_some() {
                     ix.remove(&path)?;
                 }
-                if let Some(e) = c.after.as_ref().filter(|e| e.kind == Kind::File) {
+                if let Some(e) = after {
                     ix.add(&path, e)?;
                 }
+                ix.counted();
             }
         }
         None => {
@@ -196,6 +209,7 @@ pub fn update(ws: &mut Workspace, progress: &dyn Fn(u64)) -> Result<IndexUpdate>
             walk(db, &current, &[], None, &mut |comps, e, _| {
                 if e.kind == Kind::File {
                     ix.add(&join_bytes(comps), e)?;
+                    ix.counted();
                 }
                 Ok(Next::Descend)
             })?;
