@@ -167,8 +167,11 @@ pub fn update(ws: &mut Workspace, progress: &dyn Fn(u64)) -> Result<IndexUpdate>
     let db = ws.db;
     let id = ws.info.id;
     let current = ws.flush()?;
-    let from = match stored_root(db, id)? {
-        Some(r) if tree_exists(db, &r)? => Some(r),
+    // The changes since the indexed root; none (a full walk) when there is no index yet,
+    // or when its root, or a tree below it, is gone (removed by gc).
+    let changes = match stored_root(db, id)? {
+        Some(r) if r == current => Some(vec![]),
+        Some(r) if tree_exists(db, &r)? => diff_roots(db, &r, &current).ok(),
         _ => None,
     };
     let mut ix = Indexer {
@@ -176,15 +179,14 @@ pub fn update(ws: &mut Workspace, progress: &dyn Fn(u64)) -> Result<IndexUpdate>
         ws: id,
         stats: IndexUpdate {
             root: current.to_hex(),
-            full: from.is_none(),
+            full: changes.is_none(),
             ..Default::default()
         },
         progress,
     };
-    match from {
-        Some(r) if r == current => {}
-        Some(r) => {
-            for c in diff_roots(db, &r, &current)? {
+    match changes {
+        Some(changes) => {
+            for c in changes {
                 // The text is the same: nothing to re-index.
                 if c.kind == crate::diff::ChangeKind::ModeChanged {
                     continue;

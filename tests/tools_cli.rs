@@ -628,3 +628,30 @@ fn colours_only_on_a_terminal_and_never_with_no_color() {
     let diff = on_tty(&env, "diff", false).unwrap();
     assert!(diff.contains("\x1b[32mA\x1b[0m /added"), "{diff:?}");
 }
+
+#[test]
+fn search_rebuilds_from_the_tree_when_gc_removed_the_indexed_root() {
+    let env = Env::new();
+    env.ok(&["write", "/a.txt", "alpha words\n"]);
+    let v = env.json(&["search", "alpha"]);
+    assert_eq!(v["index"]["full"], true);
+    // The indexed root was never saved in a checkpoint: once nothing else refers to it
+    // (the checkpoint flushes the live layer to a new root), gc removes it.
+    env.ok(&["write", "/b.txt", "beta words\n"]);
+    env.ok(&["checkpoint", "save", "later"]);
+    assert!(env.json(&["gc"])["trees_removed"].as_u64().unwrap() >= 1);
+    let v = env.json(&["search", "words"]);
+    assert_eq!(v["index"]["full"], true);
+    assert_eq!(v["index"]["files_updated"], 2);
+    assert_eq!(
+        v["index"]["contents_indexed"], 1,
+        "alpha's text is still indexed"
+    );
+    assert_eq!(paths(&v["results"]), vec!["/a.txt", "/b.txt"]);
+    // Back to incremental.
+    env.ok(&["rm", "/a.txt"]);
+    let v = env.json(&["search", "words"]);
+    assert_eq!(v["index"]["full"], false);
+    assert_eq!(v["index"]["files_updated"], 1);
+    assert_eq!(paths(&v["results"]), vec!["/b.txt"]);
+}
