@@ -149,13 +149,16 @@ fn is_dir(e: Option<&Entry>) -> bool {
     e.is_some_and(|e| e.kind == Kind::Dir)
 }
 
-/// What one side did to a path since the base.
+/// What one side did to a path since the base. For a directory, `modified` means that
+/// something below it changed; its own mode and attributes come first.
 fn side_change(b: Option<&Entry>, x: Option<&Entry>) -> &'static str {
     match (b, x) {
         (None, None) => "unchanged",
         (None, Some(_)) => "added",
         (Some(_), None) => "deleted",
         (Some(b), Some(x)) if b.kind != x.kind => "type_changed",
+        (Some(b), Some(x)) if b.kind == Kind::Dir && owner(b) != owner(x) => "mode_changed",
+        (Some(b), Some(x)) if b.kind == Kind::Dir && b.xattrs != x.xattrs => "meta_changed",
         (Some(b), Some(x)) if content_key(b) != content_key(x) => "modified",
         (Some(b), Some(x)) if owner(b) != owner(x) => "mode_changed",
         (Some(b), Some(x)) if b.xattrs != x.xattrs => "meta_changed",
@@ -260,7 +263,9 @@ pub fn plan(
             xattrs: a.xattrs.clone(),
         };
         let (eb, ef, et) = (as_entry(rb), as_entry(rf), as_entry(rt));
-        w.dir_meta(&[], Some(&eb), &ef, &et);
+        if !w.dir_meta(&[], Some(&eb), &ef, &et) {
+            w.conflict(&[], Some(&eb), Some(&ef), Some(&et))?;
+        }
     }
     w.dir(&mut Vec::new(), &tb.entries, &tf.entries, &tt.entries)?;
     Ok(w.plan)

@@ -598,3 +598,51 @@ fn a_large_fork_merges_in_proportion_to_its_changes() {
     let d = env.json(&["diff", r["before"].as_str().unwrap()]);
     assert_eq!(changes(&d), vec![t2("modified", "/d7/f42")]);
 }
+
+#[test]
+fn directory_and_root_attributes_merge_by_key_and_conflict_on_the_same_key() {
+    let env = setup();
+    env.ok(&["--vault", "task", "tag", "/", "from-fork"]);
+    env.ok(&["tag", "/", "from-target"]);
+    env.ok(&["--vault", "task", "meta", "/src", "owner", "fork"]);
+    env.ok(&["meta", "/src", "owner", "target"]);
+    env.ok(&["--vault", "task", "write", "/src/a.txt", "fork\n"]);
+    let r = report(&env, &["vault", "merge", "task"], 1);
+    assert_eq!(
+        taken(&r),
+        vec![t2("meta_changed", "/"), t2("modified", "/src/a.txt")]
+    );
+    assert_eq!(
+        conflicts(&r),
+        vec![c5(
+            "/src",
+            "both_modified",
+            "meta_changed",
+            "meta_changed",
+            "kept_target"
+        )]
+    );
+    assert_eq!(
+        env.json(&["meta", "/"])["tags"],
+        serde_json::json!(["from-fork", "from-target"])
+    );
+    assert_eq!(env.ok(&["meta", "/src", "owner"]).stdout, "target\n");
+    assert_eq!(env.cat(None, "/src/a.txt"), "fork\n");
+
+    // The root's own attributes in conflict.
+    env.ok(&["vault", "fork", "default", "t2"]);
+    env.ok(&["--vault", "t2", "meta", "/", "k", "fork"]);
+    env.ok(&["meta", "/", "k", "target"]);
+    let r = report(&env, &["vault", "merge", "t2"], 1);
+    assert_eq!(
+        conflicts(&r),
+        vec![c5(
+            "/",
+            "both_modified",
+            "meta_changed",
+            "meta_changed",
+            "kept_target"
+        )]
+    );
+    assert_eq!(env.ok(&["meta", "/", "k"]).stdout, "target\n");
+}
