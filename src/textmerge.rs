@@ -221,6 +221,58 @@ mod tests {
         assert_eq!(r.conflicts, 1);
     }
 
+    /// Random edits of random texts: never a panic, and the merge of one side with an
+    /// unchanged other side (or of two equal sides) is that side, without conflict.
+    #[test]
+    fn random_edits_keep_the_basic_laws() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let words = ["a\n", "b\n", "c\n", "d\n", "e", "\n"];
+        for _ in 0..2000 {
+            let len = next(12) as usize;
+            let base: Vec<&str> = (0..len).map(|_| words[next(6) as usize]).collect();
+            let mut edit = |v: &Vec<&str>| {
+                let mut v = v.clone();
+                for _ in 0..next(4) {
+                    let at = next(v.len() as u64 + 1) as usize;
+                    match next(3) {
+                        0 => v.insert(at, words[next(6) as usize]),
+                        1 if at < v.len() => {
+                            v.remove(at);
+                        }
+                        _ if at < v.len() => v[at] = words[next(6) as usize],
+                        _ => {}
+                    }
+                }
+                v.concat()
+            };
+            let (o, t, b) = (edit(&base), edit(&base), base.concat());
+            let r = m(&b, &o, &t);
+            if o == b {
+                assert_eq!(
+                    (r.text.as_str(), r.conflicts),
+                    (t.as_str(), 0),
+                    "{b:?} {o:?} {t:?}"
+                );
+            }
+            if t == b || t == o {
+                assert_eq!(
+                    (r.text.as_str(), r.conflicts),
+                    (o.as_str(), 0),
+                    "{b:?} {o:?} {t:?}"
+                );
+            }
+            if r.conflicts == 0 {
+                assert!(!r.text.contains("<<<<<<<"));
+            }
+        }
+    }
+
     #[test]
     fn empty_base_and_missing_final_newline() {
         let r = m("", "same\nours", "same\ntheirs");
