@@ -73,6 +73,7 @@ fn shell_runs_in_the_mount_with_a_checkpoint_and_a_summary() {
     assert_eq!(v["exit_code"], 3);
     assert_eq!(v["shell"], "/bin/sh");
     assert_eq!(v["vault"], "default");
+    assert_eq!(v["workspace"], "main");
     assert_eq!(
         v["summary"],
         json!({"added": 2, "modified": 0, "deleted": 1, "type_changed": 0, "mode_changed": 0})
