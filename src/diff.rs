@@ -16,6 +16,9 @@ pub enum ChangeKind {
     Deleted,
     TypeChanged,
     ModeChanged,
+    /// Only the extended attributes (tags, metadata) differ. Reported only when the diff
+    /// is asked for them (`DiffOptions::xattrs`); plain diffs and exec reports never show it.
+    MetaChanged,
 }
 
 impl ChangeKind {
@@ -26,6 +29,7 @@ impl ChangeKind {
             ChangeKind::Deleted => "D",
             ChangeKind::TypeChanged => "T",
             ChangeKind::ModeChanged => "P",
+            ChangeKind::MetaChanged => "X",
         }
     }
 }
@@ -47,6 +51,16 @@ pub struct Change {
     pub before: Option<Entry>,
     #[serde(skip)]
     pub after: Option<Entry>,
+    /// The path as raw name bytes (`path` is for display and loses invalid UTF-8).
+    #[serde(skip)]
+    pub comps: Vec<Vec<u8>>,
+}
+
+/// What a diff compares besides type, content and mode.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiffOptions {
+    /// Report entries whose extended attributes alone differ, as `MetaChanged`.
+    pub xattrs: bool,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -56,6 +70,14 @@ pub struct ChangeSummary {
     pub deleted: usize,
     pub type_changed: usize,
     pub mode_changed: usize,
+    /// Only non-zero for diffs that compare extended attributes; left out otherwise, so
+    /// the documented shape (and the exec envelope's schema) stays as it was.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub meta_changed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl ChangeSummary {
@@ -68,6 +90,7 @@ impl ChangeSummary {
                 ChangeKind::Deleted => s.deleted += 1,
                 ChangeKind::TypeChanged => s.type_changed += 1,
                 ChangeKind::ModeChanged => s.mode_changed += 1,
+                ChangeKind::MetaChanged => s.meta_changed += 1,
             }
         }
         s
@@ -78,9 +101,16 @@ fn size_of(e: &Entry) -> Option<u64> {
     (e.kind != Kind::Dir).then_some(e.size)
 }
 
-fn change(path: String, kind: ChangeKind, a: Option<&Entry>, b: Option<&Entry>) -> Change {
+/// One change at `comps` from entry `a` to entry `b`, with sizes, types and modes filled in.
+pub fn change(
+    comps: Vec<Vec<u8>>,
+    kind: ChangeKind,
+    a: Option<&Entry>,
+    b: Option<&Entry>,
+) -> Change {
     Change {
-        path,
+        path: display(&comps),
+        comps,
         kind,
         type_before: a.map(|e| e.kind.name()),
         type_after: b.map(|e| e.kind.name()),
@@ -96,136 +126,180 @@ fn change(path: String, kind: ChangeKind, a: Option<&Entry>, b: Option<&Entry>) 
 
 /// Every change from root `a` to root `b`, sorted by path.
 pub fn diff_roots(db: &Connection, a: &Hash, b: &Hash) -> Result<Vec<Change>> {
+    diff_roots_with(db, a, b, DiffOptions::default())
+}
+
+/// `diff_roots`, comparing what `opts` asks for too.
+pub fn diff_roots_with(
+    db: &Connection,
+    a: &Hash,
+    b: &Hash,
+    opts: DiffOptions,
+) -> Result<Vec<Change>> {
     let mut out = Vec::new();
     if a != b {
         let ta = get_tree(db, a)?;
         let tb = get_tree(db, b)?;
-        if let (Some(ra), Some(rb)) = (&ta.root_attrs, &tb.root_attrs)
-            && (ra.mode != rb.mode || ra.uid != rb.uid || ra.gid != rb.gid)
-        {
-            let mut c = change("/".into(), ChangeKind::ModeChanged, None, None);
-            c.type_before = Some("dir");
-            c.type_after = Some("dir");
-            c.mode_before = Some(format!("{:04o}", ra.mode));
-            c.mode_after = Some(format!("{:04o}", rb.mode));
-            out.push(c);
+        if let (Some(ra), Some(rb)) = (&ta.root_attrs, &tb.root_attrs) {
+            let kind = if ra.mode != rb.mode || ra.uid != rb.uid || ra.gid != rb.gid {
+                Some(ChangeKind::ModeChanged)
+            } else if opts.xattrs && ra.xattrs != rb.xattrs {
+                Some(ChangeKind::MetaChanged)
+            } else {
+                None
+            };
+            if let Some(kind) = kind {
+                let mut c = change(vec![], kind, None, None);
+                c.type_before = Some("dir");
+                c.type_after = Some("dir");
+                c.mode_before = Some(format!("{:04o}", ra.mode));
+                c.mode_after = Some(format!("{:04o}", rb.mode));
+                out.push(c);
+            }
         }
-        diff_entries(db, &mut Vec::new(), &ta.entries, &tb.entries, &mut out)?;
+        let mut w = Walk { db, opts, out };
+        w.entries(&mut Vec::new(), &ta.entries, &tb.entries)?;
+        out = w.out;
     }
     Ok(out)
 }
 
-fn diff_entries(
+/// The changes from entry `a` to entry `b` (either may be absent) at `parent`/name, with
+/// everything below them: the diff of one subtree, for callers that walk trees themselves.
+pub fn diff_entry(
     db: &Connection,
-    prefix: &mut Vec<Vec<u8>>,
-    a: &[Entry],
-    b: &[Entry],
-    out: &mut Vec<Change>,
-) -> Result<()> {
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        let order = match (a.get(i), b.get(j)) {
-            (Some(x), Some(y)) => x.name.cmp(&y.name),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            _ => std::cmp::Ordering::Greater,
-        };
-        match order {
-            std::cmp::Ordering::Less => {
-                whole(db, prefix, &a[i], ChangeKind::Deleted, out)?;
-                i += 1;
-            }
-            std::cmp::Ordering::Greater => {
-                whole(db, prefix, &b[j], ChangeKind::Added, out)?;
-                j += 1;
-            }
-            std::cmp::Ordering::Equal => {
-                pair(db, prefix, &a[i], &b[j], out)?;
-                i += 1;
-                j += 1;
-            }
-        }
+    parent: &[Vec<u8>],
+    a: Option<&Entry>,
+    b: Option<&Entry>,
+    opts: DiffOptions,
+) -> Result<Vec<Change>> {
+    let mut w = Walk {
+        db,
+        opts,
+        out: Vec::new(),
+    };
+    let mut prefix = parent.to_vec();
+    match (a, b) {
+        (Some(a), Some(b)) => w.pair(&mut prefix, a, b)?,
+        (Some(a), None) => w.whole(&mut prefix, a, ChangeKind::Deleted)?,
+        (None, Some(b)) => w.whole(&mut prefix, b, ChangeKind::Added)?,
+        (None, None) => {}
     }
-    Ok(())
+    Ok(w.out)
 }
 
-fn path_of(prefix: &mut Vec<Vec<u8>>, name: &[u8]) -> String {
-    prefix.push(name.to_vec());
-    let p = display(prefix);
-    prefix.pop();
+struct Walk<'a> {
+    db: &'a Connection,
+    opts: DiffOptions,
+    out: Vec<Change>,
+}
+
+fn path_of(prefix: &[Vec<u8>], name: &[u8]) -> Vec<Vec<u8>> {
+    let mut p = Vec::with_capacity(prefix.len() + 1);
+    p.extend_from_slice(prefix);
+    p.push(name.to_vec());
     p
 }
 
-/// An entry added or deleted with everything below it.
-fn whole(
-    db: &Connection,
-    prefix: &mut Vec<Vec<u8>>,
-    e: &Entry,
-    kind: ChangeKind,
-    out: &mut Vec<Change>,
-) -> Result<()> {
-    let p = path_of(prefix, &e.name);
-    out.push(match kind {
-        ChangeKind::Deleted => change(p, kind, Some(e), None),
-        _ => change(p, kind, None, Some(e)),
-    });
-    if e.kind == Kind::Dir {
-        let tree = get_tree(db, e.hash.as_ref().unwrap())?;
-        prefix.push(e.name.clone());
-        for c in &tree.entries {
-            whole(db, prefix, c, kind, out)?;
-        }
-        prefix.pop();
-    }
-    Ok(())
-}
-
-fn pair(
-    db: &Connection,
-    prefix: &mut Vec<Vec<u8>>,
-    a: &Entry,
-    b: &Entry,
-    out: &mut Vec<Change>,
-) -> Result<()> {
-    let attrs_differ = a.mode != b.mode || a.uid != b.uid || a.gid != b.gid;
-    let content_differs =
-        a.hash != b.hash || a.size != b.size || a.target != b.target || a.rdev != b.rdev;
-    // Most pairs in a visited directory are equal: skip them before building a path.
-    if a.kind == b.kind && !attrs_differ && !content_differs {
-        return Ok(());
-    }
-    let p = path_of(prefix, &a.name);
-    if a.kind != b.kind {
-        out.push(change(p, ChangeKind::TypeChanged, Some(a), Some(b)));
-        prefix.push(a.name.clone());
-        for (e, kind) in [(a, ChangeKind::Deleted), (b, ChangeKind::Added)] {
-            if e.kind == Kind::Dir {
-                for c in &get_tree(db, e.hash.as_ref().unwrap())?.entries {
-                    whole(db, prefix, c, kind, out)?;
+impl Walk<'_> {
+    fn entries(&mut self, prefix: &mut Vec<Vec<u8>>, a: &[Entry], b: &[Entry]) -> Result<()> {
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            let order = match (a.get(i), b.get(j)) {
+                (Some(x), Some(y)) => x.name.cmp(&y.name),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            match order {
+                std::cmp::Ordering::Less => {
+                    self.whole(prefix, &a[i], ChangeKind::Deleted)?;
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    self.whole(prefix, &b[j], ChangeKind::Added)?;
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    self.pair(prefix, &a[i], &b[j])?;
+                    i += 1;
+                    j += 1;
                 }
             }
         }
-        prefix.pop();
-        return Ok(());
+        Ok(())
     }
-    if a.kind == Kind::Dir {
-        if attrs_differ {
-            out.push(change(p, ChangeKind::ModeChanged, Some(a), Some(b)));
-        }
-        if a.hash != b.hash {
-            let ta = get_tree(db, a.hash.as_ref().unwrap())?;
-            let tb = get_tree(db, b.hash.as_ref().unwrap())?;
-            prefix.push(a.name.clone());
-            diff_entries(db, prefix, &ta.entries, &tb.entries, out)?;
+
+    /// An entry added or deleted with everything below it.
+    fn whole(&mut self, prefix: &mut Vec<Vec<u8>>, e: &Entry, kind: ChangeKind) -> Result<()> {
+        let p = path_of(prefix, &e.name);
+        self.out.push(match kind {
+            ChangeKind::Deleted => change(p, kind, Some(e), None),
+            _ => change(p, kind, None, Some(e)),
+        });
+        if e.kind == Kind::Dir {
+            let tree = get_tree(self.db, e.hash.as_ref().unwrap())?;
+            prefix.push(e.name.clone());
+            for c in &tree.entries {
+                self.whole(prefix, c, kind)?;
+            }
             prefix.pop();
         }
-        return Ok(());
+        Ok(())
     }
-    if content_differs {
-        out.push(change(p, ChangeKind::Modified, Some(a), Some(b)));
-    } else if attrs_differ {
-        out.push(change(p, ChangeKind::ModeChanged, Some(a), Some(b)));
+
+    fn pair(&mut self, prefix: &mut Vec<Vec<u8>>, a: &Entry, b: &Entry) -> Result<()> {
+        let attrs_differ = a.mode != b.mode || a.uid != b.uid || a.gid != b.gid;
+        let content_differs =
+            a.hash != b.hash || a.size != b.size || a.target != b.target || a.rdev != b.rdev;
+        let xattrs_differ = self.opts.xattrs && a.xattrs != b.xattrs;
+        // Most pairs in a visited directory are equal: skip them before building a path.
+        if a.kind == b.kind && !attrs_differ && !content_differs && !xattrs_differ {
+            return Ok(());
+        }
+        let p = path_of(prefix, &a.name);
+        if a.kind != b.kind {
+            self.out
+                .push(change(p, ChangeKind::TypeChanged, Some(a), Some(b)));
+            prefix.push(a.name.clone());
+            for (e, kind) in [(a, ChangeKind::Deleted), (b, ChangeKind::Added)] {
+                if e.kind == Kind::Dir {
+                    for c in &get_tree(self.db, e.hash.as_ref().unwrap())?.entries {
+                        self.whole(prefix, c, kind)?;
+                    }
+                }
+            }
+            prefix.pop();
+            return Ok(());
+        }
+        if a.kind == Kind::Dir {
+            if attrs_differ {
+                self.out
+                    .push(change(p, ChangeKind::ModeChanged, Some(a), Some(b)));
+            } else if xattrs_differ {
+                self.out
+                    .push(change(p, ChangeKind::MetaChanged, Some(a), Some(b)));
+            }
+            if a.hash != b.hash {
+                let ta = get_tree(self.db, a.hash.as_ref().unwrap())?;
+                let tb = get_tree(self.db, b.hash.as_ref().unwrap())?;
+                prefix.push(a.name.clone());
+                self.entries(prefix, &ta.entries, &tb.entries)?;
+                prefix.pop();
+            }
+            return Ok(());
+        }
+        if content_differs {
+            self.out
+                .push(change(p, ChangeKind::Modified, Some(a), Some(b)));
+        } else if attrs_differ {
+            self.out
+                .push(change(p, ChangeKind::ModeChanged, Some(a), Some(b)));
+        } else if xattrs_differ {
+            self.out
+                .push(change(p, ChangeKind::MetaChanged, Some(a), Some(b)));
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Largest file (either side) that gets a unified text diff.

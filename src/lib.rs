@@ -4,10 +4,15 @@ pub mod cli;
 pub mod diff;
 pub mod error;
 pub mod exec;
+pub mod merge;
 pub mod registry;
+pub mod search;
 pub mod store;
+pub mod tags;
+pub mod textmerge;
 pub mod util;
 pub mod vaultcopy;
+pub mod walk;
 pub mod workspace;
 
 pub use error::{Error, Result};

@@ -61,8 +61,8 @@ pub struct RestoreArgs {
 }
 
 #[derive(Serialize)]
-struct CheckpointJson {
-    name: String,
+pub(super) struct CheckpointJson {
+    pub(super) name: String,
     workspace: String,
     root: String,
     parent: Option<String>,
@@ -72,7 +72,7 @@ struct CheckpointJson {
     message: Option<String>,
 }
 
-fn cp_json(c: &Checkpoint) -> CheckpointJson {
+pub(super) fn cp_json(c: &Checkpoint) -> CheckpointJson {
     CheckpointJson {
         name: c.name.clone(),
         workspace: c.workspace.clone(),
@@ -197,7 +197,7 @@ fn base_side(ws: &mut Workspace, name: Option<&str>) -> Result<(String, Hash)> {
     }
 }
 
-pub fn print_changes(changes: &[Change]) {
+pub fn print_changes(changes: &[Change], paint: super::output::Paint) {
     for c in changes {
         let sizes = match (c.size_before, c.size_after) {
             (Some(a), Some(b)) if a != b => format!("  {} -> {}", human_size(a), human_size(b)),
@@ -218,7 +218,13 @@ pub fn print_changes(changes: &[Change]) {
             ),
             _ => String::new(),
         };
-        println!("{} {}{}{}", c.kind.sigil(), c.path, sizes, extra);
+        println!(
+            "{} {}{}{}",
+            paint.sigil(c.kind.sigil()),
+            c.path,
+            sizes,
+            extra
+        );
         if let Some(p) = &c.patch {
             print!("{p}");
         }
@@ -242,7 +248,7 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
             if changes.is_empty() {
                 println!("no changes between {from} and {to}");
             } else {
-                print_changes(&changes);
+                print_changes(&changes, ctx.out.paint());
             }
         },
     );

@@ -562,9 +562,11 @@ pub fn watchdog(ctx: &Ctx, a: WatchdogArgs) -> Result<i32> {
     Ok(0)
 }
 
-struct MountGuard {
+/// A mount of a workspace for the duration of a command: the running mount when there is
+/// one, otherwise one started here and unmounted when the guard goes.
+pub(super) struct MountGuard {
     home: PathBuf,
-    mountpoint: PathBuf,
+    pub(super) mountpoint: PathBuf,
     ours: bool,
     /// The server of a mount we made.
     server: Option<u32>,
@@ -573,7 +575,7 @@ struct MountGuard {
 }
 
 impl MountGuard {
-    fn acquire(ctx: &Ctx, v: &VaultRef, id: &str) -> Result<MountGuard> {
+    pub(super) fn acquire(ctx: &Ctx, v: &VaultRef, id: &str) -> Result<MountGuard> {
         if let Some(m) = crate::mount::find_mount(&ctx.home, &v.path, &v.workspace)? {
             return Ok(MountGuard {
                 home: ctx.home.clone(),

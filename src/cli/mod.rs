@@ -1,18 +1,22 @@
 //! The `avfs` command line: parses, calls the library, prints. One file per command group.
 
 mod checkpoint;
+mod examples;
 mod exec;
 mod fs;
+mod merge;
 mod mount;
 mod output;
 mod quota;
+mod shell;
+mod tools;
 mod upkeep;
 mod vault;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::error::Result;
 use crate::registry::{DEFAULT_VAULT, Registry, VaultRef};
@@ -109,6 +113,82 @@ pub enum Command {
     /// (internal) Started by `avfs exec`: finishes its work if it dies.
     #[command(name = "exec-watchdog", hide = true)]
     ExecWatchdog(exec::WatchdogArgs),
+    /// Search file contents for a regular expression (ripgrep-like).
+    Grep(tools::GrepArgs),
+    /// Find files by name, type, size, tags, metadata or change since a checkpoint.
+    Find(tools::FindArgs),
+    /// Full-text search over text files, ranked, with snippets (index kept up to date).
+    Search(tools::SearchArgs),
+    /// Add tags to a file or directory.
+    Tag(tools::TagArgs),
+    /// Remove tags from a file or directory.
+    Untag(tools::TagArgs),
+    /// Show, set or remove metadata (key = value) of a file or directory.
+    Meta(tools::MetaArgs),
+    /// An interactive $SHELL in the mounted workspace: checkpoint on entry, change summary on exit.
+    Shell(shell::ShellArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page, or write one page per command into a directory.
+    Man(ManArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompletionsArgs {
+    shell: clap_complete::Shell,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ManArgs {
+    /// Write avfs.1 and a page per command (avfs-vault-merge.1, ...) into DIR.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+/// The command line definition with the examples of every command: what parsing, `--help`,
+/// the man pages and the completion scripts all use.
+pub fn cli_command() -> clap::Command {
+    examples::add(Cli::command(), "")
+}
+
+fn completions(a: CompletionsArgs) -> Result<i32> {
+    let mut cmd = cli_command();
+    clap_complete::generate(a.shell, &mut cmd, "avfs", &mut std::io::stdout());
+    Ok(EXIT_OK)
+}
+
+fn man(ctx: &Ctx, a: ManArgs) -> Result<i32> {
+    let cmd = cli_command();
+    match a.dir {
+        None => {
+            let mut buf = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut buf)
+                .map_err(|e| crate::error::Error::host("man page", e))?;
+            use std::io::Write;
+            std::io::stdout()
+                .write_all(&buf)
+                .map_err(|e| crate::error::Error::host("stdout", e))?;
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| crate::error::Error::host(dir.display(), e))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .map_err(|e| crate::error::Error::host(dir.display(), e))?;
+            let mut written: Vec<String> = std::fs::read_dir(&dir)
+                .map_err(|e| crate::error::Error::host(dir.display(), e))?
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("avfs") && n.ends_with(".1"))
+                .collect();
+            written.sort();
+            ctx.out
+                .emit(&serde_json::json!({"dir": dir, "pages": written}), || {
+                    println!("wrote {} man pages to {}", written.len(), dir.display())
+                });
+        }
+    }
+    Ok(EXIT_OK)
 }
 
 /// Everything a command needs to find and open its vault.
@@ -180,17 +260,31 @@ impl Ctx {
         detail: serde_json::Value,
         f: impl FnOnce(&mut Workspace) -> Result<T>,
     ) -> Result<T> {
-        let (v, mut store) = self.open()?;
+        let (_, v) = self.target()?;
+        self.mutate_in(&v, action, |ws| Ok((f(ws)?, detail)))
+    }
+
+    /// Runs a mutating command on workspace `v` in one transaction; `f` returns the
+    /// result and the audit row's detail, written in the same transaction. A mount of the
+    /// workspace commits its buffers first and drops the kernel's caches afterwards.
+    pub fn mutate_in<T>(
+        &self,
+        v: &VaultRef,
+        action: &str,
+        f: impl FnOnce(&mut Workspace) -> Result<(T, serde_json::Value)>,
+    ) -> Result<T> {
+        self.sync_mount(v)?;
+        let mut store = Store::open(&v.path)?;
         let r = store.write(|db| {
             let mut ws = Workspace::open(db, &v.workspace)?;
             let before = ws.quota_baseline()?;
-            let r = f(&mut ws)?;
+            let (r, detail) = f(&mut ws)?;
             // Over quota: the whole command is rolled back.
             ws.check_quota(&before)?;
             audit::append(db, Some(&v.workspace), "cli", action, &detail)?;
             Ok(r)
         })?;
-        self.invalidate_mount(&v)?;
+        self.invalidate_mount(v)?;
         // Rows of live layers a restore replaced go in a transaction of their own, after
         // the command's work is committed.
         let _ = store.write(|db| {
@@ -205,6 +299,24 @@ impl Ctx {
             Ok(())
         });
         Ok(r)
+    }
+
+    /// Runs `f` on workspace `v` as `mutate_in` would, then rolls everything back: what a
+    /// change would do, with nothing changed (`--dry-run`).
+    pub fn trial_in<T>(
+        &self,
+        v: &VaultRef,
+        f: impl FnOnce(&mut Workspace) -> Result<T>,
+    ) -> Result<T> {
+        self.sync_mount(v)?;
+        let store = Store::open(&v.path)?;
+        Store::exec(&store.conn, "BEGIN IMMEDIATE")?;
+        let r = (|| {
+            let mut ws = Workspace::open(&store.conn, &v.workspace)?;
+            f(&mut ws)
+        })();
+        let _ = Store::exec(&store.conn, "ROLLBACK");
+        r.map_err(|e| store.corrupt_if_sqlite(e))
     }
 
     /// Runs a read-only command on one consistent snapshot. Reads may materialize
@@ -243,7 +355,10 @@ fn wants_json(args: &[OsString]) -> bool {
 
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let cli = match Cli::try_parse_from(&args) {
+    let parsed = cli_command()
+        .try_get_matches_from(&args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -304,5 +419,14 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Deny(a) => exec::decide(ctx, a, false),
         Command::Quota(a) => quota::run(ctx, a),
         Command::ExecWatchdog(a) => exec::watchdog(ctx, a),
+        Command::Grep(a) => tools::grep(ctx, a),
+        Command::Find(a) => tools::find(ctx, a),
+        Command::Search(a) => tools::search(ctx, a),
+        Command::Tag(a) => tools::tag(ctx, a, true),
+        Command::Untag(a) => tools::tag(ctx, a, false),
+        Command::Meta(a) => tools::meta(ctx, a),
+        Command::Shell(a) => shell::shell(ctx, a),
+        Command::Completions(a) => completions(a),
+        Command::Man(a) => man(ctx, a),
     }
 }

@@ -1,5 +1,7 @@
 //! Printing results: one JSON document on stdout with `--json`, text for people otherwise.
 
+use std::io::IsTerminal;
+
 use serde::Serialize;
 
 use crate::error::Error;
@@ -28,6 +30,47 @@ impl Out {
         } else {
             human();
         }
+    }
+
+    /// Colours on stdout: only on a terminal, never with `--json`, and not when `NO_COLOR`
+    /// is set to anything but an empty string (no-color.org).
+    pub fn paint(&self) -> Paint {
+        Paint {
+            on: !self.json && std::io::stdout().is_terminal() && !no_color(),
+        }
+    }
+
+    /// Colours for text written to stderr (same rules, judged on stderr).
+    pub fn paint_stderr(&self) -> Paint {
+        Paint {
+            on: !self.json && std::io::stderr().is_terminal() && !no_color(),
+        }
+    }
+
+    /// A progress bar on stderr for long work, only when stderr is a terminal and there is
+    /// no `--json`. `len` gives a bar, `None` a spinner.
+    pub fn progress(&self, len: Option<u64>, what: &str) -> Option<indicatif::ProgressBar> {
+        if self.json || !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let (pb, template) = match len {
+            Some(n) => (
+                indicatif::ProgressBar::new(n),
+                "{msg} [{bar:30}] {pos}/{len} ({eta})",
+            ),
+            None => (
+                indicatif::ProgressBar::new_spinner(),
+                "{spinner} {msg} {pos} ({per_sec}, {elapsed})",
+            ),
+        };
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(template)
+                .expect("progress template")
+                .progress_chars("=> "),
+        );
+        pb.set_message(what.to_string());
+        pb.enable_steady_tick(std::time::Duration::from_millis(120));
+        Some(pb)
     }
 
     pub fn error(&self, e: &Error) -> i32 {
@@ -95,5 +138,54 @@ pub fn human_size(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}
+
+/// ANSI colours, or plain text when colours are off.
+#[derive(Clone, Copy, Debug)]
+pub struct Paint {
+    pub on: bool,
+}
+
+impl Paint {
+    fn wrap(&self, code: &str, s: &str) -> String {
+        if self.on {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    pub fn path(&self, s: &str) -> String {
+        self.wrap("35", s)
+    }
+    pub fn line_no(&self, s: &str) -> String {
+        self.wrap("32", s)
+    }
+    pub fn matched(&self, s: &str) -> String {
+        self.wrap("1;31", s)
+    }
+    pub fn good(&self, s: &str) -> String {
+        self.wrap("32", s)
+    }
+    pub fn bad(&self, s: &str) -> String {
+        self.wrap("31", s)
+    }
+    pub fn warn(&self, s: &str) -> String {
+        self.wrap("33", s)
+    }
+    pub fn dim(&self, s: &str) -> String {
+        self.wrap("2", s)
+    }
+    /// A change sigil (A, M, D, T, P, X) in its colour.
+    pub fn sigil(&self, s: &str) -> String {
+        match s {
+            "A" => self.good(s),
+            "D" => self.bad(s),
+            _ => self.warn(s),
+        }
     }
 }

@@ -58,6 +58,9 @@ pub enum VaultCmd {
     Import { file: PathBuf, name: Option<String> },
     /// Re-hash all content and check every reference.
     Verify { name: Option<String> },
+    /// Merge a fork back: take what it changed since it was forked, report conflicts, and
+    /// save the result as a checkpoint of the target.
+    Merge(super::merge::MergeArgs),
 }
 
 #[derive(Serialize)]
@@ -235,6 +238,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             });
         }
         VaultCmd::Delete { name, yes, force } => return delete(ctx, &name, yes, force),
+        VaultCmd::Merge(a) => return super::merge::merge(ctx, a),
         VaultCmd::Fork {
             src,
             name,

@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 3;
+pub const FORMAT_VERSION: i64 = 4;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -135,4 +135,31 @@ CREATE TABLE quota (
   max_files INTEGER,
   max_file_size INTEGER
 );
+"#;
+
+/// Format 4: the full-text index of `avfs search` (SQLite FTS5). Text is indexed once per
+/// distinct content (`search_text`, whose id is the FTS rowid); each workspace maps its
+/// paths to indexed contents (`search_doc`) and remembers the root tree the index
+/// reflects (`search_state`), so bringing it up to date is a diff of two roots:
+/// O(changes). The FTS table is contentless: snippets are cut from the stored files, so
+/// the text is not stored twice. Everything here is derived data, rebuilt when missing.
+const V4: &str = r#"
+-- indexed = 0: binary or too large, known so it is not read again.
+CREATE TABLE search_text (
+  id INTEGER PRIMARY KEY,
+  hash BLOB NOT NULL UNIQUE,
+  size INTEGER NOT NULL,
+  indexed INTEGER NOT NULL
+);
+CREATE VIRTUAL TABLE search_fts USING fts5(
+  body, content = '', contentless_delete = 1, tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TABLE search_doc (
+  workspace INTEGER NOT NULL,
+  path BLOB NOT NULL,
+  text INTEGER NOT NULL,
+  PRIMARY KEY (workspace, path)
+) WITHOUT ROWID;
+CREATE INDEX search_doc_by_text ON search_doc (text);
+CREATE TABLE search_state (workspace INTEGER PRIMARY KEY, root BLOB NOT NULL);
 "#;

@@ -1,0 +1,255 @@
+//! `avfs vault merge`: a three-way merge of a fork back into its parent (or another
+//! workspace of the same vault file).
+
+use std::ffi::OsString;
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use serde_json::json;
+
+use super::Ctx;
+use super::checkpoint::{CheckpointJson, cp_json, print_changes};
+use crate::diff::Change;
+use crate::error::{Error, Result};
+use crate::merge::{self, Conflict, Resolution};
+use crate::registry::VaultRef;
+use crate::store::Store;
+use crate::workspace::path::{display, parse};
+use crate::workspace::{Workspace, find_workspace};
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The fork to merge (a registered name).
+    fork: String,
+    /// Merge into this vault or fork of the same file (default: the one FORK was forked from).
+    #[arg(long, value_name = "TARGET")]
+    into: Option<String>,
+    /// Merge only this path and what is below it (repeatable).
+    #[arg(long = "path", value_name = "P")]
+    paths: Vec<OsString>,
+    /// Work out and print the merge, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Conflicting text files: `report` keeps the target's version; `markers` writes a
+    /// three-way line merge, with <<<<<<< ======= >>>>>>> where the changes overlap.
+    #[arg(long, value_enum, default_value_t = ConflictMode::Report, value_name = "MODE")]
+    conflicts: ConflictMode,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConflictMode {
+    Report,
+    Markers,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    taken: usize,
+    conflicts: usize,
+    unresolved: usize,
+}
+
+#[derive(Serialize)]
+struct Report {
+    fork: String,
+    into: String,
+    base: String,
+    dry_run: bool,
+    paths: Vec<String>,
+    before: Option<String>,
+    checkpoint: Option<CheckpointJson>,
+    clean: bool,
+    taken: Vec<Change>,
+    conflicts: Vec<Conflict>,
+    summary: Summary,
+}
+
+pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
+    let reg = ctx.registry()?;
+    let fork = reg
+        .resolve(Some(&a.fork))?
+        .ok_or_else(|| Error::NoSuchVault(a.fork.clone()))?;
+    let info = Store::open(&fork.path)?
+        .read(|db| find_workspace(db, &fork.workspace))?
+        .ok_or_else(|| Error::NoSuchVault(a.fork.clone()))?;
+    let (Some(parent), Some(base_name)) = (info.parent.clone(), info.parent_checkpoint.clone())
+    else {
+        return Err(Error::Refused(format!(
+            "{} is not a fork made from a checkpoint, so it has no merge base",
+            fork.name
+        )));
+    };
+    let target = match &a.into {
+        Some(n) => reg
+            .resolve(Some(n))?
+            .ok_or_else(|| Error::NoSuchVault(n.clone()))?,
+        None => reg
+            .names_in(&fork.path)?
+            .into_iter()
+            .find(|v| v.workspace == parent)
+            .unwrap_or(VaultRef {
+                name: parent.clone(),
+                path: fork.path.clone(),
+                workspace: parent.clone(),
+            }),
+    };
+    if target.path != fork.path {
+        return Err(Error::InvalidArgument(
+            target.name,
+            format!(
+                "not in {}'s vault file ({}): a fork merges into a workspace of its own file",
+                fork.name,
+                fork.path.display()
+            ),
+        ));
+    }
+    if target.workspace == fork.workspace {
+        return Err(Error::InvalidArgument(
+            target.name,
+            "a fork cannot be merged into itself".into(),
+        ));
+    }
+    let paths: Vec<Vec<Vec<u8>>> = a.paths.iter().map(|p| parse(p)).collect::<Result<_>>()?;
+    let shown_paths: Vec<String> = paths.iter().map(|p| display(p)).collect();
+    ctx.sync_mount(&fork)?;
+    let markers = a.conflicts == ConflictMode::Markers;
+    let dry_run = a.dry_run;
+
+    // Everything happens in the target's transaction: the base and the fork are read in it.
+    let work = |ws: &mut Workspace| -> Result<Report> {
+        let db = ws.db;
+        let base = Workspace::open(db, &parent)
+            .map_err(|_| {
+                Error::Refused(format!(
+                    "{} was forked from workspace {parent}, which is gone: no merge base",
+                    fork.name
+                ))
+            })?
+            .find_checkpoint(&base_name)
+            .map_err(|_| {
+                Error::Refused(format!(
+                    "{}'s merge base, checkpoint {base_name} of {parent}, was deleted",
+                    fork.name
+                ))
+            })?;
+        let fork_root = Workspace::open(db, &fork.workspace)?.flush()?;
+        let target_root = ws.flush()?;
+        let opts = merge::Options {
+            paths: &paths,
+            markers,
+            target_label: &target.name,
+            fork_label: &fork.name,
+        };
+        let plan = merge::plan(db, &base.root, &fork_root, &target_root, &opts)?;
+        let mut before = None;
+        let mut checkpoint = None;
+        if !plan.actions.is_empty() {
+            if !dry_run {
+                before = Some(if ws.is_modified()? {
+                    let name = format!("auto-before-merge-{}", crate::store::now_ns() / 1_000_000);
+                    let msg = format!("unsaved changes before merging {}", fork.name);
+                    ws.checkpoint(Some(&name), Some(&msg), "auto")?
+                        .checkpoint
+                        .name
+                } else {
+                    ws.head()?.map(|h| h.name).unwrap_or_default()
+                });
+            }
+            merge::apply(ws, &plan, &fork_root)?;
+            if !dry_run {
+                let name = format!("merge-{}-{}", fork.name, crate::store::now_ns() / 1_000_000);
+                let msg = format!(
+                    "merge of {} (base {base_name}): {} taken, {} conflict(s)",
+                    fork.name,
+                    plan.taken.len(),
+                    plan.conflicts.len()
+                );
+                checkpoint = Some(ws.checkpoint(Some(&name), Some(&msg), "merge")?.checkpoint);
+            }
+        }
+        let unresolved = plan.unresolved();
+        Ok(Report {
+            fork: fork.name.clone(),
+            into: target.name.clone(),
+            base: base_name.clone(),
+            dry_run,
+            paths: shown_paths.clone(),
+            before,
+            checkpoint: checkpoint.as_ref().map(cp_json),
+            clean: unresolved == 0,
+            summary: Summary {
+                taken: plan.taken.len(),
+                conflicts: plan.conflicts.len(),
+                unresolved,
+            },
+            taken: plan.taken,
+            conflicts: plan.conflicts,
+        })
+    };
+    let report = if dry_run {
+        ctx.trial_in(&target, work)?
+    } else {
+        ctx.mutate_in(&target, "vault.merge", |ws| {
+            let r = work(ws)?;
+            let detail = json!({
+                "fork": r.fork, "into": r.into, "base": r.base, "paths": r.paths,
+                "taken": r.summary.taken,
+                "conflicts": r.conflicts.iter().map(|c| &c.path).collect::<Vec<_>>(),
+                "checkpoint": r.checkpoint.as_ref().map(|c| &c.name),
+            });
+            Ok((r, detail))
+        })?
+    };
+    let paint = ctx.out.paint();
+    ctx.out.emit(&report, || {
+        let verb = if report.dry_run {
+            "would merge"
+        } else {
+            "merged"
+        };
+        let s = &report.summary;
+        println!(
+            "{verb} {} into {} (base {}): {} taken, {} conflict{}",
+            report.fork,
+            report.into,
+            report.base,
+            s.taken,
+            s.conflicts,
+            if s.conflicts == 1 { "" } else { "s" }
+        );
+        print_changes(&report.taken, paint);
+        for c in &report.conflicts {
+            let what = match c.resolution {
+                Resolution::KeptTarget => format!("kept {}'s version", report.into),
+                Resolution::Markers => "conflict markers written".into(),
+                Resolution::Merged => "line merge without overlaps".into(),
+            };
+            let sigil = if c.resolution == Resolution::Merged {
+                paint.warn("C")
+            } else {
+                paint.bad("C")
+            };
+            println!(
+                "{sigil} {}  {} (fork {}, {} {}): {what}",
+                c.path,
+                serde_json::to_value(c.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default(),
+                c.fork,
+                report.into,
+                c.target
+            );
+        }
+        if let Some(cp) = &report.checkpoint {
+            println!("checkpoint: {}", cp.name);
+        }
+        if let Some(b) = report.before.as_deref().filter(|b| !b.is_empty()) {
+            println!(
+                "undo with: avfs --vault {} checkpoint restore {b}",
+                report.into
+            );
+        }
+    });
+    Ok(if report.clean { 0 } else { 1 })
+}

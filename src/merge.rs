@@ -1,0 +1,656 @@
+//! Three-way merge of a fork back into a workspace (`avfs vault merge`).
+//!
+//! The base is the checkpoint the fork was made from. The walk goes through the base,
+//! fork and target trees together and, like the tree diff, never enters a subtree the
+//! fork left as it was (equal hashes), so its cost is O(fork's changes × depth):
+//!
+//! * a path the fork changed and the target did not: the fork's entry is taken, a whole
+//!   subtree as one O(1) graft;
+//! * a path both changed in the same way: nothing to do;
+//! * a path both changed differently: directories on both sides are merged entry by entry;
+//!   files and other entries are merged by part (content, mode and owner, each extended
+//!   attribute), and the path is a conflict only when the two sides changed the same part
+//!   differently, or one deleted what the other changed, or they disagree on its type.
+//!
+//! Conflicts keep the target's version, or with `markers` a text file gets a three-way
+//! line merge (`textmerge`), with conflict markers where the changes overlap.
+
+use rusqlite::Connection;
+use serde::Serialize;
+
+use crate::diff::{Change, ChangeKind, DiffOptions, change, diff_entry};
+use crate::error::{Error, Result};
+use crate::store::objects::{self, Entry, Hash, Kind, Xattrs, get_tree};
+use crate::workspace::flush::entry_at;
+use crate::workspace::path::display;
+use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace};
+
+/// Largest text file (on any side) that gets a line merge with `--conflicts=markers`.
+pub const TEXT_LIMIT: u64 = 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConflictKind {
+    /// Both sides changed the same part (content, mode, an attribute) differently.
+    BothModified,
+    /// Absent in the base, added on both sides differently.
+    BothAdded,
+    /// The fork deleted what the target changed.
+    DeletedInFork,
+    /// The target deleted what the fork changed.
+    DeletedInTarget,
+    /// The sides disagree on the type (file, directory, symlink, ...).
+    TypeChanged,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    /// The target's version stays as it was.
+    KeptTarget,
+    /// The file now holds a line merge with conflict markers.
+    Markers,
+    /// The line merge found no overlapping changes: the file holds both sides' changes.
+    Merged,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Conflict {
+    pub path: String,
+    pub kind: ConflictKind,
+    /// What the fork did to the path since the base (a change kind, or `unchanged`).
+    pub fork: &'static str,
+    /// What the target did to it.
+    pub target: &'static str,
+    pub type_base: Option<&'static str>,
+    pub type_fork: Option<&'static str>,
+    pub type_target: Option<&'static str>,
+    pub resolution: Resolution,
+    #[serde(skip)]
+    pub comps: Vec<Vec<u8>>,
+}
+
+/// Mode and owner.
+type Owner = (u32, u32, u32);
+
+/// One change to make in the target's live layer.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// Replace whatever the target has at `comps` by `entry` (a whole subtree); `None`
+    /// removes it.
+    Take {
+        comps: Vec<Vec<u8>>,
+        entry: Option<Entry>,
+    },
+    /// Change parts of the existing entry at `comps` in place.
+    Update {
+        comps: Vec<Vec<u8>>,
+        content: Option<(Hash, u64)>,
+        owner: Option<Owner>,
+        /// Attributes to set (`Some`) or remove (`None`).
+        xattrs: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    },
+    /// Replace a file's content with a line merge.
+    Write { comps: Vec<Vec<u8>>, data: Vec<u8> },
+}
+
+pub struct Options<'a> {
+    /// Only these paths (and what is below them); empty means everything.
+    pub paths: &'a [Vec<Vec<u8>>],
+    /// Line-merge text conflicts, with conflict markers where the changes overlap.
+    pub markers: bool,
+    pub target_label: &'a str,
+    pub fork_label: &'a str,
+}
+
+#[derive(Default)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    /// The fork's changes (base → fork) that the merge takes, sorted by path.
+    pub taken: Vec<Change>,
+    pub conflicts: Vec<Conflict>,
+}
+
+impl Plan {
+    /// Conflicts that still need a person: all but clean line merges.
+    pub fn unresolved(&self) -> usize {
+        self.conflicts
+            .iter()
+            .filter(|c| c.resolution != Resolution::Merged)
+            .count()
+    }
+}
+
+fn owner(e: &Entry) -> Owner {
+    (e.mode, e.uid, e.gid)
+}
+
+fn content_key(e: &Entry) -> (Option<Hash>, u64, Option<&Vec<u8>>, u64) {
+    (e.hash, e.size, e.target.as_ref(), e.rdev)
+}
+
+/// Equal for the merge: everything but times, link groups and the name.
+fn same(a: &Entry, b: &Entry) -> bool {
+    a.kind == b.kind
+        && content_key(a) == content_key(b)
+        && owner(a) == owner(b)
+        && a.xattrs == b.xattrs
+}
+
+fn same_opt(a: Option<&Entry>, b: Option<&Entry>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => same(a, b),
+        _ => false,
+    }
+}
+
+fn is_dir(e: Option<&Entry>) -> bool {
+    e.is_some_and(|e| e.kind == Kind::Dir)
+}
+
+/// What one side did to a path since the base. For a directory, `modified` means that
+/// something below it changed; its own mode and attributes come first.
+fn side_change(b: Option<&Entry>, x: Option<&Entry>) -> &'static str {
+    match (b, x) {
+        (None, None) => "unchanged",
+        (None, Some(_)) => "added",
+        (Some(_), None) => "deleted",
+        (Some(b), Some(x)) if b.kind != x.kind => "type_changed",
+        (Some(b), Some(x)) if b.kind == Kind::Dir && owner(b) != owner(x) => "mode_changed",
+        (Some(b), Some(x)) if b.kind == Kind::Dir && b.xattrs != x.xattrs => "meta_changed",
+        (Some(b), Some(x)) if content_key(b) != content_key(x) => "modified",
+        (Some(b), Some(x)) if owner(b) != owner(x) => "mode_changed",
+        (Some(b), Some(x)) if b.xattrs != x.xattrs => "meta_changed",
+        _ => "unchanged",
+    }
+}
+
+/// Three-way choice for one part: `Ok(true)` take the fork's value, `Ok(false)` keep the
+/// target's, `Err(())` both changed it differently.
+fn pick<T: PartialEq>(b: Option<&T>, f: &T, t: &T) -> std::result::Result<bool, ()> {
+    if f == t || b == Some(f) {
+        Ok(false)
+    } else if b == Some(t) {
+        Ok(true)
+    } else {
+        Err(())
+    }
+}
+
+fn xattr<'a>(x: &'a Xattrs, name: &[u8]) -> Option<&'a Vec<u8>> {
+    x.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+}
+
+/// Per-attribute three-way merge: the operations that bring the fork's attribute changes
+/// into the target, or `Err` when both changed one attribute differently.
+#[allow(clippy::type_complexity)]
+fn merge_xattrs(
+    b: Option<&Xattrs>,
+    f: &Xattrs,
+    t: &Xattrs,
+) -> std::result::Result<Vec<(Vec<u8>, Option<Vec<u8>>)>, ()> {
+    let empty = Xattrs::new();
+    let b = b.unwrap_or(&empty);
+    let mut names: Vec<&Vec<u8>> = b.iter().chain(f).chain(t).map(|(n, _)| n).collect();
+    names.sort();
+    names.dedup();
+    let mut ops = Vec::new();
+    for n in names {
+        let (bv, fv, tv) = (xattr(b, n), xattr(f, n), xattr(t, n));
+        if fv == tv || bv == fv {
+            continue;
+        }
+        if bv == tv {
+            ops.push((n.clone(), fv.cloned()));
+        } else {
+            return Err(());
+        }
+    }
+    Ok(ops)
+}
+
+#[derive(PartialEq)]
+enum Sel {
+    Skip,
+    Ancestor,
+    All,
+}
+
+struct Walker<'a> {
+    db: &'a Connection,
+    opts: &'a Options<'a>,
+    plan: Plan,
+}
+
+/// Works out what merging `fork` into `target` (both descended from `base`) changes.
+pub fn plan(
+    db: &Connection,
+    base: &Hash,
+    fork: &Hash,
+    target: &Hash,
+    opts: &Options,
+) -> Result<Plan> {
+    let mut w = Walker {
+        db,
+        opts,
+        plan: Plan::default(),
+    };
+    if base == fork {
+        return Ok(w.plan);
+    }
+    let (tb, tf, tt) = (
+        get_tree(db, base)?,
+        get_tree(db, fork)?,
+        get_tree(db, target)?,
+    );
+    if w.select(&[]) == Sel::All
+        && let (Some(rb), Some(rf), Some(rt)) = (&tb.root_attrs, &tf.root_attrs, &tt.root_attrs)
+    {
+        let as_entry = |a: &crate::store::objects::DirAttrs| Entry {
+            name: vec![],
+            kind: Kind::Dir,
+            mode: a.mode,
+            uid: a.uid,
+            gid: a.gid,
+            mtime_ns: a.mtime_ns,
+            size: 0,
+            hash: None,
+            target: None,
+            rdev: 0,
+            link_group: 0,
+            has_links: false,
+            xattrs: a.xattrs.clone(),
+        };
+        let (eb, ef, et) = (as_entry(rb), as_entry(rf), as_entry(rt));
+        if !w.dir_meta(&[], Some(&eb), &ef, &et) {
+            w.conflict(&[], Some(&eb), Some(&ef), Some(&et))?;
+        }
+    }
+    w.dir(&mut Vec::new(), &tb.entries, &tf.entries, &tt.entries)?;
+    Ok(w.plan)
+}
+
+impl Walker<'_> {
+    fn select(&self, comps: &[Vec<u8>]) -> Sel {
+        if self.opts.paths.is_empty() {
+            return Sel::All;
+        }
+        let mut ancestor = false;
+        for p in self.opts.paths {
+            if comps.starts_with(p) {
+                return Sel::All;
+            }
+            ancestor |= p.starts_with(comps);
+        }
+        if ancestor { Sel::Ancestor } else { Sel::Skip }
+    }
+
+    fn children(&self, e: Option<&Entry>) -> Result<Vec<Entry>> {
+        match e {
+            Some(e) if e.kind == Kind::Dir => {
+                Ok(get_tree(self.db, e.hash.as_ref().unwrap())?.entries)
+            }
+            _ => Ok(vec![]),
+        }
+    }
+
+    /// Merges one directory level: every name in the base or the fork.
+    fn dir(
+        &mut self,
+        prefix: &mut Vec<Vec<u8>>,
+        b: &[Entry],
+        f: &[Entry],
+        t: &[Entry],
+    ) -> Result<()> {
+        let (mut i, mut j) = (0, 0);
+        while i < b.len() || j < f.len() {
+            let order = match (b.get(i), f.get(j)) {
+                (Some(x), Some(y)) => x.name.cmp(&y.name),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            let (be, fe) = match order {
+                std::cmp::Ordering::Less => {
+                    i += 1;
+                    (Some(&b[i - 1]), None)
+                }
+                std::cmp::Ordering::Greater => {
+                    j += 1;
+                    (None, Some(&f[j - 1]))
+                }
+                std::cmp::Ordering::Equal => {
+                    i += 1;
+                    j += 1;
+                    (Some(&b[i - 1]), Some(&f[j - 1]))
+                }
+            };
+            // The fork left this name as it was: nothing below it to take.
+            if same_opt(be, fe) {
+                continue;
+            }
+            let name = be.or(fe).map(|e| e.name.clone()).unwrap_or_default();
+            let te = t
+                .binary_search_by(|e| e.name.as_slice().cmp(&name))
+                .ok()
+                .map(|k| &t[k]);
+            prefix.push(name);
+            match self.select(prefix) {
+                Sel::Skip => {}
+                Sel::Ancestor => {
+                    if is_dir(fe) && te.is_some_and(|t| t.kind != Kind::Dir) {
+                        self.conflict(prefix, be, fe, te)?;
+                    } else {
+                        let (bc, fc, tc) =
+                            (self.children(be)?, self.children(fe)?, self.children(te)?);
+                        self.dir(prefix, &bc, &fc, &tc)?;
+                    }
+                }
+                Sel::All => self.node(prefix, be, fe, te)?,
+            }
+            prefix.pop();
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, comps: &[Vec<u8>], b: Option<&Entry>, f: Option<&Entry>) -> Result<()> {
+        let parent = &comps[..comps.len() - 1];
+        let changes = diff_entry(self.db, parent, b, f, DiffOptions { xattrs: true })?;
+        // Only times differ: nothing worth changing in the target.
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.plan.actions.push(Action::Take {
+            comps: comps.to_vec(),
+            entry: f.cloned(),
+        });
+        self.plan.taken.extend(changes);
+        Ok(())
+    }
+
+    fn node(
+        &mut self,
+        comps: &mut Vec<Vec<u8>>,
+        b: Option<&Entry>,
+        f: Option<&Entry>,
+        t: Option<&Entry>,
+    ) -> Result<()> {
+        if same_opt(t, f) {
+            return Ok(());
+        }
+        if same_opt(t, b) {
+            return self.take(comps, b, f);
+        }
+        let (Some(fe), Some(te)) = (f, t) else {
+            return self.conflict(comps, b, f, t);
+        };
+        if fe.kind != te.kind {
+            return self.conflict(comps, b, f, t);
+        }
+        // A base of another type counts as no base: both sides made the same new thing.
+        let be = b.filter(|b| b.kind == fe.kind);
+        if fe.kind == Kind::Dir {
+            if !self.dir_meta(comps, be, fe, te) {
+                self.conflict(comps, b, f, t)?;
+            }
+            let (bc, fc, tc) = (self.children(be)?, self.children(f)?, self.children(t)?);
+            return self.dir(comps, &bc, &fc, &tc);
+        }
+        if b.is_some() && be.is_none() {
+            return self.conflict(comps, b, f, t);
+        }
+        // Same kind on both sides, changed differently: merge by part.
+        let content = pick(
+            be.map(content_key).as_ref(),
+            &content_key(fe),
+            &content_key(te),
+        );
+        let own = pick(be.map(owner).as_ref(), &owner(fe), &owner(te));
+        let xattrs = merge_xattrs(be.map(|e| &e.xattrs), &fe.xattrs, &te.xattrs);
+        let (Ok(content), Ok(own), Ok(xattrs)) = (content, own, xattrs) else {
+            return self.conflict(comps, b, f, t);
+        };
+        if !content && !own && xattrs.is_empty() {
+            return Ok(());
+        }
+        let kind = if content {
+            ChangeKind::Modified
+        } else if own {
+            ChangeKind::ModeChanged
+        } else {
+            ChangeKind::MetaChanged
+        };
+        self.plan.taken.push(change(comps.clone(), kind, b, f));
+        if content && fe.kind != Kind::File {
+            // A symlink's target or a device number: replace the entry, keeping the
+            // target's own mode and attribute changes.
+            let mut merged = fe.clone();
+            if !own {
+                (merged.mode, merged.uid, merged.gid) = owner(te);
+            }
+            let mut x = te.xattrs.clone();
+            apply_xattr_ops(&mut x, &xattrs);
+            merged.xattrs = x;
+            self.plan.actions.push(Action::Take {
+                comps: comps.clone(),
+                entry: Some(merged),
+            });
+            return Ok(());
+        }
+        self.plan.actions.push(Action::Update {
+            comps: comps.clone(),
+            content: content.then(|| (fe.hash.unwrap_or(objects::HOLE), fe.size)),
+            owner: own.then(|| owner(fe)),
+            xattrs,
+        });
+        Ok(())
+    }
+
+    /// Merges a directory's own mode, owner and attributes. False on a conflict.
+    fn dir_meta(&mut self, comps: &[Vec<u8>], b: Option<&Entry>, f: &Entry, t: &Entry) -> bool {
+        let own = pick(b.map(owner).as_ref(), &owner(f), &owner(t));
+        let xattrs = merge_xattrs(b.map(|e| &e.xattrs), &f.xattrs, &t.xattrs);
+        let (Ok(own), Ok(xattrs)) = (own, xattrs) else {
+            return false;
+        };
+        if own || !xattrs.is_empty() {
+            let kind = if own {
+                ChangeKind::ModeChanged
+            } else {
+                ChangeKind::MetaChanged
+            };
+            self.plan
+                .taken
+                .push(change(comps.to_vec(), kind, b, Some(f)));
+            self.plan.actions.push(Action::Update {
+                comps: comps.to_vec(),
+                content: None,
+                owner: own.then(|| owner(f)),
+                xattrs,
+            });
+        }
+        true
+    }
+
+    fn text(&self, e: Option<&Entry>) -> Result<Option<String>> {
+        let Some(e) = e else {
+            return Ok(Some(String::new()));
+        };
+        if e.kind != Kind::File || e.size > TEXT_LIMIT {
+            return Ok(None);
+        }
+        let data = objects::read_all(self.db, e.hash.as_ref().unwrap(), e.size)?;
+        if data.contains(&0) {
+            return Ok(None);
+        }
+        Ok(String::from_utf8(data).ok())
+    }
+
+    fn conflict(
+        &mut self,
+        comps: &[Vec<u8>],
+        b: Option<&Entry>,
+        f: Option<&Entry>,
+        t: Option<&Entry>,
+    ) -> Result<()> {
+        let kind = match (b, f, t) {
+            (None, _, _) => ConflictKind::BothAdded,
+            (Some(_), None, _) => ConflictKind::DeletedInFork,
+            (Some(_), _, None) => ConflictKind::DeletedInTarget,
+            (Some(b), Some(f), Some(t)) if b.kind != f.kind || b.kind != t.kind => {
+                ConflictKind::TypeChanged
+            }
+            _ => ConflictKind::BothModified,
+        };
+        let kind = match (kind, f, t) {
+            (ConflictKind::BothAdded, Some(f), Some(t)) if f.kind != t.kind => {
+                ConflictKind::TypeChanged
+            }
+            (k, _, _) => k,
+        };
+        let mut resolution = Resolution::KeptTarget;
+        if self.opts.markers
+            && let (Some(fe), Some(te)) = (f, t)
+            && fe.kind == Kind::File
+            && te.kind == Kind::File
+            && b.is_none_or(|b| b.kind == Kind::File)
+            && (fe.hash, fe.size) != (te.hash, te.size)
+            && let (Some(base), Some(theirs), Some(ours)) =
+                (self.text(b)?, self.text(f)?, self.text(t)?)
+        {
+            let m = crate::textmerge::merge3(
+                &base,
+                &ours,
+                &theirs,
+                self.opts.target_label,
+                self.opts.fork_label,
+            );
+            resolution = if m.conflicts == 0 {
+                Resolution::Merged
+            } else {
+                Resolution::Markers
+            };
+            self.plan.actions.push(Action::Write {
+                comps: comps.to_vec(),
+                data: m.text.into_bytes(),
+            });
+        }
+        self.plan.conflicts.push(Conflict {
+            path: display(comps),
+            kind,
+            fork: side_change(b, f),
+            target: side_change(b, t),
+            type_base: b.map(|e| e.kind.name()),
+            type_fork: f.map(|e| e.kind.name()),
+            type_target: t.map(|e| e.kind.name()),
+            resolution,
+            comps: comps.to_vec(),
+        });
+        Ok(())
+    }
+}
+
+fn apply_xattr_ops(x: &mut Xattrs, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
+    for (n, v) in ops {
+        x.retain(|(m, _)| m != n);
+        if let Some(v) = v {
+            x.push((n.clone(), v.clone()));
+        }
+    }
+    x.sort();
+}
+
+/// The live entry at `comps`, read literally (no symlink followed).
+fn literal(ws: &Workspace, comps: &[Vec<u8>]) -> Result<Inode> {
+    let mut cur = ws.get(ROOT_INO)?;
+    for (i, c) in comps.iter().enumerate() {
+        if cur.kind != Kind::Dir {
+            return Err(Error::NotADirectory(display(&comps[..i])));
+        }
+        cur = ws
+            .lookup(&cur, c)?
+            .ok_or_else(|| Error::NotFound(display(&comps[..=i])))?;
+    }
+    Ok(cur)
+}
+
+/// The live directory at `comps`, creating missing ones like the fork has them.
+fn ensure_dir(ws: &Workspace, comps: &[Vec<u8>], fork_root: &Hash) -> Result<Inode> {
+    let mut cur = ws.get(ROOT_INO)?;
+    for (i, c) in comps.iter().enumerate() {
+        cur = match ws.lookup(&cur, c)? {
+            Some(d) if d.kind == Kind::Dir => d,
+            Some(_) => return Err(Error::NotADirectory(display(&comps[..=i]))),
+            None => {
+                let fe = entry_at(ws.db, fork_root, &comps[..=i])?.filter(|e| e.kind == Kind::Dir);
+                let mut n = NewNode::new(Kind::Dir, fe.as_ref().map_or(0o755, |e| e.mode));
+                if let Some(e) = &fe {
+                    (n.uid, n.gid, n.mtime_ns) = (e.uid, e.gid, Some(e.mtime_ns));
+                }
+                let d = ws.create(&cur, c, n)?;
+                for (xn, xv) in fe.iter().flat_map(|e| e.xattrs.iter()) {
+                    ws.set_xattr(d.ino, xn, xv)?;
+                }
+                ws.get(d.ino)?
+            }
+        };
+    }
+    Ok(cur)
+}
+
+/// Makes the plan's changes in the target's live layer.
+pub fn apply(ws: &Workspace, plan: &Plan, fork_root: &Hash) -> Result<()> {
+    for a in &plan.actions {
+        match a {
+            Action::Take { comps, entry } => {
+                let Some((name, parents)) = comps.split_last() else {
+                    return Err(Error::Internal("merge cannot replace the root".into()));
+                };
+                let mut dir = ensure_dir(ws, parents, fork_root)?;
+                if ws.lookup(&dir, name)?.is_some() {
+                    ws.remove_tree(&dir, name)?;
+                    dir = ws.get(dir.ino)?;
+                }
+                if let Some(e) = entry {
+                    ws.graft(&dir, name, e)?;
+                }
+            }
+            Action::Update {
+                comps,
+                content,
+                owner,
+                xattrs,
+            } => {
+                let node = literal(ws, comps)?;
+                if let Some((hash, size)) = content {
+                    ws.set_content(node.ino, *hash, *size)?;
+                }
+                if let Some((mode, uid, gid)) = owner {
+                    ws.setattr(
+                        node.ino,
+                        &SetAttr {
+                            mode: Some(*mode),
+                            uid: Some(*uid),
+                            gid: Some(*gid),
+                            ..Default::default()
+                        },
+                    )?;
+                }
+                for (n, v) in xattrs {
+                    match v {
+                        Some(v) => ws.set_xattr(node.ino, n, v)?,
+                        None => {
+                            ws.remove_xattr(node.ino, n)?;
+                        }
+                    }
+                }
+            }
+            Action::Write { comps, data } => {
+                let node = literal(ws, comps)?;
+                let hash = objects::put_content(ws.db, data)?;
+                ws.set_content(node.ino, hash, data.len() as u64)?;
+            }
+        }
+    }
+    Ok(())
+}

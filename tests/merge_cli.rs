@@ -1,0 +1,648 @@
+//! `avfs vault merge` through the real binary: three-way merges of a fork back into its
+//! parent, conflicts of every kind, --dry-run, --path, --conflicts=markers, the checkpoint
+//! and audit row it leaves, and its refusals.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn taken(r: &Value) -> Vec<(String, String)> {
+    r["taken"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// (path, kind, fork, target, resolution) of every conflict.
+fn conflicts(r: &Value) -> Vec<(String, String, String, String, String)> {
+    r["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap().to_string();
+            (
+                s("path"),
+                s("kind"),
+                s("fork"),
+                s("target"),
+                s("resolution"),
+            )
+        })
+        .collect()
+}
+
+fn c5(p: &str, k: &str, f: &str, t: &str, r: &str) -> (String, String, String, String, String) {
+    (p.into(), k.into(), f.into(), t.into(), r.into())
+}
+
+fn t2(k: &str, p: &str) -> (String, String) {
+    (k.into(), p.into())
+}
+
+/// Runs `avfs --json ARGS`, expects exit `code` and a normal (non-error) document.
+fn report(env: &Env, args: &[&str], code: i32) -> Value {
+    let mut a = vec!["--json"];
+    a.extend_from_slice(args);
+    let r = env.run(&a);
+    assert_eq!(
+        r.code, code,
+        "avfs {a:?}\nstdout: {}\nstderr: {}",
+        r.stdout, r.stderr
+    );
+    let v = r.json();
+    assert!(v.get("error").is_none(), "{v}");
+    v
+}
+
+/// A vault `default` with a checkpoint `base`, and a fork `task` of it.
+fn setup() -> Env {
+    let env = Env::new();
+    for (p, c) in [
+        ("/src/a.txt", "a\n"),
+        ("/src/b.txt", "b\n"),
+        ("/both.txt", "one\ntwo\nthree\n"),
+        ("/gone-in-target.txt", "e\n"),
+        ("/gone-in-fork.txt", "f\n"),
+        ("/deleted.txt", "d\n"),
+        ("/mode.sh", "echo\n"),
+        ("/retyped", "i\n"),
+        ("/same.txt", "s\n"),
+    ] {
+        env.ok(&["write", "-p", p, c]);
+    }
+    env.ok(&["checkpoint", "save", "base"]);
+    env.ok(&["vault", "fork", "default", "task"]);
+    env
+}
+
+#[test]
+fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
+    let env = setup();
+    let f = |args: &[&str]| {
+        let mut a = vec!["--vault", "task"];
+        a.extend_from_slice(args);
+        env.ok(&a);
+    };
+    // The fork: one-sided changes...
+    f(&["write", "/src/a.txt", "a from the fork\n"]);
+    f(&["mkdir", "-p", "/new/x"]);
+    f(&["write", "/new/x/y.txt", "y\n"]);
+    f(&["rm", "/deleted.txt"]);
+    f(&["chmod", "600", "/mode.sh"]);
+    f(&["tag", "/src/b.txt", "reviewed"]);
+    // ...and changes the target makes too, differently or identically.
+    f(&["write", "/both.txt", "one\nTWO (fork)\nthree\n"]);
+    f(&["write", "/gone-in-target.txt", "e, edited in the fork\n"]);
+    f(&["rm", "/gone-in-fork.txt"]);
+    f(&["write", "/added-both.txt", "fork's\n"]);
+    f(&["write", "/same.txt", "identical\n"]);
+    f(&["rm", "/retyped"]);
+    f(&["mkdir", "/retyped"]);
+    // The target.
+    env.ok(&["write", "/src/b.txt", "b from the target\n"]);
+    env.ok(&["write", "/both.txt", "one\nTWO (target)\nthree\n"]);
+    env.ok(&["rm", "/gone-in-target.txt"]);
+    env.ok(&["write", "/gone-in-fork.txt", "f, edited in the target\n"]);
+    env.ok(&["write", "/added-both.txt", "target's\n"]);
+    env.ok(&["write", "/same.txt", "identical\n"]);
+    env.ok(&["write", "/retyped", "i, edited\n"]);
+    let audit_before = env.json(&["audit"])["entries"].as_array().unwrap().len();
+
+    let r = report(&env, &["vault", "merge", "task"], 1);
+    assert_eq!(r["fork"], "task");
+    assert_eq!(r["into"], "default");
+    assert_eq!(r["base"], "base");
+    assert_eq!(r["dry_run"], false);
+    assert_eq!(r["clean"], false);
+    assert_eq!(
+        taken(&r),
+        vec![
+            t2("deleted", "/deleted.txt"),
+            t2("mode_changed", "/mode.sh"),
+            t2("added", "/new"),
+            t2("added", "/new/x"),
+            t2("added", "/new/x/y.txt"),
+            t2("modified", "/src/a.txt"),
+            t2("meta_changed", "/src/b.txt"),
+        ]
+    );
+    assert_eq!(
+        conflicts(&r),
+        vec![
+            c5(
+                "/added-both.txt",
+                "both_added",
+                "added",
+                "added",
+                "kept_target"
+            ),
+            c5(
+                "/both.txt",
+                "both_modified",
+                "modified",
+                "modified",
+                "kept_target"
+            ),
+            c5(
+                "/gone-in-fork.txt",
+                "deleted_in_fork",
+                "deleted",
+                "modified",
+                "kept_target"
+            ),
+            c5(
+                "/gone-in-target.txt",
+                "deleted_in_target",
+                "modified",
+                "deleted",
+                "kept_target"
+            ),
+            c5(
+                "/retyped",
+                "type_changed",
+                "type_changed",
+                "modified",
+                "kept_target"
+            ),
+        ]
+    );
+    assert_eq!(r["summary"]["taken"], 7);
+    assert_eq!(r["summary"]["conflicts"], 5);
+    assert_eq!(r["summary"]["unresolved"], 5);
+    let c = &r["conflicts"][4];
+    assert_eq!(
+        (&c["type_base"], &c["type_fork"], &c["type_target"]),
+        (&"file".into(), &"dir".into(), &"file".into())
+    );
+
+    // The target has the fork's one-sided changes and keeps its own versions.
+    assert_eq!(env.cat(None, "/src/a.txt"), "a from the fork\n");
+    assert_eq!(env.cat(None, "/src/b.txt"), "b from the target\n");
+    assert_eq!(
+        env.json(&["meta", "/src/b.txt"])["tags"],
+        serde_json::json!(["reviewed"])
+    );
+    assert_eq!(env.cat(None, "/new/x/y.txt"), "y\n");
+    assert_eq!(
+        env.json_err(&["cat", "/deleted.txt"], 1)["kind"],
+        "not_found"
+    );
+    assert_eq!(env.json(&["stat", "/mode.sh"])["mode"], "0600");
+    assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (target)\nthree\n");
+    assert_eq!(
+        env.cat(None, "/gone-in-fork.txt"),
+        "f, edited in the target\n"
+    );
+    assert_eq!(
+        env.json_err(&["cat", "/gone-in-target.txt"], 1)["kind"],
+        "not_found"
+    );
+    assert_eq!(env.cat(None, "/added-both.txt"), "target's\n");
+    assert_eq!(env.cat(None, "/retyped"), "i, edited\n");
+
+    // A new checkpoint of the target holds the result; the state before it is kept.
+    let cp = &r["checkpoint"];
+    assert_eq!(cp["origin"], "merge");
+    assert_eq!(cp["workspace"], "main");
+    let name = cp["name"].as_str().unwrap();
+    assert!(name.starts_with("merge-task-"), "{name}");
+    let list = env.json(&["checkpoint", "list"]);
+    assert_eq!(list["head"], name);
+    assert!(
+        env.json(&["diff", name])["changes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let before = r["before"].as_str().unwrap();
+    assert!(before.starts_with("auto-before-merge-"), "{before}");
+    assert_eq!(env.ok(&["cat", "/src/a.txt", "--at", before]).stdout, "a\n");
+
+    // The fork is untouched.
+    assert_eq!(
+        env.cat(Some("task"), "/both.txt"),
+        "one\nTWO (fork)\nthree\n"
+    );
+    assert!(
+        env.json(&["--vault", "task", "checkpoint", "list"])["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["origin"] != "merge")
+    );
+
+    // One audit row: the checkpoints and the merge are one transaction.
+    let entries = env.json(&["audit"])["entries"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), audit_before + 1);
+    let row = entries.last().unwrap();
+    assert_eq!(row["action"], "vault.merge");
+    assert_eq!(row["workspace"], "main");
+    assert_eq!(row["detail"]["fork"], "task");
+    assert_eq!(row["detail"]["taken"], 7);
+    assert_eq!(row["detail"]["checkpoint"], name);
+    assert_eq!(
+        row["detail"]["conflicts"],
+        serde_json::json!([
+            "/added-both.txt",
+            "/both.txt",
+            "/gone-in-fork.txt",
+            "/gone-in-target.txt",
+            "/retyped"
+        ])
+    );
+    assert_eq!(env.json(&["audit", "verify"])["ok"], true);
+
+    // Undo: the checkpoint before the merge.
+    env.ok(&["checkpoint", "restore", before]);
+    assert_eq!(env.cat(None, "/src/a.txt"), "a\n");
+
+    // The human report.
+    let r = env.run(&["vault", "merge", "task", "--dry-run"]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stdout
+            .starts_with("would merge task into default (base base): 7 taken, 5 conflicts\n"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("\nM /src/a.txt  2 B -> 16 B\nX /src/b.txt\n"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("\nC /both.txt  both_modified (fork modified, default modified): kept default's version\n"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn dry_run_reports_the_same_and_changes_nothing() {
+    let env = setup();
+    env.ok(&["--vault", "task", "write", "/src/a.txt", "fork\n"]);
+    env.ok(&["--vault", "task", "write", "/both.txt", "fork\n"]);
+    env.ok(&["write", "/both.txt", "target\n"]);
+    let audit = env.json(&["audit"])["entries"].as_array().unwrap().len();
+    let cps = env.json(&["checkpoint", "list"]);
+    let dry = report(&env, &["vault", "merge", "task", "--dry-run"], 1);
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["checkpoint"], Value::Null);
+    assert_eq!(dry["before"], Value::Null);
+    assert_eq!(taken(&dry), vec![t2("modified", "/src/a.txt")]);
+    assert_eq!(env.cat(None, "/src/a.txt"), "a\n");
+    assert_eq!(env.json(&["checkpoint", "list"]), cps);
+    assert_eq!(
+        env.json(&["audit"])["entries"].as_array().unwrap().len(),
+        audit
+    );
+    let real = report(&env, &["vault", "merge", "task"], 1);
+    assert_eq!(real["taken"], dry["taken"]);
+    assert_eq!(real["conflicts"], dry["conflicts"]);
+    assert_eq!(env.cat(None, "/src/a.txt"), "fork\n");
+}
+
+#[test]
+fn paths_promote_only_what_is_under_them() {
+    let env = setup();
+    let f = |a: &[&str]| {
+        let mut v = vec!["--vault", "task"];
+        v.extend_from_slice(a);
+        env.ok(&v);
+    };
+    f(&["write", "/src/a.txt", "fork a\n"]);
+    f(&["write", "/src/b.txt", "fork b\n"]);
+    f(&["write", "-p", "/docs/guide/intro.md", "intro\n"]);
+    f(&["write", "/docs/other.md", "other\n"]);
+    f(&["write", "/same.txt", "fork\n"]);
+    let r = report(
+        &env,
+        &[
+            "vault",
+            "merge",
+            "task",
+            "--path",
+            "src/a.txt",
+            "--path",
+            "/docs/guide",
+        ],
+        0,
+    );
+    assert_eq!(r["paths"], serde_json::json!(["/src/a.txt", "/docs/guide"]));
+    assert_eq!(
+        taken(&r),
+        vec![
+            t2("added", "/docs/guide"),
+            t2("added", "/docs/guide/intro.md"),
+            t2("modified", "/src/a.txt")
+        ]
+    );
+    assert_eq!(env.cat(None, "/src/a.txt"), "fork a\n");
+    assert_eq!(env.cat(None, "/src/b.txt"), "b\n");
+    assert_eq!(env.cat(None, "/docs/guide/intro.md"), "intro\n");
+    assert_eq!(
+        env.json_err(&["cat", "/docs/other.md"], 1)["kind"],
+        "not_found"
+    );
+    assert_eq!(env.cat(None, "/same.txt"), "s\n");
+    // The rest follows later; what was merged already is identical on both sides now.
+    let r = report(&env, &["vault", "merge", "task"], 0);
+    assert_eq!(
+        taken(&r),
+        vec![
+            t2("added", "/docs/other.md"),
+            t2("modified", "/same.txt"),
+            t2("modified", "/src/b.txt")
+        ]
+    );
+    assert!(r["conflicts"].as_array().unwrap().is_empty());
+    // Nothing left: no checkpoint, exit 0.
+    let r = report(&env, &["vault", "merge", "task"], 0);
+    assert!(taken(&r).is_empty());
+    assert_eq!(r["checkpoint"], Value::Null);
+    assert_eq!(r["clean"], true);
+}
+
+#[test]
+fn markers_line_merge_text_conflicts() {
+    let env = setup();
+    env.ok(&["write", "/lines.txt", "1\n2\n3\n4\n5\n6\n7\n8\n"]);
+    let bin = |vault: &str, data: &[u8]| {
+        let r = env.run_stdin(&["--vault", vault, "write", "/bin.dat"], data);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    bin("default", b"\0base");
+    env.ok(&["checkpoint", "save", "base2"]);
+    env.ok(&["vault", "fork", "default", "t2"]);
+    // Overlapping edits of /both.txt; far-apart edits of /lines.txt; a binary file.
+    env.ok(&[
+        "--vault",
+        "t2",
+        "write",
+        "/both.txt",
+        "one\nTWO (fork)\nthree\n",
+    ]);
+    env.ok(&["write", "/both.txt", "one\nTWO (target)\nthree\n"]);
+    env.ok(&[
+        "--vault",
+        "t2",
+        "write",
+        "/lines.txt",
+        "ONE\n2\n3\n4\n5\n6\n7\n8\n",
+    ]);
+    env.ok(&["write", "/lines.txt", "1\n2\n3\n4\n5\n6\n7\nEIGHT\n"]);
+    bin("t2", b"\0fork");
+    bin("default", b"\0target");
+    let r = report(&env, &["vault", "merge", "t2", "--conflicts=markers"], 1);
+    assert_eq!(
+        conflicts(&r),
+        vec![
+            c5(
+                "/bin.dat",
+                "both_modified",
+                "modified",
+                "modified",
+                "kept_target"
+            ),
+            c5(
+                "/both.txt",
+                "both_modified",
+                "modified",
+                "modified",
+                "markers"
+            ),
+            c5(
+                "/lines.txt",
+                "both_modified",
+                "modified",
+                "modified",
+                "merged"
+            ),
+        ]
+    );
+    assert_eq!(r["summary"]["unresolved"], 2);
+    assert_eq!(
+        env.cat(None, "/both.txt"),
+        "one\n<<<<<<< default\nTWO (target)\n=======\nTWO (fork)\n>>>>>>> t2\nthree\n"
+    );
+    assert_eq!(
+        env.cat(None, "/lines.txt"),
+        "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n"
+    );
+    assert_eq!(env.ok(&["cat", "/bin.dat"]).stdout, "\0target");
+
+    // Without --conflicts=markers the same merge keeps the target's text.
+    env.ok(&["vault", "fork", "default", "t3", "--from", "base2"]);
+    env.ok(&[
+        "--vault",
+        "t3",
+        "write",
+        "/lines.txt",
+        "ONE\n2\n3\n4\n5\n6\n7\n8\n",
+    ]);
+    env.ok(&["write", "/lines.txt", "1\n2\n3\n4\n5\n6\n7\nanother\n"]);
+    let r = report(&env, &["vault", "merge", "t3"], 1);
+    assert_eq!(
+        conflicts(&r),
+        vec![c5(
+            "/lines.txt",
+            "both_modified",
+            "modified",
+            "modified",
+            "kept_target"
+        )]
+    );
+    assert_eq!(
+        env.cat(None, "/lines.txt"),
+        "1\n2\n3\n4\n5\n6\n7\nanother\n"
+    );
+
+    // Only clean line merges: exit 0.
+    env.ok(&["vault", "fork", "default", "t4"]);
+    env.ok(&[
+        "--vault",
+        "t4",
+        "write",
+        "/lines.txt",
+        "top\n1\n2\n3\n4\n5\n6\n7\nanother\n",
+    ]);
+    env.ok(&[
+        "write",
+        "/lines.txt",
+        "1\n2\n3\n4\n5\n6\n7\nanother\nbottom\n",
+    ]);
+    let r = report(&env, &["vault", "merge", "t4", "--conflicts", "markers"], 0);
+    assert_eq!(r["clean"], true);
+    assert_eq!(r["summary"]["unresolved"], 0);
+    assert_eq!(
+        env.cat(None, "/lines.txt"),
+        "top\n1\n2\n3\n4\n5\n6\n7\nanother\nbottom\n"
+    );
+}
+
+#[test]
+fn parts_changed_on_different_sides_merge_without_conflict() {
+    let env = setup();
+    env.ok(&["--vault", "task", "write", "/src/a.txt", "new content\n"]);
+    env.ok(&["chmod", "600", "/src/a.txt"]);
+    env.ok(&["--vault", "task", "tag", "/same.txt", "from-fork"]);
+    env.ok(&["tag", "/same.txt", "from-target"]);
+    env.ok(&["--vault", "task", "meta", "/src/b.txt", "owner", "fork"]);
+    env.ok(&["meta", "/src/b.txt", "owner", "target"]);
+    env.ok(&["--vault", "task", "chmod", "700", "/src"]);
+    env.ok(&["write", "/src/c.txt", "c\n"]);
+    let r = report(&env, &["vault", "merge", "task"], 1);
+    assert_eq!(
+        taken(&r),
+        vec![
+            t2("meta_changed", "/same.txt"),
+            t2("mode_changed", "/src"),
+            t2("modified", "/src/a.txt"),
+        ]
+    );
+    assert_eq!(
+        conflicts(&r),
+        vec![c5(
+            "/src/b.txt",
+            "both_modified",
+            "meta_changed",
+            "meta_changed",
+            "kept_target"
+        )]
+    );
+    let a = env.json(&["stat", "/src/a.txt"]);
+    assert_eq!(a["mode"], "0600");
+    assert_eq!(env.cat(None, "/src/a.txt"), "new content\n");
+    assert_eq!(
+        env.json(&["meta", "/same.txt"])["tags"],
+        serde_json::json!(["from-fork", "from-target"])
+    );
+    assert_eq!(env.ok(&["meta", "/src/b.txt", "owner"]).stdout, "target\n");
+    assert_eq!(env.json(&["stat", "/src"])["mode"], "0700");
+    assert_eq!(env.cat(None, "/src/c.txt"), "c\n");
+}
+
+#[test]
+fn into_a_sibling_and_refusals() {
+    let env = setup();
+    env.ok(&["vault", "fork", "default", "sibling"]);
+    env.ok(&["--vault", "task", "write", "/from-task.txt", "t\n"]);
+    let r = report(&env, &["vault", "merge", "task", "--into", "sibling"], 0);
+    assert_eq!(r["into"], "sibling");
+    assert_eq!(env.cat(Some("sibling"), "/from-task.txt"), "t\n");
+    assert_eq!(
+        env.json_err(&["cat", "/from-task.txt"], 1)["kind"],
+        "not_found"
+    );
+    let head = env.json(&["--vault", "sibling", "checkpoint", "list"])["head"].clone();
+    assert!(head.as_str().unwrap().starts_with("merge-task-"), "{head}");
+
+    let e = env.json_err(&["vault", "merge", "default"], 1);
+    assert_eq!(e["kind"], "refused");
+    assert!(
+        e["message"].as_str().unwrap().contains("no merge base"),
+        "{e}"
+    );
+    assert_eq!(
+        env.json_err(&["vault", "merge", "task", "--into", "task"], 1)["kind"],
+        "invalid_argument"
+    );
+    assert_eq!(
+        env.json_err(&["vault", "merge", "nope"], 1)["kind"],
+        "no_such_vault"
+    );
+    env.ok(&["vault", "create", "other"]);
+    let e = env.json_err(&["vault", "merge", "task", "--into", "other"], 1);
+    assert_eq!(e["kind"], "invalid_argument");
+    assert!(e["message"].as_str().unwrap().contains("vault file"), "{e}");
+    assert_eq!(
+        env.json_err(&["vault", "merge", "task", "--conflicts", "theirs"], 2)["kind"],
+        "usage"
+    );
+    // The base checkpoint is gone: no three-way merge is possible.
+    env.ok(&["checkpoint", "delete", "base"]);
+    let e = env.json_err(&["vault", "merge", "task"], 1);
+    assert_eq!(e["kind"], "refused");
+    assert!(e["message"].as_str().unwrap().contains("base"), "{e}");
+}
+
+#[test]
+fn a_large_fork_merges_in_proportion_to_its_changes() {
+    let env = Env::new();
+    let host = env.path("tree");
+    for d in 0..20 {
+        let dir = host.join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..100 {
+            std::fs::write(dir.join(format!("f{f}")), format!("{d}/{f}\n")).unwrap();
+        }
+    }
+    env.ok(&["import", host.to_str().unwrap()]);
+    env.ok(&["checkpoint", "save", "base"]);
+    env.ok(&["vault", "fork", "default", "big"]);
+    env.ok(&["--vault", "big", "write", "/d7/f42", "changed\n"]);
+    env.ok(&["write", "/d3/f1", "target\n"]);
+    let r = report(&env, &["vault", "merge", "big"], 0);
+    assert_eq!(taken(&r), vec![t2("modified", "/d7/f42")]);
+    assert_eq!(env.cat(None, "/d7/f42"), "changed\n");
+    assert_eq!(env.cat(None, "/d3/f1"), "target\n");
+    let d = env.json(&["diff", r["before"].as_str().unwrap()]);
+    assert_eq!(changes(&d), vec![t2("modified", "/d7/f42")]);
+}
+
+#[test]
+fn directory_and_root_attributes_merge_by_key_and_conflict_on_the_same_key() {
+    let env = setup();
+    env.ok(&["--vault", "task", "tag", "/", "from-fork"]);
+    env.ok(&["tag", "/", "from-target"]);
+    env.ok(&["--vault", "task", "meta", "/src", "owner", "fork"]);
+    env.ok(&["meta", "/src", "owner", "target"]);
+    env.ok(&["--vault", "task", "write", "/src/a.txt", "fork\n"]);
+    let r = report(&env, &["vault", "merge", "task"], 1);
+    assert_eq!(
+        taken(&r),
+        vec![t2("meta_changed", "/"), t2("modified", "/src/a.txt")]
+    );
+    assert_eq!(
+        conflicts(&r),
+        vec![c5(
+            "/src",
+            "both_modified",
+            "meta_changed",
+            "meta_changed",
+            "kept_target"
+        )]
+    );
+    assert_eq!(
+        env.json(&["meta", "/"])["tags"],
+        serde_json::json!(["from-fork", "from-target"])
+    );
+    assert_eq!(env.ok(&["meta", "/src", "owner"]).stdout, "target\n");
+    assert_eq!(env.cat(None, "/src/a.txt"), "fork\n");
+
+    // The root's own attributes in conflict.
+    env.ok(&["vault", "fork", "default", "t2"]);
+    env.ok(&["--vault", "t2", "meta", "/", "k", "fork"]);
+    env.ok(&["meta", "/", "k", "target"]);
+    let r = report(&env, &["vault", "merge", "t2"], 1);
+    assert_eq!(
+        conflicts(&r),
+        vec![c5(
+            "/",
+            "both_modified",
+            "meta_changed",
+            "meta_changed",
+            "kept_target"
+        )]
+    );
+    assert_eq!(env.ok(&["meta", "/", "k"]).stdout, "target\n");
+}
