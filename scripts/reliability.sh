@@ -42,7 +42,7 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export AVFS_REQUIRE_FUSE="${AVFS_REQUIRE_FUSE:-1}"
 if [ "$long" = 1 ]; then
   mode="long"
-  export AVFS_CRASH_ROUNDS="${rounds:-${AVFS_CRASH_ROUNDS:-50}}"
+  export AVFS_CRASH_ROUNDS="${rounds:-${AVFS_CRASH_ROUNDS:-200}}"
   export AVFS_MOUNT_CRASH_ROUNDS="${rounds:-${AVFS_MOUNT_CRASH_ROUNDS:-200}}"
   export AVFS_CONC_SECS="${AVFS_CONC_SECS:-30}"
   export AVFS_CONC_EXECS="${AVFS_CONC_EXECS:-16}"
@@ -51,7 +51,7 @@ if [ "$long" = 1 ]; then
   ignored=(--include-ignored)
 else
   mode="ci"
-  export AVFS_CRASH_ROUNDS="${rounds:-${AVFS_CRASH_ROUNDS:-10}}"
+  export AVFS_CRASH_ROUNDS="${rounds:-${AVFS_CRASH_ROUNDS:-50}}"
   export AVFS_MOUNT_CRASH_ROUNDS="${rounds:-${AVFS_MOUNT_CRASH_ROUNDS:-50}}"
   ignored=()
 fi

@@ -7,7 +7,7 @@
 //! runs after a random delay within that time, so most kills land mid-operation (the
 //! report counts how many did).
 //!
-//! Knobs: `AVFS_CRASH_ROUNDS` (rounds per operation, default 10), `AVFS_CRASH_SEED`
+//! Knobs: `AVFS_CRASH_ROUNDS` (rounds per operation, default 50), `AVFS_CRASH_SEED`
 //! (seed of the delays), `AVFS_CRASH_IMPORT_FILES` (files in the imported tree, default
 //! 20 000). `exec` needs /dev/fuse (skips without it; fails with `AVFS_REQUIRE_FUSE=1`).
 #![allow(clippy::macro_metavars_in_unsafe)]
@@ -35,7 +35,7 @@ fn knob(name: &str, default: u64) -> u64 {
 }
 
 fn rounds() -> u64 {
-    knob("AVFS_CRASH_ROUNDS", 10)
+    knob("AVFS_CRASH_ROUNDS", 50)
 }
 
 fn rng_for(test: &str) -> Rng {

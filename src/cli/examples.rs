@@ -263,7 +263,8 @@ mod tests {
 
     fn every(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
         out.push(path.to_string());
-        for s in cmd.get_subcommands() {
+        // Hidden commands (internal, like `exec-watchdog`) are nobody's to type.
+        for s in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
             let p = if path.is_empty() {
                 s.get_name().to_string()
             } else {
