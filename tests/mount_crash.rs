@@ -601,7 +601,12 @@ fn kill_9_with_files_held_open() {
     }
     // A write may still land in the kernel's page cache, but close() cannot succeed.
     let _ = pending.write(b"x");
-    assert_eq!(pending.close(), Err(libc::ENOTCONN));
+    // ENOTCONN, or EIO when the kernel's writeback of the pending page failed first.
+    let closed = pending.close();
+    assert!(
+        closed == Err(libc::ENOTCONN) || closed == Err(libc::EIO),
+        "close after the server died: {closed:?}"
+    );
     drop(orphan);
     drop(synced);
     let mp = m.mp.to_str().unwrap().to_string();
