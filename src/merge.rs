@@ -247,21 +247,7 @@ pub fn plan(
     if w.select(&[]) == Sel::All
         && let (Some(rb), Some(rf), Some(rt)) = (&tb.root_attrs, &tf.root_attrs, &tt.root_attrs)
     {
-        let as_entry = |a: &crate::store::objects::DirAttrs| Entry {
-            name: vec![],
-            kind: Kind::Dir,
-            mode: a.mode,
-            uid: a.uid,
-            gid: a.gid,
-            mtime_ns: a.mtime_ns,
-            size: 0,
-            hash: None,
-            target: None,
-            rdev: 0,
-            link_group: 0,
-            has_links: false,
-            xattrs: a.xattrs.clone(),
-        };
+        let as_entry = |a: &crate::store::objects::DirAttrs| a.root_entry(None, false);
         let (eb, ef, et) = (as_entry(rb), as_entry(rf), as_entry(rt));
         if !w.dir_meta(&[], Some(&eb), &ef, &et) {
             w.conflict(&[], Some(&eb), Some(&ef), Some(&et))?;

@@ -7,11 +7,12 @@
 #![allow(clippy::macro_metavars_in_unsafe)]
 
 mod common;
+#[path = "common/envelope.rs"]
+mod envelope;
 #[path = "common/fuse.rs"]
 mod fuse;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -20,30 +21,7 @@ use serde_json::{Value, json};
 
 // ---------------------------------------------------------------- helpers
 
-fn validator() -> &'static jsonschema::Validator {
-    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
-    V.get_or_init(|| {
-        let path =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/execution-envelope.schema.json");
-        let schema: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
-            .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
-        jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("invalid schema: {e}"))
-    })
-}
-
-/// Panics with every violation if `v` is not a valid ExecutionEnvelope.
-fn assert_envelope(v: &Value) {
-    let errors: Vec<String> = validator()
-        .iter_errors(v)
-        .map(|e| format!("  at {}: {e}", e.instance_path()))
-        .collect();
-    assert!(
-        errors.is_empty(),
-        "envelope does not match the schema:\n{}\n{}",
-        errors.join("\n"),
-        serde_json::to_string_pretty(v).unwrap()
-    );
-}
+use envelope::{assert_envelope, validator};
 
 /// Whether commands may run (a real mount works here). Probed once per test binary.
 fn fuse_probe() -> &'static Result<(), String> {

@@ -101,6 +101,28 @@ pub struct DirAttrs {
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+impl DirAttrs {
+    /// The root directory described as a directory entry (no name), for code that
+    /// compares or walks entries.
+    pub fn root_entry(&self, hash: Option<Hash>, has_links: bool) -> Entry {
+        Entry {
+            name: vec![],
+            kind: Kind::Dir,
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+            mtime_ns: self.mtime_ns,
+            size: 0,
+            hash,
+            target: None,
+            rdev: 0,
+            link_group: 0,
+            has_links,
+            xattrs: self.xattrs.clone(),
+        }
+    }
+}
+
 /// One directory entry. For directories `hash` is the subtree's tree hash and the
 /// attributes are the directory's own; for files it is the content hash.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

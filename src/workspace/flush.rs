@@ -257,22 +257,9 @@ pub fn entry_at(
         mtime_ns: 0,
         xattrs: vec![],
     });
-    Ok(Some(Entry {
-        name: vec![],
-        kind: Kind::Dir,
-        mode: a.mode,
-        uid: a.uid,
-        gid: a.gid,
-        mtime_ns: a.mtime_ns,
-        size: 0,
-        hash: Some(*root),
-        target: None,
-        rdev: 0,
-        link_group: 0,
-        has_links: tree
-            .entries
-            .iter()
-            .any(|e| e.link_group != 0 || e.has_links),
-        xattrs: a.xattrs,
-    }))
+    let has_links = tree
+        .entries
+        .iter()
+        .any(|e| e.link_group != 0 || e.has_links);
+    Ok(Some(a.root_entry(Some(*root), has_links)))
 }
