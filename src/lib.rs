@@ -4,6 +4,7 @@ pub mod cli;
 pub mod diff;
 pub mod error;
 pub mod exec;
+pub mod mcp;
 pub mod merge;
 pub mod registry;
 pub mod search;

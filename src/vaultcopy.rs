@@ -113,7 +113,7 @@ pub fn export_workspace(src_path: &Path, workspace: &str, dst_path: &Path) -> Re
         audit::append(
             db,
             Some(workspace),
-            "cli",
+            crate::store::audit::cli_actor(),
             "vault.export",
             &serde_json::json!({"file": dst_path}),
         )?;
@@ -148,7 +148,7 @@ pub fn export_workspace(src_path: &Path, workspace: &str, dst_path: &Path) -> Re
         audit::append(
             d,
             Some(MAIN),
-            "cli",
+            crate::store::audit::cli_actor(),
             "vault.create",
             &serde_json::json!({"exported_from": src_path, "workspace": workspace}),
         )?;

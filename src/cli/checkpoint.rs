@@ -90,7 +90,11 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
         CheckpointCmd::Save { name, message } => {
             let detail = json!({"name": name, "message": message});
             let s = ctx.mutate("checkpoint.save", detail, |ws| {
-                ws.checkpoint(name.as_deref(), message.as_deref(), "cli")
+                ws.checkpoint(
+                    name.as_deref(),
+                    message.as_deref(),
+                    crate::store::audit::cli_actor(),
+                )
             })?;
             ctx.out.emit(
                 &json!({"checkpoint": cp_json(&s.checkpoint), "changed": s.changed}),

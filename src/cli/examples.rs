@@ -231,6 +231,12 @@ const EXAMPLES: &[(&str, &str)] = &[
         "  avfs man | man -l -
   avfs man --dir /usr/local/share/man/man1 && mandb",
     ),
+    (
+        "mcp",
+        "  avfs mcp                              # an MCP client starts this on stdio
+  avfs --vault task-1 mcp               # tools work on task-1 unless a call names a vault
+  avfs audit | grep mcp                 # what the agent did through the server",
+    ),
 ];
 
 fn lookup(path: &str) -> Option<&'static str> {

@@ -291,7 +291,7 @@ pub fn decide(ctx: &Ctx, a: DecideArgs, approve: bool) -> Result<i32> {
         audit::append(
             db,
             Some(&v.workspace),
-            "cli",
+            crate::store::audit::cli_actor(),
             if approve {
                 "approval.approve"
             } else {

@@ -131,6 +131,8 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page, or write one page per command into a directory.
     Man(ManArgs),
+    /// Serve the Model Context Protocol on stdin/stdout: the avfs tools for an MCP client.
+    Mcp,
 }
 
 #[derive(clap::Args, Debug)]
@@ -281,7 +283,7 @@ impl Ctx {
             let (r, detail) = f(&mut ws)?;
             // Over quota: the whole command is rolled back.
             ws.check_quota(&before)?;
-            audit::append(db, Some(&v.workspace), "cli", action, &detail)?;
+            audit::append(db, Some(&v.workspace), audit::cli_actor(), action, &detail)?;
             Ok(r)
         })?;
         self.invalidate_mount(v)?;
@@ -339,7 +341,7 @@ pub fn create_vault_file(path: &std::path::Path) -> Result<()> {
         audit::append(
             db,
             Some(MAIN),
-            "cli",
+            crate::store::audit::cli_actor(),
             "vault.create",
             &serde_json::json!({"path": path}),
         )?;
@@ -428,5 +430,6 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Shell(a) => shell::shell(ctx, a),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(ctx, a),
+        Command::Mcp => crate::mcp::serve(ctx.vault_sel.clone()),
     }
 }

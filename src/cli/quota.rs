@@ -136,7 +136,7 @@ pub fn run(ctx: &Ctx, a: QuotaArgs) -> Result<i32> {
                 audit::append(
                     db,
                     Some(&v.workspace),
-                    "cli",
+                    crate::store::audit::cli_actor(),
                     "quota.set",
                     &serde_json::to_value(&q).unwrap_or_default(),
                 )?;
@@ -165,7 +165,7 @@ pub fn run(ctx: &Ctx, a: QuotaArgs) -> Result<i32> {
                 audit::append(
                     db,
                     Some(&v.workspace),
-                    "cli",
+                    crate::store::audit::cli_actor(),
                     "quota.clear",
                     &json!({"scope": scope}),
                 )?;

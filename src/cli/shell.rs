@@ -100,7 +100,7 @@ pub fn shell(ctx: &Ctx, a: ShellArgs) -> Result<i32> {
         audit::append(
             db,
             Some(&v.workspace),
-            "cli",
+            crate::store::audit::cli_actor(),
             "shell.enter",
             &json!({"checkpoint": s.checkpoint.name, "shell": program}),
         )?;
@@ -153,7 +153,7 @@ pub fn shell(ctx: &Ctx, a: ShellArgs) -> Result<i32> {
         audit::append(
             db,
             Some(&v.workspace),
-            "cli",
+            crate::store::audit::cli_actor(),
             "shell.exit",
             &json!({"checkpoint": checkpoint, "exit_code": exit_code, "summary": summary}),
         )?;

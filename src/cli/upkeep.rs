@@ -90,7 +90,7 @@ pub fn gc(ctx: &Ctx) -> Result<i32> {
         audit::append(
             db,
             Some(&v.workspace),
-            "cli",
+            crate::store::audit::cli_actor(),
             "gc",
             &serde_json::to_value(&r).unwrap_or_default(),
         )?;

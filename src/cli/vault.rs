@@ -276,7 +276,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 audit::append(
                     db,
                     Some(&source.workspace),
-                    "cli",
+                    crate::store::audit::cli_actor(),
                     "vault.fork",
                     &json!({"fork": name, "from": info.parent_checkpoint}),
                 )?;
@@ -473,7 +473,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             audit::append(
                 db,
                 Some(&v.workspace),
-                "cli",
+                crate::store::audit::cli_actor(),
                 "vault.delete",
                 &json!({"fork": name}),
             )?;

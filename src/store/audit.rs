@@ -39,6 +39,22 @@ fn row_hash(
     *h.finalize().as_bytes()
 }
 
+/// Who a command-line process acts for, as audit records and checkpoints name it: `cli`,
+/// or what `AVFS_ORIGIN` says when it is a short lowercase word (the MCP server sets `mcp`
+/// for the commands it runs).
+pub fn cli_actor() -> &'static str {
+    static ACTOR: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    ACTOR.get_or_init(|| match std::env::var(crate::mcp::ORIGIN_ENV) {
+        Ok(v)
+            if (1..=16).contains(&v.len())
+                && v.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') =>
+        {
+            Box::leak(v.into_boxed_str())
+        }
+        _ => "cli",
+    })
+}
+
 /// Appends one row; call inside the transaction that makes the change it records.
 pub fn append(
     db: &Connection,

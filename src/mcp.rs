@@ -1,0 +1,602 @@
+//! `avfs mcp`: the Model Context Protocol over stdio, served with the official Rust SDK
+//! (`rmcp`).
+//!
+//! Every tool call runs this same binary's command line with `--json` in a child process
+//! and hands its one JSON document back as the tool's structured result. That is the point,
+//! not a shortcut: a call goes through exactly the code, the policy, the audit log and the
+//! JSON contract (docs/json.md) that `avfs` itself has, and a command that dies, hangs or is
+//! cancelled by the client takes its own process down, never the server. `exec` keeps its
+//! watchdog, its subreaper and its signal handling in a process of its own. The cost is one
+//! process start per call, a few milliseconds, small beside what the calls do.
+//!
+//! Audit records and checkpoints made through the server carry the origin `mcp`
+//! (`AVFS_ORIGIN`), so a supervisor can tell the agent's calls from a person's.
+//!
+//! There is deliberately no `approve` tool: an agent must not be able to approve its own
+//! request. It lists approvals, and runs an approved one with `exec` and `approve`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// The environment variable that names who made a change in audit records and
+/// checkpoints (`cli` when unset).
+pub const ORIGIN_ENV: &str = "AVFS_ORIGIN";
+
+/// Runs the MCP server on stdin/stdout until the client closes the connection.
+/// `vault` is the vault (or fork) tools use when a call names none.
+pub fn serve(vault: Option<String>) -> Result<i32> {
+    let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
+    let server = AvfsServer {
+        exe,
+        vault,
+        tool_router: AvfsServer::tool_router(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::host("tokio runtime", e))?;
+    rt.block_on(async move {
+        let service = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| Error::Host {
+                what: "MCP handshake".into(),
+                message: e.to_string(),
+            })?;
+        service.waiting().await.map_err(|e| Error::Host {
+            what: "MCP server".into(),
+            message: e.to_string(),
+        })?;
+        Ok(crate::cli::EXIT_OK)
+    })
+}
+
+#[derive(Clone)]
+struct AvfsServer {
+    exe: PathBuf,
+    vault: Option<String>,
+    tool_router: ToolRouter<Self>,
+}
+
+/// Selects the vault or fork a call works on; without it, the server's own (`avfs
+/// --vault V mcp`, else `$AVFS_VAULT`, else the current vault).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+struct VaultSel {
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ExecParams {
+    /// A shell command line, run with `sh -c` (give this or `argv`).
+    command: Option<String>,
+    /// The program and its arguments, run without a shell (give this or `command`).
+    argv: Option<Vec<String>>,
+    /// Directory inside the workspace to run in (default `/`).
+    cwd: Option<String>,
+    /// Stop the command after this many seconds.
+    timeout_secs: Option<u64>,
+    /// Extra environment variables, each `KEY=VALUE`.
+    env: Option<Vec<String>>,
+    /// `true`: always checkpoint first; `false`: never (even when the policy asks).
+    checkpoint: Option<bool>,
+    /// Restore the pre-run checkpoint when the command fails or times out.
+    #[serde(default)]
+    rollback_on_failure: bool,
+    /// `true`: run under the bubblewrap sandbox; `false`: without it (refused when the
+    /// policy requires it).
+    sandbox: Option<bool>,
+    /// Run in this task fork (created on first use).
+    fork: Option<String>,
+    /// Run in a throw-away fork.
+    #[serde(default)]
+    ephemeral: bool,
+    /// Run the command of this approval, once a person approved it.
+    approve: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct CheckpointSaveParams {
+    /// Checkpoint name (default: generated).
+    name: Option<String>,
+    /// A message saying why.
+    message: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct CheckpointRestoreParams {
+    /// The checkpoint to restore (unsaved changes are kept in an automatic checkpoint).
+    name: String,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct DiffParams {
+    /// From this checkpoint (default: the head checkpoint).
+    from: Option<String>,
+    /// To this checkpoint (default: the live state).
+    to: Option<String>,
+    /// Include unified diffs of text files.
+    #[serde(default)]
+    patch: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ForkParams {
+    /// Name of the new fork.
+    name: String,
+    /// Fork from this checkpoint instead of the live state.
+    from_checkpoint: Option<String>,
+    /// The vault or fork to fork (default: the server's).
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ApprovalsParams {
+    /// Also list decided, used and expired approvals.
+    #[serde(default)]
+    all: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ReadFileParams {
+    /// Absolute path inside the workspace.
+    path: String,
+    /// Read it as it was at this checkpoint.
+    at: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct WriteFileParams {
+    /// Absolute path inside the workspace.
+    path: String,
+    /// The content, in `encoding`.
+    content: String,
+    /// `utf-8` (default), `base64` or `hex`.
+    encoding: Option<String>,
+    /// Append instead of replacing.
+    #[serde(default)]
+    append: bool,
+    /// Create missing parent directories.
+    #[serde(default)]
+    parents: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ListDirParams {
+    /// Directory inside the workspace (default `/`).
+    path: Option<String>,
+    /// Include names starting with a dot.
+    #[serde(default)]
+    all: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct PathParams {
+    /// Absolute path inside the workspace.
+    path: String,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct AuditParams {
+    /// At most this many records, newest last.
+    limit: Option<u64>,
+    /// Only records since this time (RFC 3339, or a duration like `10m` ago).
+    since: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+/// Builds a command line: options as `--name=value` so no value is ever read as a flag,
+/// positionals after `--` so no path is either.
+#[derive(Default)]
+struct Line {
+    args: Vec<OsString>,
+    positional: Vec<OsString>,
+    stdin: Option<Vec<u8>>,
+}
+
+impl Line {
+    fn new(words: &[&str]) -> Line {
+        Line {
+            args: words.iter().map(OsString::from).collect(),
+            ..Line::default()
+        }
+    }
+    fn flag(mut self, name: &str, on: bool) -> Line {
+        if on {
+            self.args.push(name.into());
+        }
+        self
+    }
+    fn opt(mut self, name: &str, value: Option<impl ToString>) -> Line {
+        if let Some(v) = value {
+            self.args.push(format!("--{name}={}", v.to_string()).into());
+        }
+        self
+    }
+    fn pos(mut self, value: Option<impl Into<OsString>>) -> Line {
+        if let Some(v) = value {
+            self.positional.push(v.into());
+        }
+        self
+    }
+}
+
+impl AvfsServer {
+    /// Runs `avfs --json [--vault V] LINE` and turns its JSON document into the result: an
+    /// error document (`{"error": …}`) becomes a tool error carrying it, anything else the
+    /// structured result. A command's own failure (an exec whose command exited 1) is a
+    /// result, not an error: the envelope says what happened.
+    async fn call(&self, vault: Option<String>, line: Line) -> Result<CallToolResult, McpError> {
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.arg("--json");
+        if let Some(v) = vault.or_else(|| self.vault.clone()) {
+            cmd.arg(format!("--vault={v}"));
+        }
+        cmd.args(&line.args);
+        if !line.positional.is_empty() {
+            cmd.arg("--").args(&line.positional);
+        }
+        cmd.env(ORIGIN_ENV, "mcp")
+            .stdin(if line.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A call the client cancels stops its command (exec's watchdog then finishes
+            // the bookkeeping: change report, audit record).
+            .kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| McpError::internal_error(format!("cannot start avfs: {e}"), None))?;
+        if let (Some(data), Some(mut pipe)) = (line.stdin, child.stdin.take()) {
+            use tokio::io::AsyncWriteExt;
+            pipe.write_all(&data)
+                .await
+                .map_err(|e| McpError::internal_error(format!("writing to avfs: {e}"), None))?;
+        }
+        let out = child
+            .wait_with_output()
+            .await
+            .map_err(|e| McpError::internal_error(format!("waiting for avfs: {e}"), None))?;
+        let doc: Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            McpError::internal_error(
+                format!(
+                    "avfs printed no JSON document ({e}; {}): {}",
+                    out.status,
+                    stderr.trim()
+                ),
+                None,
+            )
+        })?;
+        if doc.get("error").is_some() {
+            Ok(CallToolResult::structured_error(doc))
+        } else {
+            Ok(CallToolResult::structured(doc))
+        }
+    }
+}
+
+/// Turns `content` in `encoding` into bytes.
+fn decode_content(content: &str, encoding: Option<&str>) -> Result<Vec<u8>, McpError> {
+    let bad = |what: String| McpError::invalid_params(what, None);
+    match encoding.unwrap_or("utf-8") {
+        "utf-8" | "utf8" | "text" => Ok(content.as_bytes().to_vec()),
+        "base64" => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(content.trim())
+                .map_err(|e| bad(format!("content is not valid base64: {e}")))
+        }
+        "hex" => {
+            let s = content.trim();
+            if !s.len().is_multiple_of(2) {
+                return Err(bad("hex content has an odd number of digits".into()));
+            }
+            (0..s.len())
+                .step_by(2)
+                .map(|i| {
+                    s.get(i..i + 2)
+                        .and_then(|d| u8::from_str_radix(d, 16).ok())
+                        .ok_or_else(|| bad(format!("content is not hex at byte {}", i / 2)))
+                })
+                .collect()
+        }
+        other => Err(bad(format!(
+            "unknown encoding {other:?}: use utf-8, base64 or hex"
+        ))),
+    }
+}
+
+#[tool_router]
+impl AvfsServer {
+    #[tool(
+        description = "Run a command in the workspace through the policy boundary: the policy \
+        decides (allow, allow_with_checkpoint, deny, require_approval), a checkpoint is taken \
+        when needed, the command runs in the mounted workspace, and the result is the execution \
+        envelope: decision, checkpoint, exit code, output, duration and exactly which files \
+        changed. A denied or approval-bound command does not run; the envelope says why (and \
+        the approval id a person must approve)."
+    )]
+    async fn exec(
+        &self,
+        Parameters(p): Parameters<ExecParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let approving = p.approve.is_some();
+        let mut line = Line::new(&["exec"])
+            .opt("cwd", p.cwd)
+            .opt("timeout", p.timeout_secs)
+            .flag("--checkpoint", p.checkpoint == Some(true))
+            .flag("--no-checkpoint", p.checkpoint == Some(false))
+            .flag("--rollback-on-failure", p.rollback_on_failure)
+            .flag("--sandbox", p.sandbox == Some(true))
+            .flag("--no-sandbox", p.sandbox == Some(false))
+            .opt("fork", p.fork)
+            .flag("--ephemeral", p.ephemeral)
+            .opt("approve", p.approve);
+        for kv in p.env.unwrap_or_default() {
+            line = line.opt("env", Some(kv));
+        }
+        match (p.command, p.argv) {
+            (Some(sh), None) => line = line.opt("shell", Some(sh)),
+            (None, Some(argv)) if !argv.is_empty() => {
+                line.positional = argv.into_iter().map(OsString::from).collect()
+            }
+            // An approval carries its own command.
+            (None, None) if approving => {}
+            _ => {
+                return Err(McpError::invalid_params(
+                    "give exactly one of `command` (a shell line) or `argv` (a non-empty list)",
+                    None,
+                ));
+            }
+        }
+        self.call(p.vault, line).await
+    }
+
+    #[tool(description = "Save a checkpoint of the workspace (O(changes since the last one)).")]
+    async fn checkpoint_save(
+        &self,
+        Parameters(p): Parameters<CheckpointSaveParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["checkpoint", "save"])
+            .opt("message", p.message)
+            .pos(p.name);
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "List the workspace's checkpoints, oldest first, and the head.",
+        annotations(read_only_hint = true)
+    )]
+    async fn checkpoint_list(
+        &self,
+        Parameters(p): Parameters<VaultSel>,
+    ) -> Result<CallToolResult, McpError> {
+        self.call(p.vault, Line::new(&["checkpoint", "list"])).await
+    }
+
+    #[tool(
+        description = "Restore the workspace to a checkpoint. Unsaved changes are first kept in \
+        an automatic checkpoint, so nothing is lost.",
+        annotations(destructive_hint = true)
+    )]
+    async fn checkpoint_restore(
+        &self,
+        Parameters(p): Parameters<CheckpointRestoreParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["checkpoint", "restore"]).pos(Some(p.name));
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "What changed between two checkpoints, or a checkpoint and the live state \
+        (default: head checkpoint to live). With patch, unified diffs of text files.",
+        annotations(read_only_hint = true)
+    )]
+    async fn diff(
+        &self,
+        Parameters(p): Parameters<DiffParams>,
+    ) -> Result<CallToolResult, McpError> {
+        if p.to.is_some() && p.from.is_none() {
+            return Err(McpError::invalid_params("`to` needs `from`", None));
+        }
+        let line = Line::new(&["diff"])
+            .flag("--patch", p.patch)
+            .pos(p.from)
+            .pos(p.to);
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "Fork the vault into a new task workspace, in O(1) whatever its size. Work \
+        in it by passing its name as `vault` to the other tools."
+    )]
+    async fn fork(
+        &self,
+        Parameters(p): Parameters<ForkParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let source = match p.vault.or_else(|| self.vault.clone()) {
+            Some(v) => v,
+            None => self.current_vault().await?,
+        };
+        let line = Line::new(&["vault", "fork"])
+            .opt("from", p.from_checkpoint)
+            .pos(Some(source))
+            .pos(Some(p.name));
+        self.call(None, line).await
+    }
+
+    #[tool(
+        description = "List approvals: commands the policy would only run once a person \
+        approves them (`avfs approve ID`). Pending only, unless all.",
+        annotations(read_only_hint = true)
+    )]
+    async fn approvals_list(
+        &self,
+        Parameters(p): Parameters<ApprovalsParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["approvals"]).flag("--all", p.all);
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "Read a file of the workspace (live, or at a checkpoint). Text comes back \
+        as utf-8, anything else as hex (see `encoding`).",
+        annotations(read_only_hint = true)
+    )]
+    async fn read_file(
+        &self,
+        Parameters(p): Parameters<ReadFileParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["cat"]).opt("at", p.at).pos(Some(p.path));
+        self.call(p.vault, line).await
+    }
+
+    #[tool(description = "Write (or append to) a file of the workspace.")]
+    async fn write_file(
+        &self,
+        Parameters(p): Parameters<WriteFileParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let data = decode_content(&p.content, p.encoding.as_deref())?;
+        let mut line = Line::new(&["write"])
+            .flag("--append", p.append)
+            .flag("--parents", p.parents)
+            .pos(Some(p.path));
+        line.stdin = Some(data);
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "List a directory of the workspace with each entry's attributes.",
+        annotations(read_only_hint = true)
+    )]
+    async fn list_dir(
+        &self,
+        Parameters(p): Parameters<ListDirParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["ls"])
+            .flag("-a", p.all)
+            .pos(Some(p.path.unwrap_or_else(|| "/".into())));
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "Attributes of one path: type, mode, size, times, content hash.",
+        annotations(read_only_hint = true)
+    )]
+    async fn stat(
+        &self,
+        Parameters(p): Parameters<PathParams>,
+    ) -> Result<CallToolResult, McpError> {
+        self.call(p.vault, Line::new(&["stat"]).pos(Some(p.path)))
+            .await
+    }
+
+    #[tool(
+        description = "The versions of one file across checkpoints and the live state.",
+        annotations(read_only_hint = true)
+    )]
+    async fn log(&self, Parameters(p): Parameters<PathParams>) -> Result<CallToolResult, McpError> {
+        self.call(p.vault, Line::new(&["log"]).pos(Some(p.path)))
+            .await
+    }
+
+    #[tool(
+        description = "The audit log: every command that changed the vault, who ran it \
+        (cli, mcp, exec) and when, hash-chained.",
+        annotations(read_only_hint = true)
+    )]
+    async fn audit(
+        &self,
+        Parameters(p): Parameters<AuditParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["audit"])
+            .opt("limit", p.limit)
+            .opt("since", p.since);
+        self.call(p.vault, line).await
+    }
+}
+
+impl AvfsServer {
+    /// The name of the vault calls use when neither the call nor the server names one.
+    async fn current_vault(&self) -> Result<String, McpError> {
+        let r = self.call(None, Line::new(&["vault", "info"])).await?;
+        r.structured_content
+            .as_ref()
+            .and_then(|v| v.pointer("/vault/name"))
+            .and_then(|n| n.as_str())
+            .map(str::to_string)
+            .ok_or_else(|| McpError::internal_error("no current vault to fork", None))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for AvfsServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("avfs", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "agentvfs: a versioned, forkable workspace. Run commands with `exec` (the policy \
+                 decides; the envelope lists exactly which files changed), take checkpoints \
+                 before risky work, restore them to roll back, fork to try things in isolation. \
+                 Results are the JSON documents of `avfs --json` (docs/json.md).",
+            )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_content;
+
+    #[test]
+    fn content_encodings_decode_or_say_why_not() {
+        assert_eq!(decode_content("hé", None).unwrap(), "hé".as_bytes());
+        assert_eq!(decode_content("00ff10", Some("hex")).unwrap(), [0, 255, 16]);
+        assert_eq!(
+            decode_content("AP8Q", Some("base64")).unwrap(),
+            [0, 255, 16]
+        );
+        for (content, enc) in [
+            ("0", "hex"),
+            ("zz", "hex"),
+            ("!!", "base64"),
+            ("x", "rot13"),
+        ] {
+            let e = decode_content(content, Some(enc)).unwrap_err();
+            assert!(!e.message.is_empty(), "{content} {enc}");
+        }
+    }
+}

@@ -1,0 +1,200 @@
+"""`avfs mcp` driven by the official MCP Python SDK (`mcp` on PyPI), as an MCP host would:
+a real server process on stdio, real vault files in a temporary AVFS_HOME, every tool
+called and its result checked the way an agent would read it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import tempfile
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+AVFS = os.environ.get("AVFS_BIN", str(REPO / "target" / "release" / "avfs"))
+
+REQUIRED_TOOLS = {
+    "exec",
+    "checkpoint_save",
+    "checkpoint_list",
+    "checkpoint_restore",
+    "diff",
+    "fork",
+    "approvals_list",
+    "read_file",
+    "write_file",
+    "list_dir",
+    "stat",
+    "log",
+}
+
+
+@pytest.fixture
+def home() -> Any:
+    with tempfile.TemporaryDirectory(prefix="avfs-mcp-") as d:
+        yield d
+
+
+@asynccontextmanager
+async def session(home: str, *extra: str) -> AsyncIterator[ClientSession]:
+    # The SDK passes only a few variables through to the server; AVFS_HOME keeps the
+    # test's vaults out of the real ~/.avfs.
+    params = StdioServerParameters(
+        command=AVFS,
+        args=[*extra, "mcp"],
+        env={"AVFS_HOME": home, "PATH": os.environ["PATH"]},
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            yield s
+
+
+async def call(s: ClientSession, tool: str, **args: Any) -> Any:
+    """Calls a tool that must succeed; returns its structured result."""
+    r = await s.call_tool(tool, args)
+    assert not r.is_error, f"{tool} failed: {r.structured_content or r.content}"
+    assert isinstance(r.structured_content, dict), r
+    return r.structured_content
+
+
+async def call_err(s: ClientSession, tool: str, **args: Any) -> dict:
+    """Calls a tool that must fail as a tool error; returns the JSON error object."""
+    r = await s.call_tool(tool, args)
+    assert r.is_error, f"{tool} should have failed: {r.structured_content}"
+    return r.structured_content["error"]
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_lists_every_tool_with_an_input_schema(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert REQUIRED_TOOLS <= set(tools), REQUIRED_TOOLS - set(tools)
+            for t in tools.values():
+                assert t.description, t.name
+                assert t.input_schema["type"] == "object", t.name
+            assert "command" in tools["exec"].input_schema["properties"]
+            assert tools["read_file"].annotations.read_only_hint is True
+            # Approving is a person's job: the agent cannot approve its own request.
+            assert "approve" not in tools
+
+    run(go())
+
+
+def test_every_tool_round_trip(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            w = await call(s, "write_file", path="/src/app.py", content="print('v1')\n", parents=True)
+            assert w == {"path": "/src/app.py", "size": 12}
+            r = await call(s, "read_file", path="/src/app.py")
+            assert (r["content"], r["encoding"]) == ("print('v1')\n", "utf-8")
+
+            await call(s, "write_file", path="/blob.bin", content="AP8Q", encoding="base64")
+            r = await call(s, "read_file", path="/blob.bin")
+            assert (r["content"], r["encoding"]) == ("00ff10", "hex")
+
+            ls = await call(s, "list_dir", path="/src")
+            assert [e["name"] for e in ls["entries"]] == ["app.py"]
+            st = await call(s, "stat", path="/src/app.py")
+            assert st["type"] == "file" and st["size"] == 12
+
+            cp = await call(s, "checkpoint_save", name="v1", message="first")
+            assert cp["checkpoint"]["name"] == "v1"
+
+            env = await call(
+                s, "exec", command="echo 'print(2)' > src/app.py && echo new > src/new.txt"
+            )
+            assert env["decision"]["action"] == "allow_with_checkpoint"
+            assert env["result"]["exit_code"] == 0
+            changed = {(c["path"], c["kind"]) for c in env["changes"]}
+            assert ("/src/app.py", "modified") in changed, changed
+            assert ("/src/new.txt", "added") in changed, changed
+
+            env = await call(s, "exec", argv=["sh", "-c", "echo out; echo err >&2; exit 3"])
+            assert env["result"]["exit_code"] == 3
+            assert env["result"]["stdout"] == "out\n" and env["result"]["stderr"] == "err\n"
+
+            d = await call(s, "diff", **{"from": "v1"}, patch=True)
+            paths = {c["path"] for c in d["changes"]}
+            assert {"/src/app.py", "/src/new.txt"} <= paths, paths
+
+            lst = await call(s, "checkpoint_list")
+            assert "v1" in [c["name"] for c in lst["checkpoints"]]
+
+            log = await call(s, "log", path="/src/app.py")
+            assert len(log["versions"]) >= 2, log
+
+            f = await call(s, "fork", name="task-1")
+            assert (f["fork"]["name"], f["parent"]) == ("task-1", "default")
+            await call(s, "write_file", path="/only-in-fork.txt", content="x", vault="task-1")
+            assert (await call(s, "stat", path="/only-in-fork.txt", vault="task-1"))["size"] == 1
+            e = await call_err(s, "stat", path="/only-in-fork.txt")
+            assert e["kind"] == "not_found"
+
+            await call(s, "checkpoint_restore", name="v1")
+            r = await call(s, "read_file", path="/src/app.py")
+            assert r["content"] == "print('v1')\n"
+            await call_err(s, "read_file", path="/src/new.txt")
+
+            env = await call(s, "exec", command="curl https://example.com")
+            assert env["decision"]["action"] == "require_approval"
+            assert env["result"] is None
+            pending = await call(s, "approvals_list")
+            assert [a["id"] for a in pending["approvals"]] == [env["approval"]["id"]]
+
+            env = await call(s, "exec", command="cat /etc/passwd")
+            assert env["decision"]["action"] == "deny" and env["result"] is None
+
+            audit = await call(s, "audit")
+            actors = {rec["actor"] for rec in audit["entries"]}
+            assert "mcp" in actors, actors
+
+    run(go())
+
+
+def test_errors_are_tool_errors_with_the_json_error(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            e = await call_err(s, "read_file", path="/missing.txt")
+            assert e["kind"] == "not_found" and "/missing.txt" in e["message"]
+            e = await call_err(s, "write_file", path="/a/b/c.txt", content="x")
+            assert e["kind"] == "not_found"
+            e = await call_err(s, "checkpoint_restore", name="no-such-checkpoint")
+            assert e["kind"] == "no_such_checkpoint"
+            e = await call_err(s, "read_file", path="/../../etc/passwd")
+            assert e["exit_code"] == 1 and e["message"]
+            e = await call_err(s, "list_dir", path="/x", vault="no-such-vault")
+            assert e["kind"] == "no_such_vault"
+            # A path that looks like a flag is a path.
+            e = await call_err(s, "read_file", path="--help")
+            assert e["message"]
+            # Bad arguments are protocol errors, before anything runs.
+            with pytest.raises(MCPError):
+                await s.call_tool("exec", {})
+            with pytest.raises(MCPError):
+                await s.call_tool("write_file", {"path": "/x", "content": "0", "encoding": "hex"})
+
+    run(go())
+
+
+def test_server_bound_to_a_vault_uses_it_by_default(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            await call(s, "write_file", path="/base.txt", content="base")
+            await call(s, "fork", name="task-2")
+        async with session(home, "--vault", "task-2") as s:
+            await call(s, "write_file", path="/t2.txt", content="t2")
+            assert (await call(s, "read_file", path="/base.txt"))["content"] == "base"
+            await call_err(s, "read_file", path="/t2.txt", vault="default")
+
+    run(go())
