@@ -14,6 +14,8 @@ need python3 || missing+=(python3)
 # `avfs exec --sandbox` runs commands under bubblewrap; its tests run a node script.
 need bwrap || missing+=(bubblewrap)
 need node || missing+=(nodejs)
+# The Python client and the MCP client tests run in a virtualenv of their own.
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && need apt-get; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
@@ -29,8 +31,21 @@ trap 'rm -f "$log"' EXIT
 set +e
 cargo test --release --locked --all-targets --no-fail-fast -- --test-threads="${AVFS_TEST_THREADS:-2}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+
+# The Python package (python/) and the MCP server driven by the official MCP Python SDK
+# (tests/mcp), both against the binary built above.
+venv=target/py-venv
+if [ ! -x "$venv/bin/pytest" ] || ! "$venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q pytest 'mcp>=2.3,<3'
+fi
+"$venv/bin/pip" install -q --force-reinstall --no-deps ./python
+AVFS_BIN="$PWD/target/release/avfs" "$venv/bin/pytest" -q -p no:cacheprovider python/tests tests/mcp 2>&1 | tee -a "$log"
+py_status=${PIPESTATUS[0]}
 set -e
-# One closing line over every test binary.
+# One closing line over every test binary and the pytest run.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     /^(=+ )?[0-9]+ (passed|failed).* in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^(failed|errors?)/) f += $i } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
-exit "$status"
+[ "$status" = 0 ] && [ "$py_status" = 0 ]

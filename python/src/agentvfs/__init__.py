@@ -1,0 +1,104 @@
+"""Typed Python client for ``avfs`` (agentvfs): forkable, versioned workspaces for AI
+agents, driven through the ``avfs`` binary's JSON interface (``avfs --json``).
+
+    from agentvfs import Vault
+
+    vault = Vault.create("demo", home="/tmp/avfs-home")
+    ws = vault.workspace
+    ws.write_file("/notes.txt", "hello\\n")
+    env = ws.exec("sed -i s/hello/bye/ notes.txt")
+    print(env.exit_code, [c.path for c in env.changes])
+"""
+
+from .client import Avfs, Vault, Workspace, find_binary
+from .errors import (
+    AlreadyExists,
+    ApprovalRequired,
+    AvfsError,
+    BinaryNotFound,
+    CheckpointExists,
+    CommandFailed,
+    ExecError,
+    InvalidArgument,
+    NoSuchCheckpoint,
+    NoSuchVault,
+    NotFound,
+    PolicyDenied,
+    ProtocolError,
+    Refused,
+    SandboxUnavailable,
+    UsageError,
+    VaultExists,
+)
+from .types import (
+    Approval,
+    Change,
+    ChangeSummary,
+    Checkpoint,
+    Command,
+    Conflict,
+    Decision,
+    Diff,
+    Envelope,
+    EscapedProcess,
+    ExecRequest,
+    ExecResult,
+    Finding,
+    MergeResult,
+    QuotaRefused,
+    RestoreResult,
+    Rollback,
+    Sandbox,
+    Stat,
+    VaultDetails,
+    VaultInfo,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Avfs",
+    "Vault",
+    "Workspace",
+    "find_binary",
+    # errors
+    "AvfsError",
+    "UsageError",
+    "NotFound",
+    "NoSuchVault",
+    "NoSuchCheckpoint",
+    "AlreadyExists",
+    "VaultExists",
+    "CheckpointExists",
+    "InvalidArgument",
+    "Refused",
+    "SandboxUnavailable",
+    "ExecError",
+    "PolicyDenied",
+    "ApprovalRequired",
+    "CommandFailed",
+    "BinaryNotFound",
+    "ProtocolError",
+    # documents
+    "Approval",
+    "Change",
+    "ChangeSummary",
+    "Checkpoint",
+    "Command",
+    "Conflict",
+    "Decision",
+    "Diff",
+    "Envelope",
+    "EscapedProcess",
+    "ExecRequest",
+    "ExecResult",
+    "Finding",
+    "MergeResult",
+    "QuotaRefused",
+    "RestoreResult",
+    "Rollback",
+    "Sandbox",
+    "Stat",
+    "VaultDetails",
+    "VaultInfo",
+]
