@@ -1367,7 +1367,7 @@ fn ephemeral_forks_leave_nothing_behind() {
         126
     );
     let err = exec_error(&env, &["--ephemeral", "--cwd", "nope", "--", "ls"]);
-    assert_eq!(err["kind"], "not_a_directory", "{err}");
+    assert_eq!(err["kind"], "not_found", "{err}");
     assert_eq!(env.json(&["vault", "list"]), vaults);
     assert_eq!(checkpoint_names(&env, "t"), cps);
 

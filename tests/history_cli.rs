@@ -73,6 +73,48 @@ fn checkpoint_save_list_restore_delete() {
 }
 
 #[test]
+fn a_fork_names_the_checkpoints_it_descends_from() {
+    let env = Env::new();
+    env.ok(&["write", "/f", "v0"]);
+    env.json(&["checkpoint", "save", "old"]);
+    env.ok(&["write", "/f", "v1"]);
+    env.json(&["checkpoint", "save", "base"]);
+    env.ok(&["write", "/f", "parent-later"]);
+    env.json(&["checkpoint", "save", "later"]);
+    env.json(&["vault", "fork", "default", "task", "--from", "base"]);
+    fn t<'a>(args: &[&'a str]) -> Vec<&'a str> {
+        let mut v = vec!["--vault", "task"];
+        v.extend_from_slice(args);
+        v
+    }
+    let run = |args: &[&str]| env.json(&t(args));
+    assert_eq!(run(&["checkpoint", "list"])["head"], "base");
+    run(&["write", "/f", "fork-edit"]);
+    // The head a fork reports is a name it can use: in diff, cat --at, restore.
+    let d = run(&["diff", "base"]);
+    assert_eq!(d["from"], "base");
+    assert_eq!(find(&d, "/f")["kind"], "modified");
+    assert_eq!(run(&["cat", "/f", "--at", "base"])["content"], "v1");
+    // ...and so is what the fork point descends from, but not the parent's later work.
+    assert_eq!(run(&["cat", "/f", "--at", "old"])["content"], "v0");
+    let e = env.json_err(&t(&["cat", "/f", "--at", "later"]), 1);
+    assert_eq!(e["kind"], "no_such_checkpoint");
+    // A fork's own checkpoint of the same name wins, and is all it may delete.
+    run(&["checkpoint", "save", "base"]);
+    assert_eq!(run(&["cat", "/f", "--at", "base"])["content"], "fork-edit");
+    run(&["checkpoint", "delete", "base"]);
+    let e = env.json_err(&t(&["checkpoint", "delete", "base"]), 1);
+    assert_eq!(e["kind"], "no_such_checkpoint");
+    assert_eq!(
+        env.ok(&["cat", "/f", "--at", "base"]).stdout,
+        "v1",
+        "the parent's is untouched"
+    );
+    run(&["checkpoint", "restore", "base"]);
+    assert_eq!(env.cat(Some("task"), "/f"), "v1");
+}
+
+#[test]
 fn diff_reports_every_kind_with_sizes_and_patches() {
     let env = Env::new();
     env.ok(&["write", "/keep", "same"]);

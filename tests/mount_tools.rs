@@ -441,3 +441,50 @@ fn tar_round_trip() {
         .arg(&out2));
     assert_same_tree(&src, &out2);
 }
+
+#[test]
+fn ls_l_asks_for_labels_and_acls_once_not_per_file() {
+    let m = mount!("ls_l_asks_for_labels_and_acls_once_not_per_file");
+    for d in 0..4 {
+        let dir = m.p(&format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..50 {
+            std::fs::write(dir.join(format!("f{f}")), b"x").unwrap();
+        }
+    }
+    let asked = |c: &serde_json::Value| {
+        c["getxattr"].as_u64().unwrap_or(0) + c["getxattr_unsupported"].as_u64().unwrap_or(0)
+    };
+    let before = asked(&m.counters());
+    let out = run(Command::new("ls").arg("-lR").arg(&m.mp));
+    assert_eq!(stdout(&out).matches(" f").count(), 200, "{}", stdout(&out));
+    let after = asked(&m.counters());
+    // No SELinux label and no ACL (EOPNOTSUPP): ls remembers that per filesystem, where
+    // "none on this file" (ENODATA) would cost two kernel round trips per file.
+    assert!(
+        after - before <= 4,
+        "ls -lR of 200 files asked for {} attributes",
+        after - before
+    );
+    // user.* attributes still work, and other namespaces say they are not supported.
+    let f = std::ffi::CString::new(m.p("d0/f0").into_os_string().into_encoded_bytes()).unwrap();
+    let get = |name: &str| {
+        let n = std::ffi::CString::new(name).unwrap();
+        let mut buf = [0u8; 64];
+        // SAFETY: valid C strings and a buffer of the size given.
+        let r = unsafe { libc::lgetxattr(f.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap())
+        } else {
+            Ok(buf[..r as usize].to_vec())
+        }
+    };
+    let n = std::ffi::CString::new("user.k").unwrap();
+    // SAFETY: valid C strings and a value of the length given.
+    let r = unsafe { libc::lsetxattr(f.as_ptr(), n.as_ptr(), b"v".as_ptr().cast(), 1, 0) };
+    assert_eq!(r, 0);
+    assert_eq!(get("user.k"), Ok(b"v".to_vec()));
+    assert_eq!(get("user.none"), Err(libc::ENODATA));
+    assert_eq!(get("security.selinux"), Err(libc::EOPNOTSUPP));
+    assert_eq!(get("system.posix_acl_access"), Err(libc::EOPNOTSUPP));
+}

@@ -991,11 +991,11 @@ fn run_in_mount(
     let mut dir = mount.mountpoint.clone();
     for c in job.cwd {
         dir.push(c);
-        if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
-            return Err(Error::NotADirectory(format!(
-                "--cwd {} ({} in the workspace)",
-                envelope.request.cwd, c
-            )));
+        let what = || format!("--cwd {} ({} in the workspace)", envelope.request.cwd, c);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(Error::NotADirectory(what())),
+            Err(_) => return Err(Error::NotFound(what())),
         }
     }
     // The sandbox is planned before the checkpoint: a plan that fails leaves nothing.

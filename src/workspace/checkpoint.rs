@@ -79,14 +79,40 @@ impl Workspace<'_> {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The checkpoint `name` means here: one of this workspace's own, else the nearest of
+    /// that name in its history (following parents from the head), which in a fork reaches
+    /// the checkpoint it was forked from and what that descends from. So `diff base`,
+    /// `cat --at base` and `checkpoint restore base` work in a fork whose head is `base`.
     pub fn find_checkpoint(&self, name: &str) -> Result<Checkpoint> {
+        if let Some(cp) = self.own_checkpoint(name)? {
+            return Ok(cp);
+        }
         self.db
             .prepare_cached(&format!(
-                "SELECT {CP_COLS} FROM checkpoint c JOIN workspace w ON w.id = c.workspace WHERE c.workspace = ?1 AND c.name = ?2"
+                "WITH RECURSIVE anc(id, depth) AS (
+                     SELECT head, 0 FROM workspace WHERE id = ?1 AND head IS NOT NULL
+                     UNION
+                     SELECT c.parent, anc.depth + 1 FROM checkpoint c JOIN anc ON c.id = anc.id
+                     WHERE c.parent IS NOT NULL AND anc.depth < 100000)
+                 SELECT {CP_COLS} FROM anc JOIN checkpoint c ON c.id = anc.id
+                 JOIN workspace w ON w.id = c.workspace
+                 WHERE c.name = ?2 ORDER BY anc.depth LIMIT 1"
             ))?
             .query_row(params![self.info.id, name], cp_from_row)
             .optional()?
             .ok_or_else(|| Error::NoSuchCheckpoint(name.into()))
+    }
+
+    /// One of this workspace's own checkpoints (the names it may not reuse, the ones it
+    /// may delete).
+    fn own_checkpoint(&self, name: &str) -> Result<Option<Checkpoint>> {
+        Ok(self
+            .db
+            .prepare_cached(&format!(
+                "SELECT {CP_COLS} FROM checkpoint c JOIN workspace w ON w.id = c.workspace WHERE c.workspace = ?1 AND c.name = ?2"
+            ))?
+            .query_row(params![self.info.id, name], cp_from_row)
+            .optional()?)
     }
 
     /// The checkpoint the live state descends from: the last saved or restored one, or
@@ -116,7 +142,7 @@ impl Workspace<'_> {
             }
             None => generated_name(self.db)?,
         };
-        if self.find_checkpoint(&name).is_ok() {
+        if self.own_checkpoint(&name)?.is_some() {
             return Err(Error::CheckpointExists(name));
         }
         let root = self.flush()?;
@@ -132,13 +158,17 @@ impl Workspace<'_> {
             .prepare_cached("UPDATE workspace SET head = ?1 WHERE id = ?2")?
             .execute(params![id, self.info.id])?;
         Ok(CheckpointSummary {
-            checkpoint: self.find_checkpoint(&name)?,
+            checkpoint: self
+                .own_checkpoint(&name)?
+                .ok_or_else(|| Error::NoSuchCheckpoint(name.clone()))?,
             changed,
         })
     }
 
     pub fn delete_checkpoint(&self, name: &str) -> Result<Checkpoint> {
-        let cp = self.find_checkpoint(name)?;
+        let cp = self
+            .own_checkpoint(name)?
+            .ok_or_else(|| Error::NoSuchCheckpoint(name.into()))?;
         self.db.execute("UPDATE checkpoint SET parent = (SELECT parent FROM checkpoint WHERE id = ?1) WHERE parent = ?1", [cp.id])?;
         self.db.execute("UPDATE workspace SET head = (SELECT parent FROM checkpoint WHERE id = ?1) WHERE head = ?1", [cp.id])?;
         self.db
@@ -211,7 +241,7 @@ impl Workspace<'_> {
             None => {
                 if self.is_modified()? || self.head()?.is_none() {
                     let name = format!("fork-{new_name}");
-                    let name = if self.find_checkpoint(&name).is_ok() {
+                    let name = if self.own_checkpoint(&name)?.is_some() {
                         generated_name(self.db)?
                     } else {
                         name

@@ -109,6 +109,26 @@ impl Mount {
     }
 
     /// A path inside the mount.
+    /// The server's request counters (`counters` on its control socket): op -> count.
+    pub fn counters(&self) -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        let mounts = self.env.json(&["mounts"]);
+        let socket = mounts["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| Path::new(m["mountpoint"].as_str().unwrap()) == self.mp)
+            .map(|m| m["socket"].as_str().unwrap().to_string())
+            .expect("the mount is listed");
+        let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+        writeln!(s, "{}", serde_json::json!({"op": "counters"})).unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(s).read_line(&mut line).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["ok"], true, "{v}");
+        v["counters"].clone()
+    }
+
     pub fn p(&self, rel: &str) -> PathBuf {
         self.mp.join(rel)
     }
