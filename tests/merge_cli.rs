@@ -226,17 +226,22 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
     assert!(before.starts_with("auto-before-merge-"), "{before}");
     assert_eq!(env.ok(&["cat", "/src/a.txt", "--at", before]).stdout, "a\n");
 
-    // The fork is untouched.
+    // The fork's files and head are untouched; it gained the record of what was merged
+    // (the base of the next merge).
     assert_eq!(
         env.cat(Some("task"), "/both.txt"),
         "one\nTWO (fork)\nthree\n"
     );
+    let fork_cps = env.json(&["--vault", "task", "checkpoint", "list"]);
+    assert_eq!(fork_cps["head"], "base");
+    let merged: Vec<&Value> = fork_cps["checkpoints"].as_array().unwrap().iter().collect();
+    assert_eq!(merged.len(), 1, "{fork_cps}");
+    assert_eq!(merged[0]["origin"], "merge");
     assert!(
-        env.json(&["--vault", "task", "checkpoint", "list"])["checkpoints"]
-            .as_array()
+        merged[0]["name"]
+            .as_str()
             .unwrap()
-            .iter()
-            .all(|c| c["origin"] != "merge")
+            .starts_with("merged-into-main-")
     );
 
     // One audit row: the checkpoints and the merge are one transaction.
@@ -645,4 +650,57 @@ fn directory_and_root_attributes_merge_by_key_and_conflict_on_the_same_key() {
         )]
     );
     assert_eq!(env.ok(&["meta", "/", "k"]).stdout, "target\n");
+}
+
+#[test]
+fn a_second_merge_takes_only_what_changed_since_the_first() {
+    let env = setup();
+    env.ok(&["--vault", "task", "write", "/src/a.txt", "fork 1\n"]);
+    let first = report(&env, &["vault", "merge", "task"], 0);
+    assert_eq!(first["base"], "base");
+    assert_eq!(taken(&first), vec![t2("modified", "/src/a.txt")]);
+    // The target keeps working on what it took; the fork works on something else.
+    env.ok(&["write", "/src/a.txt", "target after the merge\n"]);
+    env.ok(&["--vault", "task", "write", "/src/b.txt", "fork 2\n"]);
+    let second = report(&env, &["vault", "merge", "task"], 0);
+    let marker = second["base"].as_str().unwrap().to_string();
+    assert!(marker.starts_with("merged-into-main-"), "{second}");
+    // Against the fork point, /src/a.txt would be a conflict (changed on both sides).
+    assert_eq!(conflicts(&second), vec![]);
+    assert_eq!(taken(&second), vec![t2("modified", "/src/b.txt")]);
+    assert_eq!(env.cat(None, "/src/a.txt"), "target after the merge\n");
+    assert_eq!(env.cat(None, "/src/b.txt"), "fork 2\n");
+    // Merge points are checkpoints of the fork that do not move its head.
+    let cps = env.json(&["--vault", "task", "checkpoint", "list"]);
+    assert_eq!(cps["head"], "base");
+    let names: Vec<String> = cps["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 2, "{cps}");
+    assert_eq!(names[0], marker);
+    let latest = names[1].clone();
+    // Nothing new in the fork: nothing to merge, and no new merge point.
+    let third = report(&env, &["vault", "merge", "task"], 0);
+    assert_eq!((taken(&third), conflicts(&third)), (vec![], vec![]));
+    assert_eq!(third["base"], latest.as_str());
+    let cps = env.json(&["--vault", "task", "checkpoint", "list"]);
+    assert_eq!(cps["checkpoints"].as_array().unwrap().len(), 2);
+    // A merge of some paths leaves the base where it was.
+    env.ok(&["--vault", "task", "write", "/src/a.txt", "fork 3\n"]);
+    env.ok(&["--vault", "task", "write", "/same.txt", "fork 3\n"]);
+    let part = report(&env, &["vault", "merge", "task", "--path", "/same.txt"], 0);
+    assert_eq!(part["base"], latest.as_str());
+    let fourth = report(&env, &["vault", "merge", "task", "--dry-run"], 1);
+    assert_eq!(fourth["base"], latest.as_str());
+    assert_eq!(conflicts(&fourth)[0].0, "/src/a.txt");
+    // Deleting merge points falls back to the one before, then to the fork point.
+    env.ok(&["--vault", "task", "checkpoint", "delete", &latest]);
+    let back = report(&env, &["vault", "merge", "task", "--dry-run"], 1);
+    assert_eq!(back["base"], marker.as_str());
+    env.ok(&["--vault", "task", "checkpoint", "delete", &marker]);
+    let back = report(&env, &["vault", "merge", "task", "--dry-run"], 1);
+    assert_eq!(back["base"], "base");
 }

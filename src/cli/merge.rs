@@ -64,6 +64,24 @@ struct Report {
     summary: Summary,
 }
 
+/// The newest state of `fork` recorded as merged into `target` whose merge the target
+/// still descends from: its `merge-FORK-STAMP` checkpoint is the target's head or in its
+/// history. A merge undone by restoring an earlier checkpoint no longer counts.
+fn last_merge_point(
+    fork: &Workspace,
+    target: &Workspace,
+    fork_name: &str,
+) -> Result<Option<crate::workspace::Checkpoint>> {
+    for (point, stamp) in fork.merge_points(&target.info.name)? {
+        if let Some(merged) = target.own_checkpoint(&format!("merge-{fork_name}-{stamp}"))?
+            && target.descends_from(merged.id)?
+        {
+            return Ok(Some(point));
+        }
+    }
+    Ok(None)
+}
+
 pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
     let reg = ctx.registry()?;
     let fork = reg
@@ -118,21 +136,29 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
     // Everything happens in the target's transaction: the base and the fork are read in it.
     let work = |ws: &mut Workspace| -> Result<Report> {
         let db = ws.db;
-        let base = Workspace::open(db, &parent)
-            .map_err(|_| {
-                Error::Refused(format!(
-                    "{} was forked from workspace {parent}, which is gone: no merge base",
-                    fork.name
-                ))
-            })?
-            .find_checkpoint(&base_name)
-            .map_err(|_| {
-                Error::Refused(format!(
-                    "{}'s merge base, checkpoint {base_name} of {parent}, was deleted",
-                    fork.name
-                ))
-            })?;
-        let fork_root = Workspace::open(db, &fork.workspace)?.flush()?;
+        let mut fork_ws = Workspace::open(db, &fork.workspace)?;
+        // After a merge into this target that the target still has (not undone by a
+        // restore), the base is the fork as it was then merged; before it, the checkpoint
+        // the fork was made from.
+        let base = match last_merge_point(&fork_ws, ws, &fork.name)? {
+            Some(cp) => cp,
+            None => Workspace::open(db, &parent)
+                .map_err(|_| {
+                    Error::Refused(format!(
+                        "{} was forked from workspace {parent}, which is gone: no merge base",
+                        fork.name
+                    ))
+                })?
+                .find_checkpoint(&base_name)
+                .map_err(|_| {
+                    Error::Refused(format!(
+                        "{}'s merge base, checkpoint {base_name} of {parent}, was deleted",
+                        fork.name
+                    ))
+                })?,
+        };
+        let base_name = base.name.clone();
+        let fork_root = fork_ws.flush()?;
         let target_root = ws.flush()?;
         let opts = merge::Options {
             paths: &paths,
@@ -157,7 +183,8 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
             }
             merge::apply(ws, &plan, &fork_root)?;
             if !dry_run {
-                let name = format!("merge-{}-{}", fork.name, crate::store::now_ns() / 1_000_000);
+                let stamp = crate::store::now_ns() / 1_000_000;
+                let name = format!("merge-{}-{stamp}", fork.name);
                 let msg = format!(
                     "merge of {} (base {base_name}): {} taken, {} conflict(s)",
                     fork.name,
@@ -165,6 +192,11 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
                     plan.conflicts.len()
                 );
                 checkpoint = Some(ws.checkpoint(Some(&name), Some(&msg), "merge")?.checkpoint);
+                // A merge of the whole fork moves the base of the next one; a merge of
+                // some paths does not (the rest of the fork is still unmerged).
+                if paths.is_empty() {
+                    fork_ws.record_merge_point(&ws.info.name, stamp, &fork_root)?;
+                }
             }
         }
         let unresolved = plan.unresolved();

@@ -31,6 +31,14 @@ pub struct CheckpointSummary {
 
 const CP_COLS: &str = "c.id, c.name, w.name, c.root, (SELECT p.name FROM checkpoint p WHERE p.id = c.parent), c.created_at_ns, c.origin, c.message";
 
+/// `anc(id, depth)`: the head of workspace `?1` (depth 0) and the checkpoints it
+/// descends from, following `parent` (into the parent workspace for a fork).
+const ANCESTRY: &str = "WITH RECURSIVE anc(id, depth) AS (
+    SELECT head, 0 FROM workspace WHERE id = ?1 AND head IS NOT NULL
+    UNION
+    SELECT c.parent, anc.depth + 1 FROM checkpoint c JOIN anc ON c.id = anc.id
+    WHERE c.parent IS NOT NULL AND anc.depth < 100000)";
+
 fn cp_from_row(r: &Row) -> rusqlite::Result<Checkpoint> {
     let root: Vec<u8> = r.get(3)?;
     Ok(Checkpoint {
@@ -89,12 +97,7 @@ impl Workspace<'_> {
         }
         self.db
             .prepare_cached(&format!(
-                "WITH RECURSIVE anc(id, depth) AS (
-                     SELECT head, 0 FROM workspace WHERE id = ?1 AND head IS NOT NULL
-                     UNION
-                     SELECT c.parent, anc.depth + 1 FROM checkpoint c JOIN anc ON c.id = anc.id
-                     WHERE c.parent IS NOT NULL AND anc.depth < 100000)
-                 SELECT {CP_COLS} FROM anc JOIN checkpoint c ON c.id = anc.id
+                "{ANCESTRY} SELECT {CP_COLS} FROM anc JOIN checkpoint c ON c.id = anc.id
                  JOIN workspace w ON w.id = c.workspace
                  WHERE c.name = ?2 ORDER BY anc.depth LIMIT 1"
             ))?
@@ -105,7 +108,7 @@ impl Workspace<'_> {
 
     /// One of this workspace's own checkpoints (the names it may not reuse, the ones it
     /// may delete).
-    fn own_checkpoint(&self, name: &str) -> Result<Option<Checkpoint>> {
+    pub fn own_checkpoint(&self, name: &str) -> Result<Option<Checkpoint>> {
         Ok(self
             .db
             .prepare_cached(&format!(
@@ -163,6 +166,53 @@ impl Workspace<'_> {
                 .ok_or_else(|| Error::NoSuchCheckpoint(name.clone()))?,
             changed,
         })
+    }
+
+    /// Records, in this fork, the state `root` it had when a merge into workspace `target`
+    /// made the target's checkpoint stamped `stamp` (`merge-FORK-STAMP`): a checkpoint
+    /// `merged-into-TARGET-STAMP` (origin `merge`) that does not move the fork's head.
+    pub fn record_merge_point(&self, target: &str, stamp: i64, root: &Hash) -> Result<Checkpoint> {
+        let name = format!("merged-into-{target}-{stamp}");
+        validate_checkpoint_name(&name)?;
+        let message = format!("{} as merged into {target}", self.info.name);
+        self.db
+            .prepare_cached(
+                "INSERT INTO checkpoint (workspace, name, root, parent, created_at_ns, origin, message)
+                 VALUES (?1, ?2, ?3, (SELECT head FROM workspace WHERE id = ?1), ?4, 'merge', ?5)",
+            )?
+            .execute(params![self.info.id, name, &root.0[..], now_ns(), message])?;
+        self.own_checkpoint(&name)?
+            .ok_or(Error::NoSuchCheckpoint(name))
+    }
+
+    /// This fork's merge points into `target`, newest first, with their stamps.
+    pub fn merge_points(&self, target: &str) -> Result<Vec<(Checkpoint, i64)>> {
+        let prefix = format!("merged-into-{target}-");
+        let mut stmt = self.db.prepare_cached(&format!(
+            "SELECT {CP_COLS} FROM checkpoint c JOIN workspace w ON w.id = c.workspace
+             WHERE c.workspace = ?1 AND c.origin = 'merge'
+               AND substr(c.name, 1, length(?2)) = ?2
+             ORDER BY c.id DESC"
+        ))?;
+        let rows = stmt.query_map(params![self.info.id, prefix], cp_from_row)?;
+        let mut out = Vec::new();
+        for cp in rows {
+            let cp = cp?;
+            if let Ok(stamp) = cp.name[prefix.len()..].parse() {
+                out.push((cp, stamp));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Is checkpoint `id` the head or one of the checkpoints the head descends from?
+    pub fn descends_from(&self, id: i64) -> Result<bool> {
+        Ok(self
+            .db
+            .prepare_cached(&format!(
+                "{ANCESTRY} SELECT EXISTS (SELECT 1 FROM anc WHERE id = ?2)"
+            ))?
+            .query_row(params![self.info.id, id], |r| r.get(0))?)
     }
 
     pub fn delete_checkpoint(&self, name: &str) -> Result<Checkpoint> {
