@@ -16,8 +16,7 @@ pub enum ChangeKind {
     Deleted,
     TypeChanged,
     ModeChanged,
-    /// Only the extended attributes (tags, metadata) differ. Reported only when the diff
-    /// is asked for them (`DiffOptions::xattrs`); plain diffs and exec reports never show it.
+    /// Only the extended attributes (tags, metadata, other `user.*`) differ.
     MetaChanged,
 }
 
@@ -57,10 +56,18 @@ pub struct Change {
 }
 
 /// What a diff compares besides type, content and mode.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct DiffOptions {
-    /// Report entries whose extended attributes alone differ, as `MetaChanged`.
+    /// Report entries whose extended attributes alone differ, as `MetaChanged` (what
+    /// people and agents see); the search index, which cares only for content, leaves
+    /// them out.
     pub xattrs: bool,
+}
+
+impl Default for DiffOptions {
+    fn default() -> Self {
+        DiffOptions { xattrs: true }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -70,14 +77,7 @@ pub struct ChangeSummary {
     pub deleted: usize,
     pub type_changed: usize,
     pub mode_changed: usize,
-    /// Only non-zero for diffs that compare extended attributes; left out otherwise, so
-    /// the documented shape (and the exec envelope's schema) stays as it was.
-    #[serde(skip_serializing_if = "is_zero")]
     pub meta_changed: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
 }
 
 impl ChangeSummary {

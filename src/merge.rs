@@ -341,7 +341,7 @@ impl Walker<'_> {
 
     fn take(&mut self, comps: &[Vec<u8>], b: Option<&Entry>, f: Option<&Entry>) -> Result<()> {
         let parent = &comps[..comps.len() - 1];
-        let changes = diff_entry(self.db, parent, b, f, DiffOptions { xattrs: true })?;
+        let changes = diff_entry(self.db, parent, b, f, DiffOptions::default())?;
         // Only times differ: nothing worth changing in the target.
         if changes.is_empty() {
             return Ok(());

@@ -11,7 +11,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::diff::diff_roots;
+use crate::diff::{DiffOptions, diff_roots_with};
 use crate::error::{Error, Result};
 use crate::store::objects::{self, Entry, Hash, Kind};
 use crate::walk::{Next, is_binary, walk};
@@ -171,7 +171,9 @@ pub fn update(ws: &mut Workspace, progress: &dyn Fn(u64)) -> Result<IndexUpdate>
     // or when its root, or a tree below it, is gone (removed by gc).
     let changes = match stored_root(db, id)? {
         Some(r) if r == current => Some(vec![]),
-        Some(r) if tree_exists(db, &r)? => diff_roots(db, &r, &current).ok(),
+        Some(r) if tree_exists(db, &r)? => {
+            diff_roots_with(db, &r, &current, DiffOptions { xattrs: false }).ok()
+        }
         _ => None,
     };
     let mut ix = Indexer {

@@ -1467,7 +1467,7 @@ fn change_report_has_exactly_the_expected_kinds() {
     assert_eq!(e["changes"].as_array().unwrap().len(), 8, "duplicates: {e}");
     assert_eq!(
         e["change_summary"],
-        json!({"added": 3, "modified": 1, "deleted": 2, "type_changed": 1, "mode_changed": 1})
+        json!({"added": 3, "modified": 1, "deleted": 2, "type_changed": 1, "mode_changed": 1, "meta_changed": 0})
     );
     let edit = change(e, "/edit.txt");
     assert_eq!(edit["size_before"], 18);
@@ -1879,4 +1879,37 @@ fn reuses_a_live_mount() {
         "rolled-back file still visible in the mount"
     );
     assert_eq!(std::fs::read_to_string(m.p("pre.txt")).unwrap(), "pre\n");
+}
+
+#[test]
+fn a_command_that_only_tags_a_file_reports_meta_changed() {
+    let env = setup();
+    let x = exec(
+        &env,
+        &[
+            "--",
+            "python3",
+            "-c",
+            "import os; os.setxattr('a.txt', 'user.avfs.tag.reviewed', b'')",
+        ],
+    );
+    assert_eq!(x.code, 0, "{}", x.run.stderr);
+    let changes: Vec<(String, String)> = x.env["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["path"].as_str().unwrap().into(),
+                c["kind"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        vec![("/a.txt".to_string(), "meta_changed".to_string())]
+    );
+    assert_eq!(x.env["change_summary"]["meta_changed"], 1);
+    let tags = env.json(&["--vault", "t", "tag", "/a.txt", "other"]);
+    assert!(tags.to_string().contains("reviewed"), "{tags}");
 }

@@ -115,6 +115,30 @@ fn a_fork_names_the_checkpoints_it_descends_from() {
 }
 
 #[test]
+fn tags_and_metadata_changes_are_changes() {
+    let env = Env::new();
+    env.ok(&["write", "/f.txt", "hi"]);
+    env.ok(&["write", "/g.txt", "hi"]);
+    env.json(&["checkpoint", "save", "one"]);
+    env.ok(&["tag", "/f.txt", "reviewed"]);
+    env.ok(&["meta", "/g.txt", "owner", "alice"]);
+    let d = env.json(&["diff", "one"]);
+    assert_eq!(find(&d, "/f.txt")["kind"], "meta_changed");
+    assert_eq!(find(&d, "/g.txt")["kind"], "meta_changed");
+    assert_eq!(d["summary"]["meta_changed"], 2);
+    assert_eq!(d["summary"]["modified"], 0);
+    assert!(
+        env.ok(&["diff", "one"]).stdout.contains("X /f.txt"),
+        "the human diff shows it too"
+    );
+    // A checkpoint sees it as a change, and restoring undoes it.
+    let s = env.json(&["checkpoint", "save", "two"]);
+    assert_eq!(s["changed"], true, "{s}");
+    env.json(&["checkpoint", "restore", "one"]);
+    assert_eq!(env.json(&["diff", "one"])["changes"], serde_json::json!([]));
+}
+
+#[test]
 fn diff_reports_every_kind_with_sizes_and_patches() {
     let env = Env::new();
     env.ok(&["write", "/keep", "same"]);

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::Paint;
-use crate::diff::{ChangeKind, DiffOptions, diff_roots_with};
+use crate::diff::{ChangeKind, diff_roots};
 use crate::error::{Error, Result};
 use crate::store::objects::{self, Entry, Hash, Kind};
 use crate::tags::{meta_attr, meta_of, parse_filter, tag_attr, tags_of};
@@ -489,7 +489,7 @@ pub fn find(ctx: &Ctx, a: FindArgs) -> Result<i32> {
             match newer_root {
                 // Only what changed since the checkpoint: a diff, O(changes).
                 Some(old) => {
-                    let changes = diff_roots_with(db, &old, &root, DiffOptions { xattrs: true })?;
+                    let changes = diff_roots(db, &old, &root)?;
                     let mut seen = HashSet::new();
                     for c in changes {
                         let Some(e) = &c.after else { continue };
