@@ -90,8 +90,8 @@ class Change:
 
     path: str
     kind: str
-    """``added``, ``modified``, ``deleted``, ``type_changed``, ``mode_changed`` (and
-    ``meta_changed`` in a merge's ``taken``)."""
+    """``added``, ``modified``, ``deleted``, ``type_changed``, ``mode_changed`` or
+    ``meta_changed`` (only tags, metadata or other ``user.*`` attributes)."""
     type_before: Optional[str]
     type_after: Optional[str]
     size_before: Optional[int]
@@ -128,6 +128,7 @@ class ChangeSummary:
     deleted: int = 0
     type_changed: int = 0
     mode_changed: int = 0
+    meta_changed: int = 0
 
     @classmethod
     def from_json(cls, d: Any) -> "ChangeSummary":
@@ -138,11 +139,19 @@ class ChangeSummary:
             deleted=int(d.get("deleted", 0)),
             type_changed=int(d.get("type_changed", 0)),
             mode_changed=int(d.get("mode_changed", 0)),
+            meta_changed=int(d.get("meta_changed", 0)),
         )
 
     @property
     def total(self) -> int:
-        return self.added + self.modified + self.deleted + self.type_changed + self.mode_changed
+        return (
+            self.added
+            + self.modified
+            + self.deleted
+            + self.type_changed
+            + self.mode_changed
+            + self.meta_changed
+        )
 
 
 def _changes(v: Any) -> List[Change]:
