@@ -16,7 +16,7 @@
 //! request. It lists approvals, and runs an approved one with `exec` and `approve`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -33,10 +33,18 @@ use crate::error::{Error, Result};
 /// checkpoints (`cli` when unset).
 pub const ORIGIN_ENV: &str = "AVFS_ORIGIN";
 
-/// Runs the MCP server on stdin/stdout until the client closes the connection.
-/// `vault` is the vault (or fork) tools use when a call names none.
-pub fn serve(vault: Option<String>) -> Result<i32> {
+/// Runs the MCP server on stdin/stdout until the client closes the connection (or a
+/// SIGTERM, SIGINT or SIGHUP). `vault` is the vault (or fork) tools use when a call names
+/// none. With `mount`, that workspace stays mounted while the session lasts, so every
+/// `exec` reuses one mount and the kernel's caches (a rebuild finds its files warm)
+/// instead of mounting for each command.
+pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
     let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
+    let session_mount = if mount {
+        SessionMount::start(&exe, home, vault.as_deref())
+    } else {
+        None
+    };
     let server = AvfsServer {
         exe,
         vault,
@@ -46,20 +54,97 @@ pub fn serve(vault: Option<String>) -> Result<i32> {
         .enable_all()
         .build()
         .map_err(|e| Error::host("tokio runtime", e))?;
-    rt.block_on(async move {
-        let service = server
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| Error::Host {
-                what: "MCP handshake".into(),
+    let served = rt.block_on(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let sig = |kind| signal(kind).map_err(|e| Error::host("signal handler", e));
+        let (mut term, mut int, mut hup) = (
+            sig(SignalKind::terminate())?,
+            sig(SignalKind::interrupt())?,
+            sig(SignalKind::hangup())?,
+        );
+        let session = async {
+            let service =
+                server
+                    .serve(rmcp::transport::stdio())
+                    .await
+                    .map_err(|e| Error::Host {
+                        what: "MCP handshake".into(),
+                        message: e.to_string(),
+                    })?;
+            service.waiting().await.map_err(|e| Error::Host {
+                what: "MCP server".into(),
                 message: e.to_string(),
             })?;
-        service.waiting().await.map_err(|e| Error::Host {
-            what: "MCP server".into(),
-            message: e.to_string(),
-        })?;
+            Ok::<(), Error>(())
+        };
+        // A signal ends the session at any point, the handshake included.
+        tokio::select! {
+            r = session => r?,
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = hup.recv() => {}
+        }
         Ok(crate::cli::EXIT_OK)
-    })
+    });
+    // A read of stdin cannot be cancelled: do not wait for it.
+    rt.shutdown_background();
+    // After the runtime stopped: no call runs in the mount any more.
+    drop(session_mount);
+    served
+}
+
+/// The workspace mounted for the length of a session, unmounted when the session ends.
+struct SessionMount {
+    exe: PathBuf,
+    mountpoint: PathBuf,
+}
+
+impl SessionMount {
+    /// Mounts the server's workspace under `$AVFS_HOME/run/mcp/PID`. Nothing is lost when
+    /// it cannot be (no FUSE, or the workspace is mounted elsewhere already, which exec
+    /// then reuses): commands mount for themselves as without the server.
+    fn start(exe: &Path, home: &Path, vault: Option<&str>) -> Option<SessionMount> {
+        let mountpoint = home
+            .join("run")
+            .join("mcp")
+            .join(std::process::id().to_string());
+        std::fs::create_dir_all(&mountpoint).ok()?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("--json");
+        if let Some(v) = vault {
+            cmd.arg(format!("--vault={v}"));
+        }
+        let out = cmd
+            .arg("mount")
+            .arg(&mountpoint)
+            .env(ORIGIN_ENV, "mcp")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir(&mountpoint);
+            return None;
+        }
+        Some(SessionMount {
+            exe: exe.to_path_buf(),
+            mountpoint,
+        })
+    }
+}
+
+impl Drop for SessionMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.exe)
+            .arg("--json")
+            .arg("unmount")
+            .arg(&self.mountpoint)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir(&self.mountpoint);
+    }
 }
 
 #[derive(Clone)]

@@ -235,6 +235,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         "mcp",
         "  avfs mcp                              # an MCP client starts this on stdio
   avfs --vault task-1 mcp               # tools work on task-1 unless a call names a vault
+  avfs mcp --no-mount                   # keep nothing mounted between exec calls
   avfs audit | grep mcp                 # what the agent did through the server",
     ),
 ];

@@ -132,7 +132,15 @@ pub enum Command {
     /// Print the man page, or write one page per command into a directory.
     Man(ManArgs),
     /// Serve the Model Context Protocol on stdin/stdout: the avfs tools for an MCP client.
-    Mcp,
+    Mcp(McpArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct McpArgs {
+    /// Do not keep the workspace mounted for the session (each exec then mounts for
+    /// itself, with cold kernel caches).
+    #[arg(long)]
+    no_mount: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -430,6 +438,6 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Shell(a) => shell::shell(ctx, a),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(ctx, a),
-        Command::Mcp => crate::mcp::serve(ctx.vault_sel.clone()),
+        Command::Mcp(a) => crate::mcp::serve(&ctx.home, ctx.vault_sel.clone(), !a.no_mount),
     }
 }

@@ -5,9 +5,13 @@ called and its result checked the way an agent would read it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pathlib
+import signal
+import subprocess
 import tempfile
+import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -42,12 +46,14 @@ def home() -> Any:
 
 
 @asynccontextmanager
-async def session(home: str, *extra: str) -> AsyncIterator[ClientSession]:
+async def session(
+    home: str, *global_args: str, mcp_args: tuple = ()
+) -> AsyncIterator[ClientSession]:
     # The SDK passes only a few variables through to the server; AVFS_HOME keeps the
     # test's vaults out of the real ~/.avfs.
     params = StdioServerParameters(
         command=AVFS,
-        args=[*extra, "mcp"],
+        args=[*global_args, "mcp", *mcp_args],
         env={"AVFS_HOME": home, "PATH": os.environ["PATH"]},
     )
     async with stdio_client(params) as (read, write):
@@ -73,6 +79,18 @@ async def call_err(s: ClientSession, tool: str, **args: Any) -> dict:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def mounts(home: str) -> list:
+    """`avfs mounts`: the live mounts of this AVFS_HOME."""
+    out = subprocess.run(
+        [AVFS, "--json", "mounts"],
+        env={**os.environ, "AVFS_HOME": home},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)["mounts"]
 
 
 def test_lists_every_tool_with_an_input_schema(home: str) -> None:
@@ -111,9 +129,14 @@ def test_every_tool_round_trip(home: str) -> None:
             cp = await call(s, "checkpoint_save", name="v1", message="first")
             assert cp["checkpoint"]["name"] == "v1"
 
+            # The session keeps the workspace mounted; exec runs in that mount.
+            live = mounts(home)
+            assert len(live) == 1, live
+            assert live[0]["mountpoint"].startswith(os.path.join(home, "run", "mcp")), live
             env = await call(
                 s, "exec", command="echo 'print(2)' > src/app.py && echo new > src/new.txt"
             )
+            assert env["mountpoint"] == live[0]["mountpoint"], env["mountpoint"]
             assert env["decision"]["action"] == "allow_with_checkpoint"
             assert env["result"]["exit_code"] == 0
             changed = {(c["path"], c["kind"]) for c in env["changes"]}
@@ -198,3 +221,39 @@ def test_server_bound_to_a_vault_uses_it_by_default(home: str) -> None:
             await call_err(s, "read_file", path="/t2.txt", vault="default")
 
     run(go())
+
+
+def test_the_session_mount_goes_with_the_session(home: str) -> None:
+    async def mounted_while_connected() -> None:
+        async with session(home) as s:
+            await call(s, "write_file", path="/a.txt", content="a")
+            assert len(mounts(home)) == 1
+        assert mounts(home) == [], "unmounted when the client disconnected"
+
+    async def no_mount() -> None:
+        # `--no-mount`: each exec mounts for itself, nothing stays mounted in between.
+        async with session(home, mcp_args=("--no-mount",)) as s:
+            assert mounts(home) == []
+            env = await call(s, "exec", argv=["cat", "a.txt"])
+            assert env["result"]["stdout"] == "a"
+            assert os.path.join(home, "run", "exec") in env["mountpoint"], env["mountpoint"]
+            assert mounts(home) == []
+
+    run(mounted_while_connected())
+    run(no_mount())
+
+    # SIGTERM (what a host sends to stop a server) unmounts too.
+    proc = subprocess.Popen(
+        [AVFS, "mcp"],
+        env={**os.environ, "AVFS_HOME": home},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 30
+    while not mounts(home) and time.time() < deadline:
+        time.sleep(0.05)
+    assert len(mounts(home)) == 1
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert mounts(home) == []
