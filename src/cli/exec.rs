@@ -492,11 +492,7 @@ pub fn watchdog(ctx: &Ctx, a: WatchdogArgs) -> Result<i32> {
         crate::exec::watchdog::wait_gone(pid as i32, Duration::from_secs(20));
     }
     if let Some(mp) = st.get("mountpoint").and_then(|v| v.as_str()) {
-        let mp = Path::new(mp);
-        if crate::mount::is_mountpoint(mp) {
-            let _ = crate::mount::force_unmount(mp);
-        }
-        let _ = std::fs::remove_dir(mp);
+        remove_exec_mountpoint(Path::new(mp));
         let _ = crate::mount::list_mounts(&ctx.home);
     }
     let base = st.get("base").and_then(vault_ref);
@@ -562,6 +558,31 @@ pub fn watchdog(ctx: &Ctx, a: WatchdogArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// Unmounts and removes exec's own mountpoint. exec may have died while its server was
+/// still starting, so a mount can appear after a first look: only once the directory is
+/// gone can none appear any more.
+fn remove_exec_mountpoint(mp: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if crate::mount::is_mountpoint(mp) {
+            let _ = crate::mount::force_unmount(mp);
+        }
+        match std::fs::remove_dir(mp) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Where exec mounts a workspace that is not mounted already.
+fn exec_mountpoint(home: &Path, id: &str) -> PathBuf {
+    crate::mount::run_dir(home).join("exec").join(id)
+}
+
 /// A mount of a workspace for the duration of a command: the running mount when there is
 /// one, otherwise one started here and unmounted when the guard goes.
 pub(super) struct MountGuard {
@@ -585,7 +606,7 @@ impl MountGuard {
                 socket: Some(m.socket),
             });
         }
-        let mp = crate::mount::run_dir(&ctx.home).join("exec").join(id);
+        let mp = exec_mountpoint(&ctx.home, id);
         std::fs::create_dir_all(&mp).map_err(|e| Error::host(mp.display(), e))?;
         // The server dies with this process: killed, exec leaves no mount behind.
         let rec = super::mount::spawn_background(&ctx.home, v, &mp, false, false, true)?;
@@ -959,11 +980,14 @@ fn run_command(
     decision: &Decision,
     envelope: &mut Envelope,
 ) -> Result<()> {
+    // The watchdog learns where exec's own mount will be before it exists: exec may die
+    // while the server is starting.
+    job.dog
+        .tell(json!({"mountpoint": exec_mountpoint(&ctx.home, &envelope.id)}));
     // Released when dropped, also if anything below fails or panics.
     let mount = MountGuard::acquire(ctx, v, &envelope.id)?;
     if let Some(pid) = mount.server {
-        job.dog
-            .tell(json!({"server": pid, "mountpoint": mount.mountpoint}));
+        job.dog.tell(json!({"server": pid}));
     }
     envelope.mountpoint = Some(mount.mountpoint.display().to_string());
     let result = run_in_mount(ctx, a, v, &mount, job, decision, envelope);
