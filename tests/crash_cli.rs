@@ -809,7 +809,9 @@ fn kill_9_of_exec_rolls_back_or_discards_as_asked() {
     allow_setsid(&env);
     env.ok(&["vault", "create", "v"]);
     env.ok(&["--vault", "v", "write", "/keep", "before"]);
-    let line = "echo changed > keep; echo x > started; setsid sleep 600 & sleep 600";
+    // `started` is written once the daemon is forked: a kill right after it appears
+    // must still find processes for the watchdog to end.
+    let line = "echo changed > keep; setsid sleep 600 & echo x > started; sleep 600";
     let rounds = rounds().min(5);
     for round in 0..rounds {
         let what = format!("rollback round {round}");
