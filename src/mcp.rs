@@ -300,6 +300,108 @@ struct AuditParams {
     vault: Option<String>,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+struct GrepParams {
+    /// A regular expression (Rust regex syntax, as ripgrep's), or a literal with `fixed`.
+    pattern: String,
+    /// File or directory to search (default `/`).
+    path: Option<String>,
+    /// Match case-insensitively.
+    #[serde(default)]
+    ignore_case: bool,
+    /// The pattern is a literal string.
+    #[serde(default)]
+    fixed: bool,
+    /// Match whole words only.
+    #[serde(default)]
+    word: bool,
+    /// Also search names starting with '.'.
+    #[serde(default)]
+    hidden: bool,
+    /// Only the paths of files with a match.
+    #[serde(default)]
+    files_only: bool,
+    /// Search the files as they were at this checkpoint.
+    at: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct FindParams {
+    /// Directory to search (default `/`).
+    path: Option<String>,
+    /// Name globs (`*.rs`); any may match.
+    #[serde(default)]
+    name: Vec<String>,
+    /// Types: f (file), d (directory), l (symlink), p, s, c, b; any may match.
+    #[serde(default, rename = "type")]
+    kind: Vec<String>,
+    /// Size conditions like `+10k`, `-1M`, `100`; all must hold.
+    #[serde(default)]
+    size: Vec<String>,
+    /// Only what changed since this checkpoint.
+    newer: Option<String>,
+    /// Tags the entry must have (all of them).
+    #[serde(default)]
+    tag: Vec<String>,
+    /// Metadata conditions `KEY` or `KEY=VALUE` (all of them).
+    #[serde(default)]
+    meta: Vec<String>,
+    /// Descend at most this many levels.
+    max_depth: Option<u64>,
+    /// Search the tree as it was at this checkpoint.
+    at: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SearchParams {
+    /// Words to look for (ranked full-text search over text files).
+    query: String,
+    /// Only below this directory.
+    path: Option<String>,
+    /// At most this many results (default 20).
+    limit: Option<u64>,
+    /// The query is raw SQLite FTS5 syntax (AND, OR, NEAR, "phrases", prefix*).
+    #[serde(default)]
+    fts: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct TagParams {
+    /// Absolute path inside the workspace.
+    path: String,
+    /// Tags to add (or remove, with `remove`).
+    tags: Vec<String>,
+    /// Remove these tags instead of adding them.
+    #[serde(default)]
+    remove: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct MergeParams {
+    /// The fork to merge back (a registered name).
+    fork: String,
+    /// Merge into this vault or fork of the same file (default: the one it was forked from).
+    into: Option<String>,
+    /// Merge only these paths and what is below them.
+    #[serde(default)]
+    paths: Vec<String>,
+    /// Work out and report the merge, change nothing.
+    #[serde(default)]
+    dry_run: bool,
+    /// Write conflict markers into text files both sides changed (default: keep the
+    /// target's version and report the conflict).
+    #[serde(default)]
+    markers: bool,
+}
+
 /// Builds a command line: options as `--name=value` so no value is ever read as a flag,
 /// positionals after `--` so no path is either.
 #[derive(Default)]
@@ -617,6 +719,106 @@ impl AvfsServer {
     async fn log(&self, Parameters(p): Parameters<PathParams>) -> Result<CallToolResult, McpError> {
         self.call(p.vault, Line::new(&["log"]).pos(Some(p.path)))
             .await
+    }
+
+    #[tool(
+        description = "Search file contents for a regular expression, ripgrep-like: every \
+        match with its path and line number (or only the paths).",
+        annotations(read_only_hint = true)
+    )]
+    async fn grep(
+        &self,
+        Parameters(p): Parameters<GrepParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["grep", "-n"])
+            .flag("--ignore-case", p.ignore_case)
+            .flag("--fixed-strings", p.fixed)
+            .flag("--word-regexp", p.word)
+            .flag("--hidden", p.hidden)
+            .flag("--files-with-matches", p.files_only)
+            .opt("at", p.at)
+            .pos(Some(p.pattern))
+            .pos(Some(p.path.unwrap_or_else(|| "/".into())));
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "Find files by name glob, type, size, tags, metadata, or change since a \
+        checkpoint.",
+        annotations(read_only_hint = true)
+    )]
+    async fn find(
+        &self,
+        Parameters(p): Parameters<FindParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let mut line = Line::new(&["find"])
+            .opt("newer", p.newer)
+            .opt("max-depth", p.max_depth)
+            .opt("at", p.at);
+        for (opt, values) in [
+            ("name", p.name),
+            ("type", p.kind),
+            ("size", p.size),
+            ("tag", p.tag),
+            ("meta", p.meta),
+        ] {
+            for v in values {
+                line = line.opt(opt, Some(v));
+            }
+        }
+        let line = line.pos(Some(p.path.unwrap_or_else(|| "/".into())));
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "Full-text search over the workspace's text files, ranked, with \
+        snippets (the index catches up with what changed since the last search).",
+        annotations(read_only_hint = true)
+    )]
+    async fn search(
+        &self,
+        Parameters(p): Parameters<SearchParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["search"])
+            .opt("path", p.path)
+            .opt("limit", p.limit)
+            .flag("--fts", p.fts)
+            .pos(Some(p.query));
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "Add tags to a file or directory (or remove them). Tags are user.avfs.* \
+        extended attributes: kept by checkpoints and forks, visible in the mount."
+    )]
+    async fn tag(&self, Parameters(p): Parameters<TagParams>) -> Result<CallToolResult, McpError> {
+        if p.tags.is_empty() {
+            return Err(McpError::invalid_params("give at least one tag", None));
+        }
+        let mut line = Line::new(&[if p.remove { "untag" } else { "tag" }]).pos(Some(p.path));
+        for t in p.tags {
+            line = line.pos(Some(t));
+        }
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "Three-way merge of a fork back into the vault it was forked from (or \
+        `into`): what only the fork changed is taken, what both changed is a conflict. The \
+        result is a new checkpoint of the target. Use dry_run first to see what would happen."
+    )]
+    async fn merge(
+        &self,
+        Parameters(p): Parameters<MergeParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let mut line = Line::new(&["vault", "merge"])
+            .opt("into", p.into)
+            .flag("--dry-run", p.dry_run)
+            .opt("conflicts", p.markers.then_some("markers"));
+        for path in p.paths {
+            line = line.opt("path", Some(path));
+        }
+        self.call(None, line.pos(Some(p.fork))).await
     }
 
     #[tool(

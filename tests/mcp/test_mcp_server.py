@@ -257,3 +257,42 @@ def test_the_session_mount_goes_with_the_session(home: str) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert mounts(home) == []
+
+
+def test_grep_find_search_tag_and_merge(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            await call(s, "write_file", path="/src/a.rs", content="fn main() {}\n// TODO: auth\n", parents=True)
+            await call(s, "write_file", path="/src/b.py", content="print('payment gateway')\n")
+            await call(s, "write_file", path="/notes.md", content="todo later\n")
+
+            g = await call(s, "grep", pattern="todo", ignore_case=True)
+            hits = {(m["path"], m["line"]) for m in g["matches"]}
+            assert hits == {("/src/a.rs", 2), ("/notes.md", 1)}, g
+            g = await call(s, "grep", pattern="TODO", path="/src", files_only=True)
+            assert g["files"] == ["/src/a.rs"], g
+
+            f = await call(s, "find", name=["*.rs", "*.py"], type=["f"])
+            assert sorted(e["path"] for e in f["entries"]) == ["/src/a.rs", "/src/b.py"], f
+
+            r = await call(s, "search", query="payment")
+            assert r["results"][0]["path"] == "/src/b.py", r
+
+            await call(s, "tag", path="/src/a.rs", tags=["reviewed"])
+            f = await call(s, "find", tag=["reviewed"])
+            assert [e["path"] for e in f["entries"]] == ["/src/a.rs"], f
+            await call(s, "tag", path="/src/a.rs", tags=["reviewed"], remove=True)
+            assert (await call(s, "find", tag=["reviewed"]))["entries"] == []
+
+            await call(s, "checkpoint_save", name="base")
+            await call(s, "fork", name="task")
+            await call(s, "write_file", path="/src/b.py", content="print('v2')\n", vault="task")
+            dry = await call(s, "merge", fork="task", dry_run=True)
+            assert dry["dry_run"] is True
+            assert [c["path"] for c in dry["taken"]] == ["/src/b.py"], dry
+            assert (await call(s, "read_file", path="/src/b.py"))["content"] == "print('payment gateway')\n"
+            done = await call(s, "merge", fork="task")
+            assert done["clean"] is True and done["checkpoint"]["name"].startswith("merge-task-")
+            assert (await call(s, "read_file", path="/src/b.py"))["content"] == "print('v2')\n"
+
+    run(go())
