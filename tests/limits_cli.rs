@@ -273,6 +273,18 @@ fn quotas_are_enforced_through_the_mount() {
     f.pwrite(&vec![4u8; 45_000], 0).unwrap();
     edquot(f.fsync(), "fsync of a file over the size limit");
     edquot(f.close(), "close after the refused fsync");
+    // While a refused buffer waits for its close, other processes see what the vault
+    // holds (their sync does not trip over it), and the close still fails: EDQUOT, or EIO
+    // once the mount has dropped the kernel's refused pages (a failed writeback).
+    let f = open(&m.p("e"), libc::O_WRONLY, 0).unwrap();
+    f.pwrite(&vec![4u8; 45_000], 0).unwrap();
+    edquot(f.fsync(), "fsync of a file over the size limit, again");
+    assert_eq!(m.avfs_cat("/e"), b"e");
+    let r = f.close();
+    assert!(
+        matches!(r, Err(libc::EDQUOT) | Err(libc::EIO)),
+        "close after a refused fsync and another process's read: {r:?}"
+    );
     let f = open(&m.p("e"), libc::O_WRONLY, 0).unwrap();
     edquot(f.ftruncate(50_000), "ftruncate over the size limit");
     drop(f);
