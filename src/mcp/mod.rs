@@ -15,6 +15,10 @@
 //! There is deliberately no `approve` tool: an agent must not be able to approve its own
 //! request. It lists approvals, and runs an approved one with `exec` and `approve`.
 
+mod args;
+mod params;
+mod session;
+
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -22,12 +26,13 @@ use std::process::Stdio;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
-use rmcp::schemars::{self, JsonSchema};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use args::{Line, decode_content};
+use params::*;
+use session::SessionMount;
 
 /// The environment variable that names who made a change in audit records and
 /// checkpoints (`cli` when unset).
@@ -93,349 +98,11 @@ pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
     served
 }
 
-/// The workspace mounted for the length of a session, unmounted when the session ends.
-struct SessionMount {
-    exe: PathBuf,
-    mountpoint: PathBuf,
-}
-
-impl SessionMount {
-    /// Mounts the server's workspace under `$AVFS_HOME/run/mcp/PID`. Nothing is lost when
-    /// it cannot be (no FUSE, or the workspace is mounted elsewhere already, which exec
-    /// then reuses): commands mount for themselves as without the server.
-    fn start(exe: &Path, home: &Path, vault: Option<&str>) -> Option<SessionMount> {
-        let mountpoint = home
-            .join("run")
-            .join("mcp")
-            .join(std::process::id().to_string());
-        std::fs::create_dir_all(&mountpoint).ok()?;
-        let mut cmd = std::process::Command::new(exe);
-        cmd.arg("--json");
-        if let Some(v) = vault {
-            cmd.arg(format!("--vault={v}"));
-        }
-        let out = cmd
-            .arg("mount")
-            .arg(&mountpoint)
-            .env(ORIGIN_ENV, "mcp")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            let _ = std::fs::remove_dir(&mountpoint);
-            return None;
-        }
-        Some(SessionMount {
-            exe: exe.to_path_buf(),
-            mountpoint,
-        })
-    }
-}
-
-impl Drop for SessionMount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(&self.exe)
-            .arg("--json")
-            .arg("unmount")
-            .arg(&self.mountpoint)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir(&self.mountpoint);
-    }
-}
-
 #[derive(Clone)]
 struct AvfsServer {
     exe: PathBuf,
     vault: Option<String>,
     tool_router: ToolRouter<Self>,
-}
-
-/// Selects the vault or fork a call works on; without it, the server's own (`avfs
-/// --vault V mcp`, else `$AVFS_VAULT`, else the current vault).
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-struct VaultSel {
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct ExecParams {
-    /// A shell command line, run with `sh -c` (give this or `argv`).
-    command: Option<String>,
-    /// The program and its arguments, run without a shell (give this or `command`).
-    argv: Option<Vec<String>>,
-    /// Directory inside the workspace to run in (default `/`).
-    cwd: Option<String>,
-    /// Stop the command after this many seconds.
-    timeout_secs: Option<u64>,
-    /// Extra environment variables, each `KEY=VALUE`.
-    env: Option<Vec<String>>,
-    /// `true`: always checkpoint first; `false`: never (even when the policy asks).
-    checkpoint: Option<bool>,
-    /// Restore the pre-run checkpoint when the command fails or times out.
-    #[serde(default)]
-    rollback_on_failure: bool,
-    /// `true`: run under the bubblewrap sandbox; `false`: without it (refused when the
-    /// policy requires it).
-    sandbox: Option<bool>,
-    /// Run in this task fork (created on first use).
-    fork: Option<String>,
-    /// Run in a throw-away fork.
-    #[serde(default)]
-    ephemeral: bool,
-    /// Run the command of this approval, once a person approved it.
-    approve: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct CheckpointSaveParams {
-    /// Checkpoint name (default: generated).
-    name: Option<String>,
-    /// A message saying why.
-    message: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct CheckpointRestoreParams {
-    /// The checkpoint to restore (unsaved changes are kept in an automatic checkpoint).
-    name: String,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct DiffParams {
-    /// From this checkpoint (default: the head checkpoint).
-    from: Option<String>,
-    /// To this checkpoint (default: the live state).
-    to: Option<String>,
-    /// Include unified diffs of text files.
-    #[serde(default)]
-    patch: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct ForkParams {
-    /// Name of the new fork.
-    name: String,
-    /// Fork from this checkpoint instead of the live state.
-    from_checkpoint: Option<String>,
-    /// The vault or fork to fork (default: the server's).
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct ApprovalsParams {
-    /// Also list decided, used and expired approvals.
-    #[serde(default)]
-    all: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct ReadFileParams {
-    /// Absolute path inside the workspace.
-    path: String,
-    /// Read it as it was at this checkpoint.
-    at: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct WriteFileParams {
-    /// Absolute path inside the workspace.
-    path: String,
-    /// The content, in `encoding`.
-    content: String,
-    /// `utf-8` (default), `base64` or `hex`.
-    encoding: Option<String>,
-    /// Append instead of replacing.
-    #[serde(default)]
-    append: bool,
-    /// Create missing parent directories.
-    #[serde(default)]
-    parents: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct ListDirParams {
-    /// Directory inside the workspace (default `/`).
-    path: Option<String>,
-    /// Include names starting with a dot.
-    #[serde(default)]
-    all: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct PathParams {
-    /// Absolute path inside the workspace.
-    path: String,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct AuditParams {
-    /// At most this many records, newest last.
-    limit: Option<u64>,
-    /// Only records since this time (RFC 3339, or a duration like `10m` ago).
-    since: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct GrepParams {
-    /// A regular expression (Rust regex syntax, as ripgrep's), or a literal with `fixed`.
-    pattern: String,
-    /// File or directory to search (default `/`).
-    path: Option<String>,
-    /// Match case-insensitively.
-    #[serde(default)]
-    ignore_case: bool,
-    /// The pattern is a literal string.
-    #[serde(default)]
-    fixed: bool,
-    /// Match whole words only.
-    #[serde(default)]
-    word: bool,
-    /// Also search names starting with '.'.
-    #[serde(default)]
-    hidden: bool,
-    /// Only the paths of files with a match.
-    #[serde(default)]
-    files_only: bool,
-    /// Search the files as they were at this checkpoint.
-    at: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct FindParams {
-    /// Directory to search (default `/`).
-    path: Option<String>,
-    /// Name globs (`*.rs`); any may match.
-    #[serde(default)]
-    name: Vec<String>,
-    /// Types: f (file), d (directory), l (symlink), p, s, c, b; any may match.
-    #[serde(default, rename = "type")]
-    kind: Vec<String>,
-    /// Size conditions like `+10k`, `-1M`, `100`; all must hold.
-    #[serde(default)]
-    size: Vec<String>,
-    /// Only what changed since this checkpoint.
-    newer: Option<String>,
-    /// Tags the entry must have (all of them).
-    #[serde(default)]
-    tag: Vec<String>,
-    /// Metadata conditions `KEY` or `KEY=VALUE` (all of them).
-    #[serde(default)]
-    meta: Vec<String>,
-    /// Descend at most this many levels.
-    max_depth: Option<u64>,
-    /// Search the tree as it was at this checkpoint.
-    at: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct SearchParams {
-    /// Words to look for (ranked full-text search over text files).
-    query: String,
-    /// Only below this directory.
-    path: Option<String>,
-    /// At most this many results (default 20).
-    limit: Option<u64>,
-    /// The query is raw SQLite FTS5 syntax (AND, OR, NEAR, "phrases", prefix*).
-    #[serde(default)]
-    fts: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct TagParams {
-    /// Absolute path inside the workspace.
-    path: String,
-    /// Tags to add (or remove, with `remove`).
-    tags: Vec<String>,
-    /// Remove these tags instead of adding them.
-    #[serde(default)]
-    remove: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
-    vault: Option<String>,
-}
-
-#[derive(Debug, Deserialize, JsonSchema)]
-struct MergeParams {
-    /// The fork to merge back (a registered name).
-    fork: String,
-    /// Merge into this vault or fork of the same file (default: the one it was forked from).
-    into: Option<String>,
-    /// Merge only these paths and what is below them.
-    #[serde(default)]
-    paths: Vec<String>,
-    /// Work out and report the merge, change nothing.
-    #[serde(default)]
-    dry_run: bool,
-    /// Write conflict markers into text files both sides changed (default: keep the
-    /// target's version and report the conflict).
-    #[serde(default)]
-    markers: bool,
-}
-
-/// Builds a command line: options as `--name=value` so no value is ever read as a flag,
-/// positionals after `--` so no path is either.
-#[derive(Default)]
-struct Line {
-    args: Vec<OsString>,
-    positional: Vec<OsString>,
-    stdin: Option<Vec<u8>>,
-}
-
-impl Line {
-    fn new(words: &[&str]) -> Line {
-        Line {
-            args: words.iter().map(OsString::from).collect(),
-            ..Line::default()
-        }
-    }
-    fn flag(mut self, name: &str, on: bool) -> Line {
-        if on {
-            self.args.push(name.into());
-        }
-        self
-    }
-    fn opt(mut self, name: &str, value: Option<impl ToString>) -> Line {
-        if let Some(v) = value {
-            self.args.push(format!("--{name}={}", v.to_string()).into());
-        }
-        self
-    }
-    fn pos(mut self, value: Option<impl Into<OsString>>) -> Line {
-        if let Some(v) = value {
-            self.positional.push(v.into());
-        }
-        self
-    }
 }
 
 impl AvfsServer {
@@ -493,37 +160,6 @@ impl AvfsServer {
         } else {
             Ok(CallToolResult::structured(doc))
         }
-    }
-}
-
-/// Turns `content` in `encoding` into bytes.
-fn decode_content(content: &str, encoding: Option<&str>) -> Result<Vec<u8>, McpError> {
-    let bad = |what: String| McpError::invalid_params(what, None);
-    match encoding.unwrap_or("utf-8") {
-        "utf-8" | "utf8" | "text" => Ok(content.as_bytes().to_vec()),
-        "base64" => {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD
-                .decode(content.trim())
-                .map_err(|e| bad(format!("content is not valid base64: {e}")))
-        }
-        "hex" => {
-            let s = content.trim();
-            if !s.len().is_multiple_of(2) {
-                return Err(bad("hex content has an odd number of digits".into()));
-            }
-            (0..s.len())
-                .step_by(2)
-                .map(|i| {
-                    s.get(i..i + 2)
-                        .and_then(|d| u8::from_str_radix(d, 16).ok())
-                        .ok_or_else(|| bad(format!("content is not hex at byte {}", i / 2)))
-                })
-                .collect()
-        }
-        other => Err(bad(format!(
-            "unknown encoding {other:?}: use utf-8, base64 or hex"
-        ))),
     }
 }
 
@@ -861,29 +497,5 @@ impl ServerHandler for AvfsServer {
                  before risky work, restore them to roll back, fork to try things in isolation. \
                  Results are the JSON documents of `avfs --json` (docs/json.md).",
             )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decode_content;
-
-    #[test]
-    fn content_encodings_decode_or_say_why_not() {
-        assert_eq!(decode_content("hé", None).unwrap(), "hé".as_bytes());
-        assert_eq!(decode_content("00ff10", Some("hex")).unwrap(), [0, 255, 16]);
-        assert_eq!(
-            decode_content("AP8Q", Some("base64")).unwrap(),
-            [0, 255, 16]
-        );
-        for (content, enc) in [
-            ("0", "hex"),
-            ("zz", "hex"),
-            ("!!", "base64"),
-            ("x", "rot13"),
-        ] {
-            let e = decode_content(content, Some(enc)).unwrap_err();
-            assert!(!e.message.is_empty(), "{content} {enc}");
-        }
     }
 }

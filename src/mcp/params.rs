@@ -1,0 +1,253 @@
+//! The arguments of each tool, as the client sends them (their JSON Schema is what
+//! `tools/list` shows).
+
+use rmcp::schemars::{self, JsonSchema};
+use serde::Deserialize;
+
+/// Selects the vault or fork a call works on; without it, the server's own (`avfs
+/// --vault V mcp`, else `$AVFS_VAULT`, else the current vault).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+pub(super) struct VaultSel {
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ExecParams {
+    /// A shell command line, run with `sh -c` (give this or `argv`).
+    pub(super) command: Option<String>,
+    /// The program and its arguments, run without a shell (give this or `command`).
+    pub(super) argv: Option<Vec<String>>,
+    /// Directory inside the workspace to run in (default `/`).
+    pub(super) cwd: Option<String>,
+    /// Stop the command after this many seconds.
+    pub(super) timeout_secs: Option<u64>,
+    /// Extra environment variables, each `KEY=VALUE`.
+    pub(super) env: Option<Vec<String>>,
+    /// `true`: always checkpoint first; `false`: never (even when the policy asks).
+    pub(super) checkpoint: Option<bool>,
+    /// Restore the pre-run checkpoint when the command fails or times out.
+    #[serde(default)]
+    pub(super) rollback_on_failure: bool,
+    /// `true`: run under the bubblewrap sandbox; `false`: without it (refused when the
+    /// policy requires it).
+    pub(super) sandbox: Option<bool>,
+    /// Run in this task fork (created on first use).
+    pub(super) fork: Option<String>,
+    /// Run in a throw-away fork.
+    #[serde(default)]
+    pub(super) ephemeral: bool,
+    /// Run the command of this approval, once a person approved it.
+    pub(super) approve: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct CheckpointSaveParams {
+    /// Checkpoint name (default: generated).
+    pub(super) name: Option<String>,
+    /// A message saying why.
+    pub(super) message: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct CheckpointRestoreParams {
+    /// The checkpoint to restore (unsaved changes are kept in an automatic checkpoint).
+    pub(super) name: String,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct DiffParams {
+    /// From this checkpoint (default: the head checkpoint).
+    pub(super) from: Option<String>,
+    /// To this checkpoint (default: the live state).
+    pub(super) to: Option<String>,
+    /// Include unified diffs of text files.
+    #[serde(default)]
+    pub(super) patch: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ForkParams {
+    /// Name of the new fork.
+    pub(super) name: String,
+    /// Fork from this checkpoint instead of the live state.
+    pub(super) from_checkpoint: Option<String>,
+    /// The vault or fork to fork (default: the server's).
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ApprovalsParams {
+    /// Also list decided, used and expired approvals.
+    #[serde(default)]
+    pub(super) all: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ReadFileParams {
+    /// Absolute path inside the workspace.
+    pub(super) path: String,
+    /// Read it as it was at this checkpoint.
+    pub(super) at: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct WriteFileParams {
+    /// Absolute path inside the workspace.
+    pub(super) path: String,
+    /// The content, in `encoding`.
+    pub(super) content: String,
+    /// `utf-8` (default), `base64` or `hex`.
+    pub(super) encoding: Option<String>,
+    /// Append instead of replacing.
+    #[serde(default)]
+    pub(super) append: bool,
+    /// Create missing parent directories.
+    #[serde(default)]
+    pub(super) parents: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ListDirParams {
+    /// Directory inside the workspace (default `/`).
+    pub(super) path: Option<String>,
+    /// Include names starting with a dot.
+    #[serde(default)]
+    pub(super) all: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct PathParams {
+    /// Absolute path inside the workspace.
+    pub(super) path: String,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct AuditParams {
+    /// At most this many records, newest last.
+    pub(super) limit: Option<u64>,
+    /// Only records since this time (RFC 3339, or a duration like `10m` ago).
+    pub(super) since: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct GrepParams {
+    /// A regular expression (Rust regex syntax, as ripgrep's), or a literal with `fixed`.
+    pub(super) pattern: String,
+    /// File or directory to search (default `/`).
+    pub(super) path: Option<String>,
+    /// Match case-insensitively.
+    #[serde(default)]
+    pub(super) ignore_case: bool,
+    /// The pattern is a literal string.
+    #[serde(default)]
+    pub(super) fixed: bool,
+    /// Match whole words only.
+    #[serde(default)]
+    pub(super) word: bool,
+    /// Also search names starting with '.'.
+    #[serde(default)]
+    pub(super) hidden: bool,
+    /// Only the paths of files with a match.
+    #[serde(default)]
+    pub(super) files_only: bool,
+    /// Search the files as they were at this checkpoint.
+    pub(super) at: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct FindParams {
+    /// Directory to search (default `/`).
+    pub(super) path: Option<String>,
+    /// Name globs (`*.rs`); any may match.
+    #[serde(default)]
+    pub(super) name: Vec<String>,
+    /// Types: f (file), d (directory), l (symlink), p, s, c, b; any may match.
+    #[serde(default, rename = "type")]
+    pub(super) kind: Vec<String>,
+    /// Size conditions like `+10k`, `-1M`, `100`; all must hold.
+    #[serde(default)]
+    pub(super) size: Vec<String>,
+    /// Only what changed since this checkpoint.
+    pub(super) newer: Option<String>,
+    /// Tags the entry must have (all of them).
+    #[serde(default)]
+    pub(super) tag: Vec<String>,
+    /// Metadata conditions `KEY` or `KEY=VALUE` (all of them).
+    #[serde(default)]
+    pub(super) meta: Vec<String>,
+    /// Descend at most this many levels.
+    pub(super) max_depth: Option<u64>,
+    /// Search the tree as it was at this checkpoint.
+    pub(super) at: Option<String>,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct SearchParams {
+    /// Words to look for (ranked full-text search over text files).
+    pub(super) query: String,
+    /// Only below this directory.
+    pub(super) path: Option<String>,
+    /// At most this many results (default 20).
+    pub(super) limit: Option<u64>,
+    /// The query is raw SQLite FTS5 syntax (AND, OR, NEAR, "phrases", prefix*).
+    #[serde(default)]
+    pub(super) fts: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct TagParams {
+    /// Absolute path inside the workspace.
+    pub(super) path: String,
+    /// Tags to add (or remove, with `remove`).
+    pub(super) tags: Vec<String>,
+    /// Remove these tags instead of adding them.
+    #[serde(default)]
+    pub(super) remove: bool,
+    /// A registered vault or fork name, or a path to a .avfs file.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct MergeParams {
+    /// The fork to merge back (a registered name).
+    pub(super) fork: String,
+    /// Merge into this vault or fork of the same file (default: the one it was forked from).
+    pub(super) into: Option<String>,
+    /// Merge only these paths and what is below them.
+    #[serde(default)]
+    pub(super) paths: Vec<String>,
+    /// Work out and report the merge, change nothing.
+    #[serde(default)]
+    pub(super) dry_run: bool,
+    /// Write conflict markers into text files both sides changed (default: keep the
+    /// target's version and report the conflict).
+    #[serde(default)]
+    pub(super) markers: bool,
+}
