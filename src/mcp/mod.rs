@@ -30,13 +30,10 @@ use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt, tool, tool_handler,
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::store::audit::ORIGIN_ENV;
 use args::{Line, decode_content};
 use params::*;
 use session::SessionMount;
-
-/// The environment variable that names who made a change in audit records and
-/// checkpoints (`cli` when unset).
-pub const ORIGIN_ENV: &str = "AVFS_ORIGIN";
 
 /// Runs the MCP server on stdin/stdout until the client closes the connection (or a
 /// SIGTERM, SIGINT or SIGHUP). `vault` is the vault (or fork) tools use when a call names

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use super::ORIGIN_ENV;
+use crate::store::audit::ORIGIN_ENV;
 
 /// The workspace mounted for the length of a session, unmounted when the session ends.
 pub(super) struct SessionMount {

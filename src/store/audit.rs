@@ -39,12 +39,16 @@ fn row_hash(
     *h.finalize().as_bytes()
 }
 
+/// The environment variable that names who made a change in audit records and
+/// checkpoints (`cli` when unset); the MCP server sets it for the commands it runs.
+pub const ORIGIN_ENV: &str = "AVFS_ORIGIN";
+
 /// Who a command-line process acts for, as audit records and checkpoints name it: `cli`,
 /// or what `AVFS_ORIGIN` says when it is a short lowercase word (the MCP server sets `mcp`
 /// for the commands it runs).
 pub fn cli_actor() -> &'static str {
     static ACTOR: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
-    ACTOR.get_or_init(|| match std::env::var(crate::mcp::ORIGIN_ENV) {
+    ACTOR.get_or_init(|| match std::env::var(ORIGIN_ENV) {
         Ok(v)
             if (1..=16).contains(&v.len())
                 && v.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') =>
