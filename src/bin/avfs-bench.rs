@@ -56,8 +56,9 @@ const USAGE: &str =
   --native-reps      repetitions of the expensive ones: import, cp -a, diff -rq (default 3)
 
  mount group:
-  --mount-workloads  which to run (default all): tree (tar x, git init+add+commit, git status,
-                     find+stat, ls -lR, rm -rf), io (sequential write+read), cargo (cargo build)
+  --mount-workloads  which to run (default all): rtt (one kernel round trip), tree (tar x, git
+                     init+add+commit, git status, find+stat, ls -lR, rm -rf), io (sequential
+                     write+read), cargo (cargo build)
   --mount-reps       repetitions of tar x, git commit, rm -rf and the sequential I/O (default 3)
   --reps-cargo       repetitions of cargo build (default 1; a few minutes each)
   --tar-files        files in the tarball (default 20000): the first half of the files under
@@ -112,7 +113,7 @@ fn parse_args() -> BoxResult<Args> {
         dir: None,
         keep: false,
         avfs: None,
-        mount_workloads: vec!["tree".into(), "io".into(), "cargo".into()],
+        mount_workloads: vec!["rtt".into(), "tree".into(), "io".into(), "cargo".into()],
         mount_reps: 3,
         cargo_reps: 1,
         tar_files: 20_000,
@@ -179,7 +180,7 @@ fn parse_args() -> BoxResult<Args> {
                 if let Some(w) = a
                     .mount_workloads
                     .iter()
-                    .find(|w| !["tree", "io", "cargo"].contains(&w.as_str()))
+                    .find(|w| !["tree", "io", "cargo", "rtt"].contains(&w.as_str()))
                 {
                     return Err(format!("--mount-workloads: unknown workload {w:?}").into());
                 }
@@ -652,8 +653,10 @@ fn fmt_secs(s: f64) -> String {
         format!("{:.0} ms", s * 1e3)
     } else if s >= 0.01 {
         format!("{:.1} ms", s * 1e3)
-    } else {
+    } else if s >= 0.001 {
         format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
     }
 }
 
@@ -2012,6 +2015,55 @@ fn bench_mount(args: &Args, avfs: &Path, base: &Path, t0: Instant) -> BoxResult<
             native: Some(n),
             goal: Some(Goal::RatioAtMost(2.0)),
             goal_applies: true,
+            ..Default::default()
+        });
+    }
+
+    if want("rtt") {
+        // The floor under every other workload: one request the server answers at once,
+        // without the vault (it stores only user.* attributes), so what is timed is the
+        // kernel's round trip to the server and back.
+        const CALLS: u32 = 20_000;
+        progress_tag(
+            t0,
+            tag,
+            &format!("round trip, {CALLS} calls x {reps} reps each"),
+        );
+        let probe = |s: &Side| s.root.join("rtt-probe");
+        for s in &sides {
+            std::fs::write(probe(s), b"")?;
+        }
+        let (m, n) = interleave(
+            &sides,
+            &mut counts,
+            "round trip",
+            reps,
+            |_, _| Ok(()),
+            |s, _| {
+                let path = std::ffi::CString::new(probe(s).into_os_string().into_encoded_bytes())?;
+                let name = c"security.avfs-bench-probe";
+                let start = Instant::now();
+                for _ in 0..CALLS {
+                    // SAFETY: valid C strings; a zero-size query writes nothing.
+                    let r = unsafe {
+                        libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0)
+                    };
+                    if r >= 0 {
+                        return Err("the probe attribute exists".into());
+                    }
+                }
+                Ok(start.elapsed() / CALLS)
+            },
+        )?;
+        for s in &sides {
+            std::fs::remove_file(probe(s))?;
+        }
+        rows.push(Row {
+            op: "one kernel round trip (getxattr of an absent security.* name), per call".into(),
+            files: 1,
+            avfs: m,
+            native: Some(n),
+            label: Some(format!("{} calls", fmt_count(CALLS as f64))),
             ..Default::default()
         });
     }

@@ -70,6 +70,9 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
             mountpoint: mp,
             readonly: a.readonly,
             allow_other: a.allow_other,
+            owner: std::env::var(mount::OWNER_ENV)
+                .ok()
+                .and_then(|p| p.parse().ok()),
             on_ready: Box::new(move |rec| {
                 if ready_pipe {
                     println!("{}", serde_json::to_string(rec).unwrap_or_default());

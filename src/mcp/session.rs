@@ -30,6 +30,8 @@ impl SessionMount {
             .arg("mount")
             .arg(&mountpoint)
             .env(ORIGIN_ENV, "mcp")
+            // Unmounted also when this server is killed (SIGKILL) and cannot do it.
+            .env(crate::mount::OWNER_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .stderr(Stdio::null())
             .output()

@@ -136,6 +136,11 @@ pub fn find_mount(home: &Path, vault_path: &Path, workspace: &str) -> Result<Opt
     Ok(list_mounts(home)?.into_iter().find(|r| r.id == id))
 }
 
+/// Set in the environment of `avfs mount` by a process the mount must not outlive (the
+/// MCP server's session mount): its pid. The server unmounts when that process ends, also
+/// when it is killed with SIGKILL and cannot unmount itself.
+pub const OWNER_ENV: &str = "AVFS_MOUNT_OWNER";
+
 pub struct ServeOptions {
     pub home: PathBuf,
     pub vault: String,
@@ -144,6 +149,8 @@ pub struct ServeOptions {
     pub mountpoint: PathBuf,
     pub readonly: bool,
     pub allow_other: bool,
+    /// Unmount when this process ends (see `OWNER_ENV`).
+    pub owner: Option<u32>,
     /// Called once the mount is live and the control socket listens.
     pub on_ready: Box<dyn FnOnce(&MountRecord) + Send>,
 }
@@ -182,6 +189,28 @@ fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
             unmount();
         });
     }
+}
+
+/// Sends this process SIGTERM (a clean unmount, see `catch_signals`) once `owner` has
+/// ended. A pidfd makes the kernel say when, with no polling, and cannot confuse the owner
+/// with a later process that reuses its pid.
+fn unmount_when_gone(owner: u32) {
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner as libc::pid_t, 0) } as i32;
+    std::thread::spawn(move || {
+        if fd >= 0 {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: polls one valid pollfd; a pidfd becomes readable when its process ends.
+            while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
+        }
+        // No pidfd: the owner is gone already (ESRCH).
+        // SAFETY: signals this process; the signal thread unmounts.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    });
 }
 
 /// Mounts and serves until unmounted. Refuses a workspace that is already mounted.
@@ -278,6 +307,9 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         let _ = unmounter.unmount();
         let _ = force_unmount(&unmount_mp);
     });
+    if let Some(owner) = opts.owner {
+        unmount_when_gone(owner);
+    }
     let rec_path = record_path(&opts.home, &id);
     let tmp = rec_path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&record).unwrap_or_default())
@@ -288,6 +320,10 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let _ = fs.sync(true);
     let _ = std::fs::remove_file(&rec_path);
     let _ = std::fs::remove_file(&socket);
+    if opts.owner.is_some() {
+        // The owner made the (empty) mountpoint for this mount and may be gone.
+        let _ = std::fs::remove_dir(&mountpoint);
+    }
     result.map_err(|e| Error::host("fuse session", e))
 }
 

@@ -43,6 +43,13 @@ REQUIRED_TOOLS = {
 def home() -> Any:
     with tempfile.TemporaryDirectory(prefix="avfs-mcp-") as d:
         yield d
+        # A failed test may leave a mount behind; the directory cannot go before it.
+        for m in mounts(d):
+            subprocess.run(
+                [AVFS, "unmount", m["mountpoint"]],
+                env={**os.environ, "AVFS_HOME": d},
+                capture_output=True,
+            )
 
 
 @asynccontextmanager
@@ -257,6 +264,28 @@ def test_the_session_mount_goes_with_the_session(home: str) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert mounts(home) == []
+
+    # SIGKILL: the server cannot clean up; its mount's server sees it end and unmounts.
+    proc = subprocess.Popen(
+        [AVFS, "mcp"],
+        env={**os.environ, "AVFS_HOME": home},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 30
+    while not mounts(home) and time.time() < deadline:
+        time.sleep(0.05)
+    live = mounts(home)
+    assert len(live) == 1
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.time() + 30
+    while mounts(home) and time.time() < deadline:
+        time.sleep(0.05)
+    assert mounts(home) == [], "the session mount outlived a killed server"
+    assert not os.path.ismount(live[0]["mountpoint"])
+    assert not os.path.exists(live[0]["mountpoint"]), "its empty mountpoint is left"
 
 
 def test_grep_find_search_tag_and_merge(home: str) -> None:
