@@ -1178,6 +1178,57 @@ fn chmod_chown_utimens() {
     assert_eq!(s.st_mode & 0o7777, 0o600);
 }
 
+/// tar, `cp -p` and `rsync -t` write a file and set its times before they close it: the
+/// times they set are the file's, also once it is stored, not the time of the close.
+#[test]
+fn times_set_before_close_survive_it() {
+    let mut m = mount!("times_set_before_close_survive_it");
+    let f = m.p("archived");
+    let fd = open(&f, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o644).unwrap();
+    let data = b"from an archive\n";
+    assert_eq!(
+        sc!(libc::write(fd.0, data.as_ptr().cast(), data.len())),
+        Ok(data.len() as i64)
+    );
+    let t = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: 981_173_106,
+            tv_nsec: 5,
+        },
+    ];
+    sc!(libc::futimens(fd.0, t.as_ptr())).unwrap();
+    drop(fd);
+    // A write after the times were set makes the file modified now again.
+    let g = m.p("touched-then-written");
+    let fd = open(&g, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o644).unwrap();
+    sc!(libc::futimens(fd.0, t.as_ptr())).unwrap();
+    assert_eq!(
+        sc!(libc::write(fd.0, data.as_ptr().cast(), data.len())),
+        Ok(data.len() as i64)
+    );
+    drop(fd);
+    let before = lstat(&f).unwrap();
+    assert_eq!((before.st_mtime, before.st_mtime_nsec), (981_173_106, 5));
+    m.remount();
+    let s = lstat(&f).unwrap();
+    assert_eq!(
+        (s.st_mtime, s.st_mtime_nsec),
+        (981_173_106, 5),
+        "after a remount"
+    );
+    assert!(
+        lstat(&g).unwrap().st_mtime > 1_700_000_000,
+        "written after the times were set"
+    );
+    // The vault holds the same time (the CLI reads it, not the mount).
+    let st = m.avfs_json(&["stat", "/archived"]);
+    assert_eq!(st["mtime_ns"], 981_173_106_000_000_005i64, "{st}");
+}
+
 /// Runs `sh -c script` as uid/gid 65534 with no supplementary groups; its exit code.
 fn as_nobody(script: &str) -> (i32, String) {
     use std::os::unix::process::CommandExt;

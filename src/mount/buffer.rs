@@ -18,6 +18,9 @@ pub struct DirtyFile {
     pub stored_size: u64,
     /// New size of the file.
     pub size: u64,
+    /// The modification time the file gets when the buffer is stored: the time of the
+    /// last write, unless a later utimensat (tar, `cp -p`, `touch -d`) set one.
+    pub mtime_ns: i64,
     /// Replaced blocks. A block holds its first `len()` bytes, at most CHUNK_SIZE; the
     /// rest of it reads as zeros (so a small file costs its size, not a 64 KiB block).
     blocks: BTreeMap<u64, Vec<u8>>,
@@ -35,6 +38,7 @@ impl DirtyFile {
             base_size: size,
             stored_size: size,
             size,
+            mtime_ns: crate::store::now_ns(),
             blocks: BTreeMap::new(),
         })
     }
@@ -66,6 +70,7 @@ impl DirtyFile {
     }
 
     pub fn write(&mut self, db: &Connection, offset: u64, data: &[u8]) -> Result<()> {
+        self.mtime_ns = crate::store::now_ns();
         let cs = CHUNK_SIZE as u64;
         // Growing past a partial last block: bytes between old end and the write are zeros.
         if offset > self.size && !self.size.is_multiple_of(cs) {

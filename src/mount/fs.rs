@@ -267,7 +267,7 @@ impl State {
             let r = d.commit(db).and_then(|(hash, size)| {
                 let ws = self.ws(db)?;
                 if let Some(i) = ws.try_get(ino)? {
-                    let i = ws.set_content_of(i, hash, size)?;
+                    let i = ws.set_content_of(i, hash, size, d.mtime_ns)?;
                     self.own(&i);
                 }
                 Ok(())
@@ -747,6 +747,11 @@ impl Filesystem for AvfsFs {
                 let trunc = size.is_some() && req.uid() != 0;
                 if mode.is_none() && (chown || trunc) && kill_suid(cur.mode) != cur.mode {
                     set.mode = Some(kill_suid(cur.mode));
+                }
+                // Times set while writes are buffered are the times the file keeps
+                // when the buffer is stored (close), not the time of the close.
+                if let (Some(t), Some(d)) = (set.mtime_ns, st.dirty.get_mut(&ino.0)) {
+                    d.mtime_ns = t;
                 }
                 let ws = st.ws(db)?;
                 // A truncate above changed the stored inode: read it again.

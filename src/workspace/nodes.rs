@@ -407,11 +407,18 @@ impl Workspace<'_> {
 
     /// Replaces a file's whole content.
     pub fn set_content(&self, ino: u64, hash: Hash, size: u64) -> Result<Inode> {
-        self.set_content_of(self.get(ino)?, hash, size)
+        self.set_content_of(self.get(ino)?, hash, size, now_ns())
     }
 
     /// `set_content` on an inode the caller has just read (in this transaction).
-    pub fn set_content_of(&self, mut i: Inode, hash: Hash, size: u64) -> Result<Inode> {
+    /// Stores new content of a regular file, modified at `mtime_ns`.
+    pub fn set_content_of(
+        &self,
+        mut i: Inode,
+        hash: Hash,
+        size: u64,
+        mtime_ns: i64,
+    ) -> Result<Inode> {
         let ino = i.ino;
         if size > i.size {
             self.check_file_size(size)?;
@@ -423,11 +430,10 @@ impl Workspace<'_> {
             ));
         }
         self.charge(0, (size as i64 - i.size as i64) * i.nlink as i64)?;
-        let now = now_ns();
         i.hash = Some(hash);
         i.size = size;
-        i.mtime_ns = now;
-        i.ctime_ns = now;
+        i.mtime_ns = mtime_ns;
+        i.ctime_ns = now_ns();
         self.put_inode(&i)?;
         self.entry_changed(ino)?;
         Ok(i)
