@@ -1229,6 +1229,36 @@ fn times_set_before_close_survive_it() {
     assert_eq!(st["mtime_ns"], 981_173_106_000_000_005i64, "{st}");
 }
 
+/// Copy the file and you copied everything: once `avfs unmount` returned, the .avfs file
+/// alone (without its -wal) holds every change made through the mount.
+#[test]
+fn after_unmount_the_vault_file_alone_holds_everything() {
+    let mut m = mount!("after_unmount_the_vault_file_alone_holds_everything");
+    for i in 0..50 {
+        put(&m.p(&format!("late-{i}")), format!("{i}\n").as_bytes());
+    }
+    // Where the file is, asked before the unmount: any command after it would close the
+    // vault as its last user, which checkpoints the WAL, and hide what this test checks.
+    let info = m.avfs_json(&["vault", "info"]);
+    let vault = std::path::PathBuf::from(info["vault"]["path"].as_str().unwrap());
+    m.unmount();
+    let copy = m.env.path("copy.avfs");
+    std::fs::copy(&vault, &copy).unwrap();
+    let copy = copy.to_str().unwrap();
+    let listing = m.env.json(&["--vault", copy, "ls", "/"]);
+    let names = listing.to_string();
+    for i in 0..50 {
+        assert!(
+            names.contains(&format!("\"late-{i}\"")),
+            "late-{i} missing: {listing}"
+        );
+    }
+    let cat = m.env.ok(&["--vault", copy, "cat", "/late-49"]);
+    assert_eq!(cat.stdout, "49\n");
+    let v = m.env.json(&["--vault", copy, "vault", "verify"]);
+    assert!(v["report"]["ok"].as_bool().unwrap_or(false), "{v}");
+}
+
 /// Runs `sh -c script` as uid/gid 65534 with no supplementary groups; its exit code.
 fn as_nobody(script: &str) -> (i32, String) {
     use std::os::unix::process::CommandExt;

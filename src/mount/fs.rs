@@ -493,6 +493,17 @@ impl AvfsFs {
         self.with_commit("sync", end, |db, st| st.flush_all(db))
     }
 
+    /// Copies every committed page from the WAL into the vault file (at unmount), so
+    /// that copying the .avfs file alone copies everything, as after any other command.
+    pub fn checkpoint_wal(&self) -> Result<()> {
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .0
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
     /// After a change made outside the mount (CLI, restore): works out what the kernel
     /// must forget. Every name it may have cached goes; files whose content changed get
     /// a new generation (so the next lookup makes a fresh kernel inode, whose size is not

@@ -4,6 +4,7 @@
 mod buffer;
 pub mod control;
 mod fs;
+mod wal;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -197,6 +198,8 @@ fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
 fn unmount_when_gone(owner: u32) {
     // SAFETY: pidfd_open takes a pid and flags; the result is checked.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner as libc::pid_t, 0) } as i32;
+    let gone_already =
+        fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
     std::thread::spawn(move || {
         if fd >= 0 {
             let mut p = libc::pollfd {
@@ -206,8 +209,12 @@ fn unmount_when_gone(owner: u32) {
             };
             // SAFETY: polls one valid pollfd; a pidfd becomes readable when its process ends.
             while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
+        } else if !gone_already {
+            // No pidfds (a kernel before 5.3): look once a second.
+            while pid_alive(owner) {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
         }
-        // No pidfd: the owner is gone already (ESRCH).
         // SAFETY: signals this process; the signal thread unmounts.
         unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
     });
@@ -236,6 +243,11 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         }
     }
     let store = Store::open(&opts.vault_path)?;
+    // Checkpoints run on the WAL thread (see `wal`), not in a request's commit.
+    store
+        .conn
+        .pragma_update(None, "wal_autocheckpoint", wal::BACKSTOP_PAGES)?;
+    let wal_upkeep = wal::WalUpkeep::start(&opts.vault_path)?;
     crate::workspace::find_workspace(&store.conn, &opts.workspace)?
         .ok_or_else(|| Error::NoSuchVault(opts.workspace.clone()))?;
     let fs = AvfsFs::new(store, &opts.workspace, opts.readonly)?;
@@ -318,6 +330,9 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     (opts.on_ready)(&record);
     let result = session.run();
     let _ = fs.sync(true);
+    drop(wal_upkeep);
+    // As after any other command, the .avfs file alone holds everything.
+    let _ = fs.checkpoint_wal();
     let _ = std::fs::remove_file(&rec_path);
     let _ = std::fs::remove_file(&socket);
     if opts.owner.is_some() {
