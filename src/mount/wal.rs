@@ -10,8 +10,7 @@
 //! copies what is committed while the requests go on, and waits for nobody.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -24,7 +23,8 @@ const PERIOD: Duration = Duration::from_millis(200);
 pub const BACKSTOP_PAGES: i64 = 16_384;
 
 pub struct WalUpkeep {
-    stop: Arc<AtomicBool>,
+    /// Dropping it ends the thread at once (an unmount must not wait out a period).
+    stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -33,13 +33,11 @@ impl WalUpkeep {
         let store = Store::open(vault)?;
         // A busy checkpointer (another process's) means try again next period, not wait.
         store.conn.busy_timeout(Duration::ZERO)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
+        let (stop, stopped) = channel::<()>();
         let thread = std::thread::Builder::new()
             .name("avfs-wal".into())
             .spawn(move || {
-                while !stopped.load(Ordering::Relaxed) {
-                    std::thread::sleep(PERIOD);
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(PERIOD) {
                     // Nothing new: SQLite sees it in the WAL index and returns at once.
                     let _ = store
                         .conn
@@ -48,7 +46,7 @@ impl WalUpkeep {
             })
             .map_err(|e| crate::error::Error::host("starting the WAL thread", e))?;
         Ok(WalUpkeep {
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
         })
     }
@@ -58,7 +56,7 @@ impl Drop for WalUpkeep {
     /// Ends the thread and closes its connection, so the mount's connection is the last
     /// one and its final checkpoint can empty the WAL.
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
