@@ -230,6 +230,23 @@ def test_server_bound_to_a_vault_uses_it_by_default(home: str) -> None:
     run(go())
 
 
+def start_server_with_its_mount(home: str) -> tuple[subprocess.Popen, list]:
+    """`avfs mcp` started as a host starts it (no client yet), once its mount is live."""
+    proc = subprocess.Popen(
+        [AVFS, "mcp"],
+        env={**os.environ, "AVFS_HOME": home},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 30
+    while not mounts(home) and time.time() < deadline:
+        time.sleep(0.05)
+    live = mounts(home)
+    assert len(live) == 1
+    return proc, live
+
+
 def test_the_session_mount_goes_with_the_session(home: str) -> None:
     async def mounted_while_connected() -> None:
         async with session(home) as s:
@@ -250,34 +267,13 @@ def test_the_session_mount_goes_with_the_session(home: str) -> None:
     run(no_mount())
 
     # SIGTERM (what a host sends to stop a server) unmounts too.
-    proc = subprocess.Popen(
-        [AVFS, "mcp"],
-        env={**os.environ, "AVFS_HOME": home},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 30
-    while not mounts(home) and time.time() < deadline:
-        time.sleep(0.05)
-    assert len(mounts(home)) == 1
+    proc, _ = start_server_with_its_mount(home)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert mounts(home) == []
 
     # SIGKILL: the server cannot clean up; its mount's server sees it end and unmounts.
-    proc = subprocess.Popen(
-        [AVFS, "mcp"],
-        env={**os.environ, "AVFS_HOME": home},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 30
-    while not mounts(home) and time.time() < deadline:
-        time.sleep(0.05)
-    live = mounts(home)
-    assert len(live) == 1
+    proc, live = start_server_with_its_mount(home)
     proc.kill()
     proc.wait(timeout=30)
     deadline = time.time() + 30
