@@ -360,7 +360,7 @@ fn tar_round_trip() {
     if !need("tar", "tar_round_trip") {
         return;
     }
-    let m = mount!("tar_round_trip");
+    let mut m = mount!("tar_round_trip");
     // Source: this repository's src/ and tests/ plus a few special cases.
     let src = m.env.path("src-tree");
     std::fs::create_dir(&src).unwrap();
@@ -399,6 +399,24 @@ fn tar_round_trip() {
     assert_eq!(
         std::fs::metadata(into.join("exec.sh")).unwrap().ino(),
         std::fs::metadata(into.join("exec-link.sh")).unwrap().ino()
+    );
+    // What the vault stored, not what the kernel cached: after a remount, tar itself finds
+    // no difference between the archive and the tree (contents, sizes, modes, owners,
+    // modification times, link targets).
+    m.remount();
+    let cmp = Command::new("tar")
+        .arg("--compare")
+        .arg("-f")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&into)
+        .output()
+        .unwrap();
+    assert!(
+        cmp.status.success(),
+        "tar --compare after a remount: {}{}",
+        String::from_utf8_lossy(&cmp.stdout),
+        String::from_utf8_lossy(&cmp.stderr)
     );
     // Create a tarball from the mount and extract it natively: same tree again.
     let back = m.env.path("from-mount.tar");
