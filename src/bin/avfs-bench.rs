@@ -644,6 +644,13 @@ fn run(cmd: &mut Command) -> BoxResult<Vec<u8>> {
     Ok(run_timed(cmd, &[0])?.1)
 }
 
+/// One line of a sysfs file, or "-" where there is none.
+fn sysfs(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|_| "-".into())
+}
+
 fn fmt_secs(s: f64) -> String {
     if s.is_nan() {
         "-".into()
@@ -2761,6 +2768,13 @@ fn real_main() -> BoxResult<()> {
             std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(0),
+        ),
+        // What sets the FUSE round trip on this machine (see the `rtt` row).
+        format!(
+            "wake-ups: cpuidle {}, guest_halt_poll_ns {}; FUSE over io_uring (fuse.enable_uring): {}",
+            sysfs("/sys/devices/system/cpu/cpuidle/current_driver"),
+            sysfs("/sys/module/haltpoll/parameters/guest_halt_poll_ns"),
+            sysfs("/sys/module/fuse/parameters/enable_uring"),
         ),
         format!(
             "tools: {}; {}; {}",
