@@ -19,7 +19,7 @@
 #   # FUSE request counts per workload (only debug builds of the mount server count them):
 #   cargo build --bin avfs && ./scripts/bench.sh --groups mount --avfs target/debug/avfs
 #
-# Options are passed to src/bin/avfs-bench.rs (see --help). Progress goes to stderr, the
+# Options are passed to src/bin/avfs-bench/main.rs (see --help). Progress goes to stderr, the
 # report to stdout. The mount group needs /dev/fuse; the cargo workload needs the crates of
 # Cargo.lock in ~/.cargo/registry (it builds with --offline).
 set -euo pipefail

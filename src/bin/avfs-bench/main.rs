@@ -1,0 +1,1167 @@
+//! `avfs-bench`: measures avfs side by side with a native directory on the same disk, and
+//! prints markdown tables of medians, ratios and goals. Three groups of workloads:
+//!
+//! - `vault`: vault operations (import, fork, checkpoint save/restore, diff, cat) on
+//!   workspaces of several sizes, against `cp -a`, git, `diff -rq`, `cat`;
+//! - `mount`: real tools in a FUSE mount of a fresh vault and in a plain directory (tar,
+//!   git, find/stat, ls -lR, rm -rf, sequential I/O, cargo build);
+//! - `exec`: `avfs exec -- true` end to end with and without a live mount and with and
+//!   without `--sandbox`, and the change report of 100 changes in a 100 000-file workspace.
+//!
+//! ```text
+//! cargo run --release --bin avfs-bench -- [--groups vault,mount,exec] [--sizes ...] [--dir DIR] ...
+//! ```
+//!
+//! See `--help` and docs/benchmarks.md. The machines this runs on are shared and noisy, so
+//! only figures from one run are compared, avfs and native runs are interleaved, and
+//! medians are quoted.
+
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::io::IntoRawFd as _;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentvfs::diff::{ChangeSummary, add_patches, diff_roots};
+use agentvfs::registry::Registry;
+use agentvfs::store::{Store, audit, objects};
+use agentvfs::workspace::path::components;
+use agentvfs::workspace::{MAIN, Workspace};
+use serde_json::json;
+
+type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const USAGE: &str =
+    "usage: avfs-bench [--groups vault,mount,exec] [--dir DIR] [--keep] [--avfs PATH]
+                  [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
+                  [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
+                  [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
+                  [--exec-files N]
+
+  --groups           which groups to run (default all): vault (vault operations), mount (real
+                     tools in a FUSE mount vs a native directory), exec (avfs exec overhead,
+                     with and without --sandbox, and the change report)
+  --dir              where to put the trees, vaults and mounts (default: the system temp dir)
+  --keep             keep the generated trees and vaults
+  --avfs             the avfs binary to use (default: the one next to avfs-bench)
+
+ vault group:
+  --sizes            workspace sizes in files (default 1000,10000,100000)
+  --reps             repetitions of each cheap measurement (default 7; `avfs cat`, `avfs exec`
+                     and the warm mount workloads run 3x, 3x and 1x as many)
+  --native-reps      repetitions of the expensive ones: import, cp -a, diff -rq (default 3)
+
+ mount group:
+  --mount-workloads  which to run (default all): rtt (one kernel round trip), tree (tar x, git
+                     init+add+commit, git status, find+stat, ls -lR, rm -rf), io (sequential
+                     write+read), cargo (cargo build)
+  --mount-reps       repetitions of tar x, git commit, rm -rf and the sequential I/O (default 3)
+  --reps-cargo       repetitions of cargo build (default 1; a few minutes each)
+  --tar-files        files in the tarball (default 20000): the first half of the files under
+                     ~/.cargo/registry/src, stored twice (a/ and b/)
+  --io-mib           size of the sequential write+read in MiB (default 1024)
+  --cargo-release    cargo build --release (default: a debug build)
+  --cargo-src        the crate to build (default: this crate's committed HEAD: src/,
+                     Cargo.toml and Cargo.lock from `git archive HEAD`)
+
+ exec group:
+  --exec-files       files in the workspace (default 100000; reuses the vault group's one
+                     of that size when it ran)";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Group {
+    Vault,
+    Mount,
+    Exec,
+}
+
+struct Args {
+    groups: Vec<Group>,
+    sizes: Vec<usize>,
+    reps: usize,
+    native_reps: usize,
+    dir: Option<PathBuf>,
+    keep: bool,
+    avfs: Option<PathBuf>,
+    mount_workloads: Vec<String>,
+    mount_reps: usize,
+    cargo_reps: usize,
+    tar_files: usize,
+    io_mib: usize,
+    cargo_release: bool,
+    cargo_src: Option<PathBuf>,
+    exec_files: usize,
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn parse_args() -> BoxResult<Args> {
+    let mut a = Args {
+        groups: vec![Group::Vault, Group::Mount, Group::Exec],
+        sizes: vec![1_000, 10_000, 100_000],
+        reps: 7,
+        native_reps: 3,
+        dir: None,
+        keep: false,
+        avfs: None,
+        mount_workloads: vec!["rtt".into(), "tree".into(), "io".into(), "cargo".into()],
+        mount_reps: 3,
+        cargo_reps: 1,
+        tar_files: 20_000,
+        io_mib: 1024,
+        cargo_release: false,
+        cargo_src: None,
+        exec_files: 100_000,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let (key, inline) = match arg.split_once('=') {
+            Some((k, v)) if k.starts_with("--") => (k.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> BoxResult<String> {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}").into())
+        };
+        let count = |v: String| -> BoxResult<usize> { Ok(v.trim().replace('_', "").parse()?) };
+        match key.as_str() {
+            "--groups" => {
+                let mut g = Vec::new();
+                for name in list(&value("--groups")?) {
+                    let x = match name.as_str() {
+                        "vault" => Group::Vault,
+                        "mount" => Group::Mount,
+                        "exec" => Group::Exec,
+                        "all" => {
+                            g.extend([Group::Vault, Group::Mount, Group::Exec]);
+                            continue;
+                        }
+                        other => return Err(format!("--groups: unknown group {other:?}").into()),
+                    };
+                    g.push(x);
+                }
+                a.groups = Vec::new();
+                for x in g {
+                    if !a.groups.contains(&x) {
+                        a.groups.push(x);
+                    }
+                }
+                if a.groups.is_empty() {
+                    return Err("--groups: name at least one group".into());
+                }
+            }
+            "--sizes" => {
+                a.sizes = list(&value("--sizes")?)
+                    .into_iter()
+                    .map(count)
+                    .collect::<Result<_, _>>()?;
+                if a.sizes.is_empty() || a.sizes.iter().any(|&n| n < 200) {
+                    return Err("--sizes: each size must be at least 200 files".into());
+                }
+            }
+            "--reps" => a.reps = count(value("--reps")?)?.max(1),
+            "--native-reps" => a.native_reps = count(value("--native-reps")?)?.max(1),
+            "--dir" => a.dir = Some(PathBuf::from(value("--dir")?)),
+            "--keep" => a.keep = true,
+            "--avfs" => a.avfs = Some(PathBuf::from(value("--avfs")?)),
+            "--mount-workloads" => {
+                a.mount_workloads = list(&value("--mount-workloads")?);
+                if let Some(w) = a
+                    .mount_workloads
+                    .iter()
+                    .find(|w| !["tree", "io", "cargo", "rtt"].contains(&w.as_str()))
+                {
+                    return Err(format!("--mount-workloads: unknown workload {w:?}").into());
+                }
+            }
+            "--mount-reps" => a.mount_reps = count(value("--mount-reps")?)?.max(1),
+            "--reps-cargo" => a.cargo_reps = count(value("--reps-cargo")?)?.max(1),
+            "--tar-files" => a.tar_files = count(value("--tar-files")?)?.max(2),
+            "--io-mib" => a.io_mib = count(value("--io-mib")?)?.max(1),
+            "--cargo-release" => a.cargo_release = true,
+            "--cargo-src" => a.cargo_src = Some(PathBuf::from(value("--cargo-src")?)),
+            "--exec-files" => {
+                a.exec_files = count(value("--exec-files")?)?;
+                if a.exec_files < 200 {
+                    return Err("--exec-files: at least 200 files".into());
+                }
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}").into()),
+        }
+    }
+    Ok(a)
+}
+
+// ---------------------------------------------------------------------------------------
+// Deterministic generation of a source-code-like tree.
+
+/// xorshift64* (Vigna): tiny, deterministic, good enough for shaping test data.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03 | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+struct FileSpec {
+    /// Absolute path inside the workspace ("/a/b/c.rs"); relative to the tree root on the host.
+    rel: String,
+    size: usize,
+    seed: u64,
+}
+
+struct TreePlan {
+    dirs: Vec<String>,
+    files: Vec<FileSpec>,
+    /// Index in `files` of the 1 KiB file `avfs cat` reads.
+    cat_target: usize,
+    bytes: u64,
+}
+
+const DIR_NAMES: &[&str] = &[
+    "src", "core", "util", "net", "io", "api", "db", "ui", "cmd", "internal", "pkg", "test",
+];
+const STEMS: &[&str] = &[
+    "main", "lib", "mod", "util", "parser", "config", "handler", "client", "server", "types",
+    "error", "model", "view", "store", "cache", "index",
+];
+const EXTS: &[&str] = &[
+    "rs", "rs", "rs", "c", "h", "py", "ts", "js", "go", "md", "json", "toml",
+];
+const WORDS: &[&str] = &[
+    "fn",
+    "let",
+    "mut",
+    "self",
+    "return",
+    "if",
+    "else",
+    "for",
+    "in",
+    "match",
+    "struct",
+    "impl",
+    "pub",
+    "use",
+    "{",
+    "}",
+    "(",
+    ")",
+    ";",
+    "=",
+    "+",
+    "==",
+    "=>",
+    "->",
+    "value",
+    "count",
+    "buffer",
+    "index",
+    "result",
+    "Ok(())",
+    "Err(e)",
+    "//",
+    "0",
+    "1",
+    "42",
+    "name",
+    "path",
+    "len",
+    "data",
+    "config",
+    "state",
+    "const",
+    "while",
+    "loop",
+    "break",
+    "true",
+    "false",
+    "None",
+    "Some(x)",
+    "String::new()",
+    "Vec::new()",
+    "&mut",
+    "&self",
+    "as",
+    "u64",
+    "usize",
+    "i32",
+    "where",
+];
+
+/// Mostly 200 B - 8 KiB (log-uniform), a few up to 32 KiB, 1 % up to 100 KiB.
+fn sample_size(rng: &mut Rng) -> usize {
+    let u = rng.below(100);
+    let (lo, hi): (f64, f64) = if u < 90 {
+        (200.0, 8192.0)
+    } else if u < 99 {
+        (8192.0, 32768.0)
+    } else {
+        (32768.0, 102400.0)
+    };
+    (lo * (hi / lo).powf(rng.unit())) as usize
+}
+
+fn plan_tree(n: usize, seed: u64) -> TreePlan {
+    let mut rng = Rng::new(seed);
+    let mut plan = TreePlan {
+        dirs: Vec::new(),
+        files: Vec::new(),
+        cat_target: 0,
+        bytes: 0,
+    };
+    plan_dir(&mut rng, String::new(), 0, n - 1, &mut plan);
+    let deepest = plan
+        .dirs
+        .iter()
+        .max_by_key(|d| d.matches('/').count())
+        .cloned()
+        .unwrap_or_default();
+    plan.cat_target = plan.files.len();
+    plan.files.push(FileSpec {
+        rel: format!("{deepest}/cat_target_1k.txt"),
+        size: 1024,
+        seed: rng.next(),
+    });
+    plan.bytes = plan.files.iter().map(|f| f.size as u64).sum();
+    plan
+}
+
+/// 8-30 files per directory and 4-20 subdirectories while files remain; at most depth 5.
+fn plan_dir(rng: &mut Rng, rel: String, depth: usize, budget: usize, plan: &mut TreePlan) {
+    plan.dirs.push(rel.clone());
+    let here = if depth >= 5 {
+        budget
+    } else {
+        budget.min(rng.range(8, 30) as usize)
+    };
+    for i in 0..here {
+        let stem = STEMS[rng.below(STEMS.len() as u64) as usize];
+        let ext = EXTS[rng.below(EXTS.len() as u64) as usize];
+        let size = sample_size(rng);
+        plan.files.push(FileSpec {
+            rel: format!("{rel}/{stem}_{i:03}.{ext}"),
+            size,
+            seed: rng.next(),
+        });
+    }
+    let remaining = budget - here;
+    if remaining == 0 {
+        return;
+    }
+    let subdirs = (rng.range(4, 20) as usize)
+        .min(remaining.div_ceil(10))
+        .max(1);
+    let weights: Vec<u64> = (0..subdirs).map(|_| rng.range(1, 4)).collect();
+    let total: u64 = weights.iter().sum();
+    let mut left = remaining;
+    for (i, w) in weights.iter().enumerate() {
+        let share = if i + 1 == subdirs {
+            left
+        } else {
+            ((remaining as u64 * w / total) as usize).min(left)
+        };
+        left -= share;
+        if share > 0 {
+            let name = DIR_NAMES[rng.below(DIR_NAMES.len() as u64) as usize];
+            plan_dir(rng, format!("{rel}/{name}_{i:02}"), depth + 1, share, plan);
+        }
+    }
+}
+
+/// Source-looking text: indented lines of keywords, punctuation and numbered identifiers.
+fn content(seed: u64, size: usize) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity(size + 128);
+    while out.len() < size {
+        let indent = rng.below(4) as usize * 4;
+        out.extend(std::iter::repeat_n(b' ', indent));
+        for w in 0..rng.range(2, 10) {
+            if w > 0 {
+                out.push(b' ');
+            }
+            let r = rng.next();
+            if r.is_multiple_of(5) {
+                let _ = write!(out, "v{}", (r >> 8) % 100_000);
+            } else {
+                out.extend_from_slice(WORDS[((r >> 8) % WORDS.len() as u64) as usize].as_bytes());
+            }
+        }
+        out.push(b'\n');
+    }
+    out.truncate(size);
+    out
+}
+
+fn host_path(root: &Path, rel: &str) -> PathBuf {
+    root.join(rel.trim_start_matches('/'))
+}
+
+fn write_tree(root: &Path, plan: &TreePlan) -> BoxResult<()> {
+    for d in &plan.dirs {
+        std::fs::create_dir_all(host_path(root, d))?;
+    }
+    // Creating files is mostly system time here; use every core.
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8);
+    let per = plan.files.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = plan
+            .files
+            .chunks(per)
+            .map(|part| {
+                s.spawn(move || -> std::io::Result<()> {
+                    for f in part {
+                        std::fs::write(host_path(root, &f.rel), content(f.seed, f.size))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("writer thread panicked"))
+    })?;
+    Ok(())
+}
+
+/// `k` distinct files (never the `cat` target) with new content of a similar size.
+fn pick_changes(rng: &mut Rng, plan: &TreePlan, k: usize, tag: &str) -> Vec<(String, Vec<u8>)> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(k);
+    while out.len() < k {
+        let i = rng.below(plan.files.len() as u64) as usize;
+        if i == plan.cat_target || !seen.insert(i) {
+            continue;
+        }
+        let f = &plan.files[i];
+        let mut data = format!("// edited: {tag}\n").into_bytes();
+        data.extend_from_slice(&content(rng.next(), f.size));
+        out.push((f.rel.clone(), data));
+    }
+    out
+}
+
+/// `k` distinct files (never the `cat` target), each with one line in the middle
+/// replaced: the kind of change an agent's edit makes.
+fn pick_edits(rng: &mut Rng, plan: &TreePlan, k: usize, tag: &str) -> Vec<(String, Vec<u8>)> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(k);
+    while out.len() < k {
+        let i = rng.below(plan.files.len() as u64) as usize;
+        if i == plan.cat_target || !seen.insert(i) {
+            continue;
+        }
+        let f = &plan.files[i];
+        let old = content(f.seed, f.size);
+        let mid = old.len() / 2;
+        let start = old[..mid]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |p| p + 1);
+        let end = old[mid..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(old.len(), |p| mid + p);
+        let mut data = old[..start].to_vec();
+        data.extend_from_slice(format!("    // edited: {tag} {}", rng.next()).as_bytes());
+        data.extend_from_slice(&old[end..]);
+        out.push((f.rel.clone(), data));
+    }
+    out
+}
+
+fn apply_native(root: &Path, changes: &[(String, Vec<u8>)]) -> BoxResult<()> {
+    for (rel, data) in changes {
+        std::fs::write(host_path(root, rel), data)?;
+    }
+    Ok(())
+}
+
+/// Writes the changes through the library, as `avfs write` does (untimed setup). Opens its
+/// own connection and closes it, so when no other connection is open, SQLite checkpoints
+/// the WAL on close and the next timed `avfs` process starts as it would for a user.
+fn apply_vault(vault: &Path, ws_name: &str, changes: &[(String, Vec<u8>)]) -> BoxResult<()> {
+    let mut store = Store::open(vault)?;
+    store.write(|db| {
+        let ws = Workspace::open(db, ws_name)?;
+        for (rel, data) in changes {
+            let node = ws.resolve_existing(&components(rel.as_bytes())?, true)?;
+            let hash = objects::put_content(db, data)?;
+            ws.set_content(node.ino, hash, data.len() as u64)?;
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Timing.
+
+#[derive(Clone, Default)]
+struct Stat(Vec<f64>);
+
+impl Stat {
+    fn push(&mut self, d: Duration) {
+        self.0.push(d.as_secs_f64());
+    }
+    fn sorted(&self) -> Vec<f64> {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+    fn median(&self) -> f64 {
+        let v = self.sorted();
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+    fn min(&self) -> f64 {
+        self.sorted().first().copied().unwrap_or(f64::NAN)
+    }
+    fn max(&self) -> f64 {
+        self.sorted().last().copied().unwrap_or(f64::NAN)
+    }
+}
+
+/// Named phases of one library measurement, plus the commit.
+type Phases = Vec<(&'static str, Duration)>;
+
+/// Runs `f` in one write transaction (as the CLI does) and times the whole of it, commit
+/// included. `f` may record phases; "commit" is what remains after `f` returns.
+fn lib_timed<T>(
+    store: &mut Store,
+    f: impl FnOnce(&rusqlite::Connection, &mut Phases) -> agentvfs::Result<T>,
+) -> BoxResult<(Duration, T, Phases)> {
+    let mut phases = Phases::new();
+    let mut body = Duration::ZERO;
+    let t = Instant::now();
+    let v = store.write(|db| {
+        let tb = Instant::now();
+        let r = f(db, &mut phases);
+        body = tb.elapsed();
+        r
+    })?;
+    let total = t.elapsed();
+    phases.push(("commit", total.saturating_sub(body)));
+    Ok((total, v, phases))
+}
+
+struct Mark(Instant);
+
+impl Mark {
+    fn lap(&mut self, phases: &mut Phases, name: &'static str) {
+        let now = Instant::now();
+        phases.push((name, now - self.0));
+        self.0 = now;
+    }
+}
+
+/// Per-phase medians across reps.
+#[derive(Default)]
+struct PhaseStats(Vec<(&'static str, Stat)>);
+
+impl PhaseStats {
+    fn add(&mut self, phases: &Phases) {
+        for (name, d) in phases {
+            match self.0.iter_mut().find(|(n, _)| n == name) {
+                Some((_, s)) => s.push(*d),
+                None => {
+                    let mut s = Stat::default();
+                    s.push(*d);
+                    self.0.push((name, s));
+                }
+            }
+        }
+    }
+    fn describe(&self) -> String {
+        self.0
+            .iter()
+            .map(|(n, s)| format!("{n} {}", fmt_secs(s.median())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Runs a command to completion (stdout and stderr captured) and times it.
+fn run_timed(cmd: &mut Command, ok: &[i32]) -> BoxResult<(Duration, Vec<u8>)> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t = Instant::now();
+    let out = cmd.output()?;
+    let d = t.elapsed();
+    match out.status.code() {
+        Some(c) if ok.contains(&c) => Ok((d, out.stdout)),
+        _ => Err(format!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into()),
+    }
+}
+
+fn run(cmd: &mut Command) -> BoxResult<Vec<u8>> {
+    Ok(run_timed(cmd, &[0])?.1)
+}
+
+/// One line of a sysfs file, or "-" where there is none.
+fn sysfs(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|_| "-".into())
+}
+
+fn fmt_secs(s: f64) -> String {
+    if s.is_nan() {
+        "-".into()
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 0.1 {
+        format!("{:.0} ms", s * 1e3)
+    } else if s >= 0.01 {
+        format!("{:.1} ms", s * 1e3)
+    } else if s >= 0.001 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+fn fmt_count(n: f64) -> String {
+    let s = format!("{:.0}", n);
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Results.
+
+#[derive(Clone, Copy)]
+enum Goal {
+    /// Median under this many seconds.
+    Under(f64),
+    /// At least this many files per second (figure = files / median).
+    Rate(f64),
+    /// Median at most this many times the native median.
+    RatioAtMost(f64),
+    /// Throughput at least this fraction of the native throughput (native median / median).
+    ThroughputAtLeast(f64),
+}
+
+#[derive(Default)]
+struct Row {
+    op: String,
+    files: usize,
+    avfs: Stat,
+    native: Option<Stat>,
+    goal: Option<Goal>,
+    /// The goal is stated for this size (otherwise it is shown for information only).
+    goal_applies: bool,
+    /// Show files/s next to the time.
+    rate: bool,
+    /// Shown in the size column instead of `files`.
+    label: Option<String>,
+    /// Bytes moved per run: show MB/s next to the time.
+    bytes: Option<u64>,
+}
+
+impl Row {
+    fn ratio(&self) -> Option<f64> {
+        self.native
+            .as_ref()
+            .map(|n| self.avfs.median() / n.median())
+    }
+    fn met(&self) -> Option<bool> {
+        let m = self.avfs.median();
+        match self.goal? {
+            Goal::Under(s) => Some(m < s),
+            Goal::Rate(r) => Some(self.files as f64 / m > r),
+            Goal::RatioAtMost(x) => self.ratio().map(|r| r <= x),
+            Goal::ThroughputAtLeast(x) => self.ratio().map(|r| 1.0 / r >= x),
+        }
+    }
+}
+
+fn cell(s: &Stat, files: usize, rate: bool, bytes: Option<u64>) -> String {
+    let mut c = format!(
+        "{} ({}-{}, n={})",
+        fmt_secs(s.median()),
+        fmt_secs(s.min()),
+        fmt_secs(s.max()),
+        s.0.len()
+    );
+    if rate {
+        c = format!("{} = {} files/s", c, fmt_count(files as f64 / s.median()));
+    }
+    if let Some(b) = bytes {
+        c = format!("{} = {:.0} MB/s", c, b as f64 / 1e6 / s.median());
+    }
+    c
+}
+
+fn fmt_ratio(x: f64) -> String {
+    if x >= 10.0 {
+        format!("{x:.0}x")
+    } else if x >= 0.1 {
+        format!("{x:.2}x")
+    } else {
+        format!("{x:.4}x")
+    }
+}
+
+/// `cols`: the operation column, the size column, and what the measured side is called.
+fn print_table(cols: [&str; 3], rows: &[Row], extra: &[String]) {
+    let [op, size, who] = cols;
+    println!(
+        "| {op} | {size} | {who} median (min-max, n) | native median (min-max, n) | ratio {who}/native | goal | met |"
+    );
+    println!("|---|---:|---|---|---:|---|---|");
+    for r in rows {
+        let native = r
+            .native
+            .as_ref()
+            .map(|n| cell(n, r.files, r.rate, r.bytes))
+            .unwrap_or_else(|| "-".into());
+        let ratio = match r.ratio() {
+            Some(x) if r.bytes.is_some() => {
+                format!("{} (throughput {:.2})", fmt_ratio(x), 1.0 / x)
+            }
+            Some(x) => fmt_ratio(x),
+            None => "-".into(),
+        };
+        let goal = match r.goal {
+            Some(Goal::Under(s)) => format!("< {}", fmt_secs(s)),
+            Some(Goal::Rate(x)) => format!("> {} files/s", fmt_count(x)),
+            Some(Goal::RatioAtMost(x)) => format!("ratio <= {x:.1}"),
+            Some(Goal::ThroughputAtLeast(x)) => format!("throughput >= {x:.1} of native"),
+            None => "-".into(),
+        };
+        let met = match (r.met(), r.goal_applies) {
+            (Some(true), true) => "yes".to_string(),
+            (Some(false), true) => "**NO**".to_string(),
+            (Some(m), false) => format!("({}; goal is at 100 000)", if m { "yes" } else { "no" }),
+            (None, _) => "-".into(),
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.op,
+            r.label.clone().unwrap_or_else(|| fmt_count(r.files as f64)),
+            cell(&r.avfs, r.files, r.rate, r.bytes),
+            native,
+            ratio,
+            goal,
+            met
+        );
+    }
+    for e in extra {
+        println!("{e}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The environment.
+
+struct Env {
+    avfs: PathBuf,
+    home: PathBuf,
+}
+
+impl Env {
+    fn avfs<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(&self, args: I) -> Command {
+        let mut c = Command::new(&self.avfs);
+        c.env("AVFS_HOME", &self.home)
+            .env_remove("AVFS_VAULT")
+            .env("RUST_BACKTRACE", "0")
+            .args(args);
+        c
+    }
+}
+
+fn git(dir: &Path) -> Command {
+    git_env(Command::new("git"), dir)
+}
+
+/// `sh -c SCRIPT` in `dir`, with the same git environment as `git`.
+fn sh(dir: &Path, script: &str) -> Command {
+    let mut c = git_env(Command::new("sh"), dir);
+    c.arg("-c").arg(script);
+    c
+}
+
+/// A git environment independent of the user's configuration.
+fn git_env(mut c: Command, dir: &Path) -> Command {
+    c.current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@localhost")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@localhost");
+    c
+}
+
+fn cmd<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(prog: &str, args: I) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args);
+    c
+}
+
+/// Device, filesystem type and free space of the filesystem holding `dir`.
+fn describe_fs(dir: &Path) -> String {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut best: Option<(usize, String)> = None;
+    if let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") {
+        for line in info.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            let Some(sep) = f.iter().position(|x| *x == "-") else {
+                continue;
+            };
+            if f.len() < sep + 3 || f.len() < 5 {
+                continue;
+            }
+            let mnt = f[4].replace("\\040", " ");
+            if dir.starts_with(&mnt) && best.as_ref().is_none_or(|(l, _)| mnt.len() >= *l) {
+                best = Some((
+                    mnt.len(),
+                    format!(
+                        "{} ({}, dev {}, mounted at {mnt})",
+                        f[sep + 2],
+                        f[sep + 1],
+                        f[2]
+                    ),
+                ));
+            }
+        }
+    }
+    let mut s = best
+        .map(|b| b.1)
+        .unwrap_or_else(|| "unknown filesystem".into());
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap_or_default();
+    // SAFETY: statvfs writes into a zeroed struct of the right type; `c` is a valid C string.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) == 0 {
+            let free = st.f_bavail as f64 * st.f_frsize as f64 / 1e9;
+            let total = st.f_blocks as f64 * st.f_frsize as f64 / 1e9;
+            s.push_str(&format!(", {free:.0} GB free of {total:.0} GB"));
+        }
+    }
+    s
+}
+
+fn progress(n: usize, start: Instant, what: &str) {
+    progress_tag(start, &format!("{} files", fmt_count(n as f64)), what);
+}
+
+fn progress_tag(start: Instant, tag: &str, what: &str) {
+    eprintln!("[{:>7.1}s] [{tag}] {what}", start.elapsed().as_secs_f64());
+}
+
+fn dir_bytes(path: &Path) -> u64 {
+    let mut total = 0;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        total += std::fs::metadata(PathBuf::from(p))
+            .map(|m| m.len())
+            .unwrap_or(0);
+    }
+    total
+}
+
+mod group_exec;
+mod group_mount;
+mod group_vault;
+
+use group_exec::*;
+use group_mount::*;
+use group_vault::*;
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("avfs-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> BoxResult<()> {
+    let args = parse_args()?;
+    let t0 = Instant::now();
+    let avfs = match &args.avfs {
+        Some(p) => std::fs::canonicalize(p).map_err(|e| format!("--avfs {}: {e}", p.display()))?,
+        None => std::env::current_exe()?
+            .parent()
+            .ok_or("no directory for the current executable")?
+            .join("avfs"),
+    };
+    if !avfs.is_file() {
+        return Err(format!(
+            "{} not found: build it first (cargo build --release)",
+            avfs.display()
+        )
+        .into());
+    }
+    let parent = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir(),
+    };
+    std::fs::create_dir_all(&parent)?;
+    let base = parent.join(format!("avfs-bench-{}", std::process::id()));
+    std::fs::create_dir(&base)?;
+    let base = std::fs::canonicalize(&base)?;
+    let has = |g: Group| args.groups.contains(&g);
+
+    let version = |prog: &str, arg: &str| {
+        Command::new(prog)
+            .arg(arg)
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            })
+            .unwrap_or_else(|_| format!("{prog}: not found"))
+    };
+    let mem_gb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(f64::NAN);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let mut header = vec![format!(
+        "avfs-bench: groups {}",
+        args.groups
+            .iter()
+            .map(|g| format!("{g:?}").to_lowercase())
+            .collect::<Vec<_>>()
+            .join(",")
+    )];
+    if has(Group::Vault) {
+        header.push(format!(
+            "vault: sizes {:?}, {} reps ({} for cat; {} for import, cp -a, diff -rq)",
+            args.sizes,
+            args.reps,
+            args.reps * 3,
+            args.native_reps
+        ));
+    }
+    if has(Group::Mount) {
+        header.push(format!(
+            "mount: workloads {}; {} reps (tar x, git commit, rm -rf, sequential I/O), {} reps (warm: git status, find+stat, ls -lR), {} for cargo build",
+            args.mount_workloads.join(","),
+            args.mount_reps,
+            args.reps,
+            args.cargo_reps
+        ));
+    }
+    if has(Group::Exec) {
+        header.push(format!(
+            "exec: {}-file workspace; {} reps (change report), {} reps (each avfs exec variant; sh -c true twice as many)",
+            fmt_count(args.exec_files as f64),
+            args.reps,
+            args.reps * 3
+        ));
+    }
+    header.extend([
+        format!(
+            "binary: {} (source {})",
+            avfs.display(),
+            String::from_utf8_lossy(
+                &git(Path::new(env!("CARGO_MANIFEST_DIR")))
+                    .args(["describe", "--always", "--dirty"])
+                    .output()
+                    .map(|o| o.stdout)
+                    .unwrap_or_default()
+            )
+            .trim()
+        ),
+        format!("work dir: {} on {}", base.display(), describe_fs(&base)),
+        format!(
+            "machine: {} cpus, {mem_gb:.0} GiB RAM, kernel {kernel}",
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
+        ),
+        // What sets the FUSE round trip on this machine (see the `rtt` row).
+        format!(
+            "wake-ups: cpuidle {}, guest_halt_poll_ns {}; FUSE over io_uring (fuse.enable_uring): {}",
+            sysfs("/sys/devices/system/cpu/cpuidle/current_driver"),
+            sysfs("/sys/module/haltpoll/parameters/guest_halt_poll_ns"),
+            sysfs("/sys/module/fuse/parameters/enable_uring"),
+        ),
+        format!(
+            "tools: {}; {}; {}",
+            version("git", "--version"),
+            version("tar", "--version"),
+            version("cargo", "--version")
+        ),
+    ]);
+    for h in &header {
+        eprintln!("{h}");
+    }
+
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let mut forks: Vec<(usize, f64, f64)> = Vec::new();
+    let mut mount_result = None;
+    let mut exec_result = None;
+    let result = (|| -> BoxResult<()> {
+        let mut reuse = None;
+        if has(Group::Vault) {
+            for &n in &args.sizes {
+                let keep_for_exec = has(Group::Exec) && n == args.exec_files;
+                let r = bench_size(&args, &avfs, &base, n, t0, keep_for_exec)?;
+                if keep_for_exec {
+                    reuse = Some(base.join(format!("n{n}")));
+                }
+                rows.extend(r.rows);
+                notes.push(format!("{} files:", fmt_count(n as f64)));
+                notes.extend(r.notes.into_iter().map(|s| format!("  {s}")));
+                forks.push((n, r.fork_lib, r.fork_proc));
+            }
+        }
+        if has(Group::Exec) {
+            exec_result = Some(bench_exec(&args, &avfs, &base, reuse, t0)?);
+        }
+        if has(Group::Mount) {
+            mount_result = Some(bench_mount(&args, &avfs, &base, t0)?);
+        }
+        Ok(())
+    })();
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&base);
+    }
+    result?;
+
+    println!();
+    for h in &header {
+        println!("{h}");
+    }
+    println!("total run time: {}", fmt_secs(t0.elapsed().as_secs_f64()));
+
+    if has(Group::Vault) {
+        let mut extra = Vec::new();
+        if forks.len() >= 2 {
+            let lo = forks.iter().min_by_key(|f| f.0).unwrap();
+            let hi = forks.iter().max_by_key(|f| f.0).unwrap();
+            let ratio = hi.1 / lo.1;
+            let applies = lo.0 == 1_000 && hi.0 == 100_000;
+            let met = match (ratio < 2.0, applies) {
+                (true, true) => "yes".to_string(),
+                (false, true) => "**NO**".to_string(),
+                (m, false) => format!(
+                    "({}; goal is 100 000 vs 1 000)",
+                    if m { "yes" } else { "no" }
+                ),
+            };
+            extra.push(String::new());
+            extra.push(format!(
+                "fork({}) / fork({}): library {ratio:.2} (goal < 2: {met}); whole process {:.2}",
+                fmt_count(hi.0 as f64),
+                fmt_count(lo.0 as f64),
+                hi.2 / lo.2
+            ));
+        }
+        println!();
+        println!("## vault operations");
+        println!();
+        print_table(["operation", "files", "avfs"], &rows, &extra);
+        println!();
+        println!(
+            "native analogues (same disk, same tree): import and fork: `cp -a TREE COPY`; checkpoint save: `git add -A` + `git commit` of the 10 changed files in a git work tree of the same files; restore: `git stash push --include-untracked` (keeps the unsaved changes and returns to the last commit, as `avfs checkpoint restore` keeps them in an automatic checkpoint); diff: `diff -rq BEFORE AFTER` of two trees; cat: `/bin/cat FILE`."
+        );
+        println!(
+            "library figures: one write transaction through agentvfs (what the CLI command does, audit row and commit included), vault already open; process figures: the whole `avfs` process (startup, registry, open, transaction, output)."
+        );
+        println!();
+        for n in &notes {
+            println!("{n}");
+        }
+    }
+    if let Some(r) = &mount_result {
+        println!();
+        println!("## mount workloads");
+        println!();
+        print_table(["workload", "files", "mount"], &r.rows, &[]);
+        println!();
+        println!(
+            "each workload runs in a FUSE mount of a fresh vault (`avfs mount`, release build unless --avfs says otherwise) and in a plain directory on the same disk, alternating native and mount runs; warm workloads had one or two untimed runs on each side first. The tree is the tarball's, committed to git by the git workload (so find, ls -lR and rm -rf include its .git). Sequential I/O: one file written with 1 MiB write() calls (incompressible data, timed until close() returned, no fsync), then read back through a new open with 1 MiB reads; page caches are not dropped (not possible for the mount), so the read is warm on both sides."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
+    }
+    if let Some(r) = &exec_result {
+        println!();
+        println!("## exec");
+        println!();
+        print_table(["measure", "workspace files", "avfs"], &r.rows, &r.extra);
+        println!();
+        println!(
+            "native analogue: `sh -c true` spawned and waited for (the same process work without avfs). avfs exec runs are whole `avfs --json exec ... -- true` processes (policy, checkpoint or flush, run, change report, audit, envelope); \"live mount\": the workspace was mounted with `avfs mount` before; \"no live mount\": exec mounts it for the command and unmounts after. `avfs exec [--sandbox] -- true` without checkpoint flags is what an agent types (`true` is read-only: no checkpoint); the two are interleaved, and the sandbox overhead is their difference (bwrap's namespaces and mounts, avfs as the sandbox's PID 1). The change report is timed through the library on the vault file, as src/cli/exec.rs computes it."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
+    }
+    Ok(())
+}
