@@ -235,6 +235,11 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         _ => Some(planned_vault.as_str()),
     };
     let policy = load_policy(&target, &base, fork_name)?;
+    // Where the command will see the workspace: absolute paths below it are its own.
+    let ws_path = {
+        let mut store = Store::open(&base.path)?;
+        store.read(|db| path::workspace_path(db, &target.home, &reg, &base))?
+    };
     let request = envelope::Request {
         command: req.command.envelope(),
         cwd: format!("/{}", cwd.join("/")),
@@ -244,15 +249,15 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
     };
     let mut decision: Decision = if req.interactive {
         // `avfs shell`: a person types the commands; the sandbox still applies.
-        let mut d = policy.decide_argv(&["true".to_string()], &cwd, None);
+        let mut d = policy.decide_argv(&["true".to_string()], &cwd, Some(&ws_path));
         d.action = Action::AllowWithCheckpoint;
         d.matched_rule = "interactive".into();
         d.reason = "an interactive shell: a person at the terminal decides".into();
         d
     } else {
         match &req.command {
-            Command::Shell(s) => policy.decide_shell(s, &cwd, None),
-            Command::Argv(a) => policy.decide_argv(a, &cwd, None),
+            Command::Shell(s) => policy.decide_shell(s, &cwd, Some(&ws_path)),
+            Command::Argv(a) => policy.decide_argv(a, &cwd, Some(&ws_path)),
         }
     };
     if let Some(ap) = &approved {
@@ -396,6 +401,7 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         decision: &decision,
         policy: &policy,
         network,
+        ws_path: &ws_path,
     };
     let ephemeral = run::run(job, &mut envelope)?;
     Ok(Outcome {

@@ -45,6 +45,8 @@ pub(super) struct Job<'a> {
     pub policy: &'a Policy,
     /// Sandboxed: whether the network is granted, and by what. `None`: no sandbox.
     pub network: Option<(bool, Option<String>)>,
+    /// The workspace's stable path.
+    pub ws_path: &'a Path,
 }
 
 /// How an overlay run's upper is read (see `IngestOptions`).
@@ -96,12 +98,12 @@ pub(super) fn run(job: Job, envelope: &mut Envelope) -> Result<Option<(String, b
     let r = run_in(
         &JobIn {
             ctx,
-            reg: job.reg,
             req: job.req,
             cwd: job.cwd,
             decision: job.decision,
             policy: job.policy,
             network: job.network,
+            ws_path: job.ws_path,
             dog: &dog,
         },
         &v,
@@ -122,12 +124,12 @@ pub(super) fn run(job: Job, envelope: &mut Envelope) -> Result<Option<(String, b
 
 struct JobIn<'a> {
     ctx: &'a Context,
-    reg: &'a Registry,
     req: &'a ExecRequest,
     cwd: &'a [String],
     decision: &'a Decision,
     policy: &'a Policy,
     network: Option<(bool, Option<String>)>,
+    ws_path: &'a Path,
     dog: &'a Watchdog,
 }
 
@@ -158,7 +160,7 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
     let req = job.req;
     let (engine, reason) = crate::engine::choose(&ctx.home, req.engine)?;
     let mut store = Store::open(&v.path)?;
-    let ws_path = store.read(|db| super::path::workspace_path(db, &ctx.home, job.reg, v))?;
+    let ws_path = job.ws_path.to_path_buf();
     envelope.workspace_path = Some(ws_path.display().to_string());
     envelope.mountpoint = Some(ws_path.display().to_string());
     let want_checkpoint = match req.checkpoint {
