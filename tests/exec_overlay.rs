@@ -427,6 +427,7 @@ import os, random, shutil, sys, hashlib, errno
 seed, count = int(sys.argv[1]), int(sys.argv[2])
 r = random.Random(seed)
 made_dirs = []
+made_files = []
 def entries(kind):
     out = []
     for d, ds, fs in os.walk('.', topdown=True):
@@ -446,10 +447,18 @@ def name():
     return r.choice(['a', 'b', 'c', 'data', 'x.txt', 'lib.rs', 'n']) + str(r.randrange(40))
 def payload():
     return r.randbytes(r.choice([0, 1, 17, 4096, 65536, 65537, 150000]))
+def names_per_file(files):
+    seen = {}
+    for f in files:
+        st = os.lstat(f)
+        seen[(st.st_dev, st.st_ino)] = seen.get((st.st_dev, st.st_ino), 0) + 1
+    return seen
 def single(files):
     # overlayfs (without its index) copies a file up before changing it: a file with
     # several names changed in place through one of them would part from the others.
-    return [f for f in files if os.lstat(f).st_nlink == 1] or [None]
+    # (Counted by names seen, not st_nlink: a file's lower inode keeps its old count.)
+    n = names_per_file(files)
+    return [f for f in files if n[(os.lstat(f).st_dev, os.lstat(f).st_ino)] == 1] or [None]
 for i in range(count):
     op = r.randrange(14)
     dirs, files = entries('dir'), entries('file')
@@ -458,6 +467,7 @@ for i in range(count):
             p = os.path.join(r.choice(dirs), name())
             if not os.path.lexists(p):
                 with open(p, 'wb') as f: f.write(payload())
+                made_files.append(p)
         elif op == 3:
             f = r.choice(single(files))
             if f:
@@ -470,13 +480,16 @@ for i in range(count):
             if not os.path.lexists(p): os.mkdir(p); made_dirs.append(p)
         elif op == 6:
             src = r.choice(single(files)); dst = os.path.join(r.choice(dirs), name())
-            if src and (not os.path.lexists(dst) or (os.path.isfile(dst) and os.lstat(dst).st_nlink == 1)): os.rename(src, dst)
+            if src and (not os.path.lexists(dst) or dst in single(files)):
+                os.rename(src, dst)
+                if src in made_files: made_files.append(dst)
         elif op == 7:
             live = [d for d in made_dirs if os.path.isdir(d) and not os.path.islink(d)]
             if live:
                 src = r.choice(live); dst = os.path.join('.', 'm' + name())
                 if not os.path.lexists(dst) and not dst.startswith(src + '/'):
                     os.rename(src, dst); made_dirs = [x for x in made_dirs if not x.startswith(src)] + [dst]
+                    made_files = [dst + f[len(src):] if f.startswith(src + '/') else f for f in made_files]
         elif op == 8:
             os.remove(r.choice(files))
         elif op == 9:
@@ -487,7 +500,12 @@ for i in range(count):
             if not os.path.lexists(p): os.symlink(r.choice(['../x', 'a1', '/etc/hostname', 'missing/there']), p)
         elif op == 11:
             p = os.path.join(r.choice(dirs), 'h' + name())
-            if not os.path.lexists(p): os.link(r.choice(files), p)
+            # Linking a file of an earlier run copies it up first (overlayfs without its
+            # index), which parts it from names that link to it later in other runs:
+            # link files this run made.
+            mine = [f for f in single(files) if f in made_files] or [None]
+            f = r.choice(mine)
+            if f and not os.path.lexists(p): os.link(f, p); made_files.append(p)
         elif op == 12:
             f = r.choice(single(files))
             if f:
@@ -499,12 +517,19 @@ for i in range(count):
     except OSError as e:
         print('op', op, 'failed:', e, file=sys.stderr)
         raise
-# Times last, bottom-up, from the path: both sides agree.
-for d, ds, fs in os.walk('.', topdown=False):
-    for x in fs + ds:
-        p = os.path.join(d, x)
-        t = 1_600_000_000_000_000_000 + int(hashlib.sha256(p.encode()).hexdigest()[:12], 16)
-        os.utime(p, ns=(t, t), follow_symlinks=False)
+# Times last, bottom-up, from the path: both sides agree. (Not on hard-linked files of
+# earlier runs: changing their times would copy one name up, parting it from the others.)
+shared = names_per_file(entries('file'))
+# Deepest first and in name order, whatever order directories list in: of two names of
+# one file, the same one is set last on both sides.
+every = [os.path.join(d, x) for d, ds, fs in os.walk('.') for x in fs + ds]
+every.sort(key=lambda p: (-p.count('/'), p))
+for p in every:
+    st = os.lstat(p)
+    if p not in made_files and shared.get((st.st_dev, st.st_ino), 1) > 1:
+        continue
+    t = 1_600_000_000_000_000_000 + int(hashlib.sha256(p.encode()).hexdigest()[:12], 16)
+    os.utime(p, ns=(t, t), follow_symlinks=False)
 os.utime('.', ns=(1_650_000_000_000_000_000, 1_650_000_000_000_000_000))
 "#;
 
@@ -659,14 +684,8 @@ fn a_file_copied_up_but_unchanged_is_not_a_change() {
     env.ok(&["--vault", "t", "write", "-p", "d/f.txt", "same\n"]);
     // chmod to the same mode and touch -r to the same time: overlayfs copies the file
     // (and its directory) up; nothing changed.
-    let v = ok_in(
-        &env,
-        "t",
-        &[
-            "--shell",
-            "cp -p d/f.txt /tmp/f && chmod 644 d/f.txt && cat /tmp/f > d/f.txt && touch -r /tmp/f d/f.txt",
-        ],
-    );
+    let same = "import os\nst = os.stat('d/f.txt')\ndata = open('d/f.txt', 'rb').read()\nos.chmod('d/f.txt', 0o644)\nopen('d/f.txt', 'wb').write(data)\nos.utime('d/f.txt', ns=(st.st_atime_ns, st.st_mtime_ns))";
+    let v = ok_in(&env, "t", &["--", "python3", "-c", same]);
     assert!(
         v["changes"].as_array().unwrap().is_empty(),
         "{}",
@@ -796,12 +815,9 @@ fn an_unprivileged_user_runs_in_the_overlay_engine_and_sandbox() {
         v
     };
     run(&["--json", "write", "/in.txt", "in\n"]);
-    let v = run(&[
-        "--json",
-        "exec",
-        "--shell",
-        "id -u; cat in.txt; echo out > out.txt; echo x > /etc/x 2>/dev/null || echo denied",
-    ]);
+    std::fs::write(home.join(".avfs/policy.toml"), POLICY).unwrap();
+    let script = "import os\nprint(os.getuid())\nprint(open('in.txt').read(), end='')\nopen('out.txt', 'w').write('out\\n')\ntry:\n    open('/etc/x', 'w')\nexcept OSError:\n    print('denied')";
+    let v = run(&["--json", "exec", "--", "python3", "-c", script]);
     assert!(v.get("error").is_none(), "{v}");
     assert_eq!(v["engine"]["name"], "overlay", "{v}");
     assert_eq!(v["sandbox"]["enforced"], true, "{v}");
@@ -922,7 +938,16 @@ fn killed_runs_are_finished_by_the_watchdog() {
     env.json(&["vault", "verify", "t"]);
     env.json(&["--vault", "t", "audit", "verify"]);
     // The command killed (not exec): a result, and its changes.
-    let v = exec_in(&env, "t", &["--shell", "echo before > k.txt; kill -9 $$"]);
+    let v = exec_in(
+        &env,
+        "t",
+        &[
+            "--",
+            "python3",
+            "-c",
+            "import os\nopen('k.txt', 'w').write('before')\nos.kill(os.getpid(), 9)",
+        ],
+    );
     assert_eq!(v["result"]["signal"], 9, "{v}");
     assert_eq!(
         changes(&v),

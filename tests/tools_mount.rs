@@ -130,8 +130,9 @@ fn shell_runs_in_the_mount_with_a_checkpoint_and_a_summary() {
         "{}",
         r.stderr
     );
+    // As for exec: a missing --cwd is not_found.
     let e = env.json_err(&["shell", "--cwd", "/missing"], 1);
-    assert_eq!(e["kind"], "not_a_directory");
+    assert_eq!(e["kind"], "not_found");
     assert_eq!(mounts(&env), 0);
 }
 

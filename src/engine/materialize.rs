@@ -73,6 +73,8 @@ pub struct Writer<'a> {
     root: bool,
     /// First path written for each link group of the tree being written.
     links: HashMap<u64, PathBuf>,
+    /// Every name written for a link group (to complete groups a diff touched).
+    linked: std::collections::HashSet<PathBuf>,
     pub stats: Written,
 }
 
@@ -83,6 +85,7 @@ impl<'a> Writer<'a> {
             // SAFETY: geteuid has no preconditions.
             root: unsafe { libc::geteuid() } == 0,
             links: HashMap::new(),
+            linked: std::collections::HashSet::new(),
             stats: Written::default(),
         }
     }
@@ -156,6 +159,7 @@ impl<'a> Writer<'a> {
             && let Some(first) = self.links.get(&e.link_group)
         {
             fs::hard_link(first, p).map_err(|err| Self::host_err(p, err))?;
+            self.linked.insert(p.to_path_buf());
             return Ok(());
         }
         match e.kind {
@@ -194,6 +198,7 @@ impl<'a> Writer<'a> {
         }
         if e.link_group != 0 {
             self.links.insert(e.link_group, p.to_path_buf());
+            self.linked.insert(p.to_path_buf());
         }
         self.finish(p, e)
     }
@@ -221,10 +226,65 @@ impl<'a> Writer<'a> {
     /// Writes into `dir` (an empty directory) what turns a view of `from` into a view of
     /// `to` when `dir` is stacked above it.
     pub fn diff(&mut self, from: &Hash, to: &Hash, dir: &Path) -> Result<()> {
-        // Hard links are written whole wherever a group changed, so the map is per layer.
         self.diff_dir(Some(from), to, dir)?;
+        self.complete_link_groups(to, dir)?;
         let a = self.root_attrs(to)?;
         self.finish(dir, &a.root_entry(None, false))
+    }
+
+    /// A link group the diff wrote one name of must be whole in this layer: its other
+    /// names, unchanged and so not written, would otherwise show the lower layer's file,
+    /// a different one. They are linked in here too, with the directories that hold them
+    /// (merged directories: their attributes, nothing else), whose times are set again.
+    fn complete_link_groups(&mut self, to: &Hash, dir: &Path) -> Result<()> {
+        if self.links.is_empty() {
+            return Ok(());
+        }
+        let mut members: Vec<(Vec<(Vec<u8>, Entry)>, Entry)> = vec![];
+        let mut stack: Vec<(Hash, Vec<(Vec<u8>, Entry)>)> = vec![(*to, vec![])];
+        while let Some((h, parents)) = stack.pop() {
+            for e in get_tree(self.db, &h)?.entries {
+                if e.kind == Kind::Dir {
+                    if e.has_links
+                        && let Some(sub) = e.hash
+                    {
+                        let mut p = parents.clone();
+                        p.push((e.name.clone(), e.clone()));
+                        stack.push((sub, p));
+                    }
+                } else if e.link_group != 0 && self.links.contains_key(&e.link_group) {
+                    members.push((parents.clone(), e));
+                }
+            }
+        }
+        let mut touched: Vec<(PathBuf, Entry)> = vec![];
+        for (parents, e) in members {
+            let mut p = dir.to_path_buf();
+            for (name, d) in &parents {
+                p.push(OsStr::from_bytes(name));
+                if !p.exists() {
+                    fs::create_dir(&p).map_err(|err| Self::host_err(&p, err))?;
+                    self.stats.dirs += 1;
+                }
+                touched.push((p.clone(), d.clone()));
+            }
+            p.push(OsStr::from_bytes(&e.name));
+            if self.linked.contains(&p) {
+                continue;
+            }
+            let first = self.links[&e.link_group].clone();
+            fs::hard_link(&first, &p).map_err(|err| Self::host_err(&p, err))?;
+            self.linked.insert(p);
+        }
+        // Deepest first: a directory's time is set after everything below it.
+        touched.sort_by(|a, b| {
+            (b.0.components().count(), &b.0).cmp(&(a.0.components().count(), &a.0))
+        });
+        touched.dedup_by(|a, b| a.0 == b.0);
+        for (p, d) in touched {
+            self.finish(&p, &d)?;
+        }
+        Ok(())
     }
 
     fn whiteout(&mut self, p: &Path) -> Result<()> {

@@ -108,8 +108,11 @@ pub fn confinement(req: &Request) -> (Confinement, SandboxInfo) {
         } else {
             (h, meta.is_dir())
         };
-        // Below /tmp is already private; a path inside another hidden one is hidden.
-        if under(&h, Path::new("/tmp")) || hidden_dirs.iter().any(|d: &PathBuf| under(&h, d)) {
+        // Below /tmp only what a read-only path carries into the run's own /tmp is
+        // there; a path inside another hidden one is hidden.
+        if (under(&h, Path::new("/tmp")) && !shown.iter().any(|s| under(&h, s)))
+            || hidden_dirs.iter().any(|d: &PathBuf| under(&h, d))
+        {
             continue;
         }
         if is_dir {

@@ -182,10 +182,23 @@ fn arrange(plan: &RunPlan, ws: OwnedFd) -> io::Result<()> {
         mkdirs(&plan.workspace)?;
         return sys::attach(&ws, &plan.workspace);
     };
+    // Paths the run may read that lie below a private directory (a home or a project
+    // under /tmp) are carried over into it, read-only: cloned before it is covered.
+    let mut carried = vec![];
+    for p in &c.access.read_only {
+        if c.private_dirs.iter().any(|d| p.starts_with(d) && p != d) && p.exists() {
+            carried.push((p.clone(), sys::clone_tree(p)?));
+        }
+    }
     for d in &c.private_dirs {
         if d.is_dir() {
             sys::tmpfs(d, 0o1777)?;
         }
+    }
+    for (p, fd) in carried {
+        mkdirs(&p)?;
+        sys::set_attrs(&fd, sys::MOUNT_ATTR_RDONLY, 0)?;
+        sys::attach(&fd, &p)?;
     }
     // Hidden directories are empty tmpfs, made read-only once the workspace (which may
     // lie below one of them: $AVFS_HOME/ws/...) is in place.

@@ -494,8 +494,9 @@ class Workspace:
             rollback_on_failure: restore the pre-run checkpoint if the command fails.
             fork: run in this task fork of the vault (made on first use).
             ephemeral: run in a throw-away fork (``keep=True`` keeps it).
-            sandbox: ``True`` runs under bubblewrap, ``False`` refuses the policy's
-                sandbox default, ``None`` follows the policy.
+            sandbox: ``False`` runs without the sandbox (``--no-sandbox``: the user's
+                full rights; refused where the policy requires it), ``True`` asks for it
+                explicitly, ``None`` follows the policy (the sandbox is the default).
             approve: run the command of this approved approval id.
             check: raise :class:`CommandFailed` when the command exits non-zero, is
                 killed or times out (like ``subprocess.run(check=True)``).

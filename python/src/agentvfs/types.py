@@ -592,6 +592,8 @@ class Sandbox:
     """What boundary the kernel enforced for the run."""
 
     enforced: bool
+    mechanism: str
+    """``namespaces+landlock(abi N)+seccomp``, or ``none``."""
     network: bool
     network_granted_by: Optional[str]
     writable_paths: List[str]
@@ -603,11 +605,36 @@ class Sandbox:
         d = _obj(d)
         return cls(
             enforced=bool(d.get("enforced", False)),
+            mechanism=str(d.get("mechanism", "none")),
             network=bool(d.get("network", False)),
             network_granted_by=_opt_str(d.get("network_granted_by")),
             writable_paths=_strs(d.get("writable_paths")),
             read_only_paths=_strs(d.get("read_only_paths")),
             hidden_paths=_strs(d.get("hidden_paths")),
+        )
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where the command ran: ``overlay`` (native speed, the default) or ``fuse`` (the
+    fallback), and why; for overlay, how the layer cache was reached and what the ingest of
+    the run's changes cost."""
+
+    name: str
+    reason: str
+    layers: Optional[Json]
+    ingest: Optional[Json]
+
+    @classmethod
+    def from_json(cls, d: Any) -> "Engine":
+        d = _obj(d)
+        layers = d.get("layers")
+        ingest = d.get("ingest")
+        return cls(
+            name=str(d.get("name", "")),
+            reason=str(d.get("reason", "")),
+            layers=dict(layers) if isinstance(layers, Mapping) else None,
+            ingest=dict(ingest) if isinstance(ingest, Mapping) else None,
         )
 
 
@@ -634,6 +661,10 @@ class Envelope:
     change_summary: ChangeSummary
     rollback: Rollback
     mountpoint: Optional[str]
+    workspace_path: Optional[str]
+    """The workspace's stable path, where the command ran (the same in every run of the
+    vault and its forks); ``None`` when nothing ran."""
+    engine: Optional[Engine]
     sandbox: Sandbox
     exit_code: int
     """The status ``avfs exec`` exited with: the command's own, 124 (timed out),
@@ -656,6 +687,8 @@ class Envelope:
             change_summary=ChangeSummary.from_json(d.get("change_summary")),
             rollback=Rollback.from_json(d.get("rollback")),
             mountpoint=_opt_str(d.get("mountpoint")),
+            workspace_path=_opt_str(d.get("workspace_path")),
+            engine=Engine.from_json(d["engine"]) if isinstance(d.get("engine"), Mapping) else None,
             sandbox=Sandbox.from_json(d.get("sandbox")),
             exit_code=int(d.get("exit_code", 0)),
             raw=dict(d),
