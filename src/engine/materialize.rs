@@ -240,8 +240,10 @@ impl<'a> Writer<'a> {
         if self.links.is_empty() {
             return Ok(());
         }
-        let mut members: Vec<(Vec<(Vec<u8>, Entry)>, Entry)> = vec![];
-        let mut stack: Vec<(Hash, Vec<(Vec<u8>, Entry)>)> = vec![(*to, vec![])];
+        // A member, with the directories (name, entry) that lead to it.
+        type Parents = Vec<(Vec<u8>, Entry)>;
+        let mut members: Vec<(Parents, Entry)> = vec![];
+        let mut stack: Vec<(Hash, Parents)> = vec![(*to, vec![])];
         while let Some((h, parents)) = stack.pop() {
             for e in get_tree(self.db, &h)?.entries {
                 if e.kind == Kind::Dir {
