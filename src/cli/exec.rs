@@ -12,7 +12,7 @@ use super::Ctx;
 use crate::diff::{ChangeSummary, add_patches, diff_roots};
 use crate::error::{Error, Result};
 use crate::exec::envelope::{self, ApprovalInfo, Envelope, Rollback};
-use crate::exec::policy::{Action, Category, Decision, Policy};
+use crate::policy::{Action, Category, CommandLine, Decision, Policy, Request, corpus};
 use crate::exec::runner::{self, RunSpec};
 use crate::exec::sandbox::{self, SandboxConfig, SandboxInfo};
 use crate::exec::{EXIT_APPROVAL_REQUIRED, EXIT_DENIED, EXIT_TIMED_OUT};
@@ -76,13 +76,20 @@ pub enum PolicyCmd {
     Check {
         #[arg(long, default_value = "/")]
         cwd: String,
+        /// Environment the command would run with (as `exec --env`).
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
         #[arg(long, conflicts_with = "argv")]
         shell: Option<String>,
         #[arg(last = true)]
         argv: Vec<String>,
     },
-    /// Run every rule's inline examples and counter-examples.
-    Test,
+    /// Run every rule's inline examples and counter-examples, or a decision corpus.
+    Test {
+        /// A corpus file: `DECISION CATEGORY COMMAND` per line (docs/exec.md).
+        #[arg(long, value_name = "FILE")]
+        corpus: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -204,11 +211,17 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                 }
             });
         }
-        PolicyCmd::Check { cwd, shell, argv } => {
+        PolicyCmd::Check {
+            cwd,
+            env,
+            shell,
+            argv,
+        } => {
             let cwd = cwd_components(&cwd)?;
-            let d = match (&shell, argv.is_empty()) {
-                (Some(s), _) => p.decide_shell(s, &cwd, None),
-                (None, false) => p.decide_argv(&argv, &cwd, None),
+            let env = env_pairs(&env)?;
+            let command = match (&shell, argv.is_empty()) {
+                (Some(s), _) => CommandLine::Shell(s),
+                (None, false) => CommandLine::Argv(&argv),
                 (None, true) => {
                     return Err(Error::InvalidArgument(
                         "command".into(),
@@ -216,20 +229,29 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                     ));
                 }
             };
+            let d = p.decide(&Request {
+                command,
+                cwd: &cwd,
+                env: &env,
+                workspace: None,
+            });
             ctx.out.emit(&d, || {
                 println!("{} ({}): {}", d.action.name(), d.matched_rule, d.reason);
                 for f in &d.findings {
                     println!(
                         "  {:<12} {:<18} {:<22} {}",
                         f.program,
-                        format!("{:?}", f.category),
+                        f.category.name(),
                         f.rule,
                         f.reason
                     );
                 }
             });
         }
-        PolicyCmd::Test => {
+        PolicyCmd::Test {
+            corpus: Some(file),
+        } => return corpus_test(ctx, &p, &file),
+        PolicyCmd::Test { corpus: None } => {
             let results = p.test_examples();
             let ok = results.iter().all(|r| r.ok);
             ctx.out.emit(&json!({"ok": ok, "results": results}), || {
@@ -252,6 +274,46 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn env_pairs(env: &[String]) -> Result<Vec<(String, String)>> {
+    env.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, val)) if !k.is_empty() => Ok((k.to_string(), val.to_string())),
+            _ => Err(Error::InvalidArgument(kv.clone(), "--env takes K=V".into())),
+        })
+        .collect()
+}
+
+/// `avfs policy test --corpus FILE`: decides every line of a decision corpus and
+/// reports those whose decision or deciding category differ; exit 1 if one does.
+fn corpus_test(ctx: &Ctx, p: &Policy, file: &Path) -> Result<i32> {
+    let text = std::fs::read_to_string(file).map_err(|e| Error::host(file.display(), e))?;
+    let lines = corpus::parse(&text)
+        .map_err(|e| Error::InvalidArgument(file.display().to_string(), e))?;
+    let results = corpus::run(p, &lines, None);
+    let failed: Vec<&corpus::CorpusResult> = results.iter().filter(|r| !r.ok).collect();
+    let ok = failed.is_empty();
+    ctx.out.emit(
+        &json!({"ok": ok, "lines": results.len(), "failed": failed}),
+        || {
+            for r in &failed {
+                println!(
+                    "FAIL line {}: {}\n     expected {} {}, got {} {} ({}: {})",
+                    r.line,
+                    r.command,
+                    r.expected_action.name(),
+                    r.expected_category.name(),
+                    r.action.name(),
+                    r.category.name(),
+                    r.rule,
+                    r.reason
+                );
+            }
+            println!("{} lines, {} failed", results.len(), failed.len());
+        },
+    );
+    Ok(if ok { 0 } else { 1 })
 }
 
 pub fn approvals(ctx: &Ctx, a: ApprovalsArgs) -> Result<i32> {
@@ -754,13 +816,7 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
                 })?,
         ),
     };
-    let mut env_pairs: Vec<(String, String)> = Vec::new();
-    for kv in &a.env {
-        match kv.split_once('=') {
-            Some((k, val)) if !k.is_empty() => env_pairs.push((k.into(), val.into())),
-            _ => return Err(Error::InvalidArgument(kv.clone(), "--env takes K=V".into())),
-        }
-    }
+    let env_pairs = env_pairs(&a.env)?;
     let (reg, base) = ctx_target.target()?;
     let place = plan_workspace(&reg, &base, &a)?;
     let (planned_vault, planned_ws) = match &place {
@@ -789,10 +845,16 @@ pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
             "approve": a.approve, "sandbox": a.sandbox, "no_sandbox": a.no_sandbox,
         }),
     };
-    let mut decision: Decision = match &a.shell {
-        Some(s) => policy.decide_shell(s, &cwd, None),
-        None => policy.decide_argv(&a.argv, &cwd, None),
-    };
+    let mut decision: Decision = policy.decide(&Request {
+        command: match &a.shell {
+            Some(s) => CommandLine::Shell(s),
+            None => CommandLine::Argv(&a.argv),
+        },
+        cwd: &cwd,
+        env: &env_pairs,
+        // Not known before the run is set up: absolute paths count as outside.
+        workspace: None,
+    });
     if let Some(ap) = &approved {
         // A human approved exactly this request: it runs once, with a checkpoint.
         if decision.action == Action::RequireApproval {

@@ -7,7 +7,7 @@
 //! ! deny                 host_escape_risk  cat /proc/self/root$HOME/.ssh/id_canary
 //! ```
 //!
-//! A leading `!` marks an attack line: the end-to-end test runs it through `avfs exec`
+//! `↵` stands for a newline (here-documents). A leading `!` marks an attack line: the end-to-end test runs it through `avfs exec`
 //! against a canary directory (`@CANARY@`), a fake secret (`~/.ssh/id_canary`) and a
 //! loopback listener (`@PORT@`).
 
@@ -73,7 +73,7 @@ pub fn parse(text: &str) -> Result<Vec<CorpusLine>, String> {
             attack,
             action,
             category,
-            command: command.trim().to_string(),
+            command: command.trim().replace('↵', "\n"),
         });
     }
     Ok(out)
