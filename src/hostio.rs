@@ -1482,6 +1482,7 @@ mod tests {
                     &Workspace::open(db, "main")?,
                     tmp.path(),
                     &comps("/t"),
+                    true,
                     &|_| {},
                 )
             })

@@ -1,12 +1,13 @@
 //! `avfs-bench`: measures avfs side by side with a native directory on the same disk, and
-//! prints markdown tables of medians, ratios and goals. Three groups of workloads:
+//! prints markdown tables of medians, ratios and goals. Four groups of workloads:
 //!
 //! - `vault`: vault operations (import, fork, checkpoint save/restore, diff, cat) on
 //!   workspaces of several sizes, against `cp -a`, git, `diff -rq`, `cat`;
 //! - `mount`: real tools in a FUSE mount of a fresh vault and in a plain directory (tar,
 //!   git, find/stat, ls -lR, rm -rf, sequential I/O, cargo build);
 //! - `exec`: `avfs exec -- true` end to end with and without a live mount and with and
-//!   without `--sandbox`, and the change report of 100 changes in a 100 000-file workspace.
+//!   without `--sandbox`, and the change report of 100 changes in a 100 000-file workspace;
+//! - `policy`: the decision time for the lines of the decision corpus.
 //!
 //! ```text
 //! cargo run --release --bin avfs-bench -- [--groups vault,mount,exec] [--sizes ...] [--dir DIR] ...
@@ -40,11 +41,12 @@ const USAGE: &str =
                   [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
                   [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
-                  [--exec-files N]
+                  [--exec-files N] [--policy-old-avfs PATH]
 
   --groups           which groups to run (default all): vault (vault operations), mount (real
                      tools in a FUSE mount vs a native directory), exec (avfs exec overhead,
-                     with and without --sandbox, and the change report)
+                     with and without --sandbox, and the change report), policy (decision
+                     time for the lines of the decision corpus)
   --dir              where to put the trees, vaults and mounts (default: the system temp dir)
   --keep             keep the generated trees and vaults
   --avfs             the avfs binary to use (default: the one next to avfs-bench)
@@ -70,13 +72,17 @@ const USAGE: &str =
 
  exec group:
   --exec-files       files in the workspace (default 100000; reuses the vault group's one
-                     of that size when it ran)";
+                     of that size when it ran)
+
+ policy group:
+  --policy-old-avfs  an older avfs binary whose `policy check` is timed beside this one's";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
     Vault,
     Mount,
     Exec,
+    Policy,
 }
 
 struct Args {
@@ -95,6 +101,7 @@ struct Args {
     cargo_release: bool,
     cargo_src: Option<PathBuf>,
     exec_files: usize,
+    policy_old_avfs: Option<PathBuf>,
 }
 
 fn list(v: &str) -> Vec<String> {
@@ -106,7 +113,7 @@ fn list(v: &str) -> Vec<String> {
 
 fn parse_args() -> BoxResult<Args> {
     let mut a = Args {
-        groups: vec![Group::Vault, Group::Mount, Group::Exec],
+        groups: vec![Group::Vault, Group::Mount, Group::Exec, Group::Policy],
         sizes: vec![1_000, 10_000, 100_000],
         reps: 7,
         native_reps: 3,
@@ -121,6 +128,7 @@ fn parse_args() -> BoxResult<Args> {
         cargo_release: false,
         cargo_src: None,
         exec_files: 100_000,
+        policy_old_avfs: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -143,8 +151,9 @@ fn parse_args() -> BoxResult<Args> {
                         "vault" => Group::Vault,
                         "mount" => Group::Mount,
                         "exec" => Group::Exec,
+                        "policy" => Group::Policy,
                         "all" => {
-                            g.extend([Group::Vault, Group::Mount, Group::Exec]);
+                            g.extend([Group::Vault, Group::Mount, Group::Exec, Group::Policy]);
                             continue;
                         }
                         other => return Err(format!("--groups: unknown group {other:?}").into()),
@@ -196,6 +205,9 @@ fn parse_args() -> BoxResult<Args> {
                 if a.exec_files < 200 {
                     return Err("--exec-files: at least 200 files".into());
                 }
+            }
+            "--policy-old-avfs" => {
+                a.policy_old_avfs = Some(PathBuf::from(value("--policy-old-avfs")?))
             }
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -917,10 +929,12 @@ fn dir_bytes(path: &Path) -> u64 {
 
 mod group_exec;
 mod group_mount;
+mod group_policy;
 mod group_vault;
 
 use group_exec::*;
 use group_mount::*;
+use group_policy::*;
 use group_vault::*;
 
 fn main() {
@@ -1062,6 +1076,7 @@ fn real_main() -> BoxResult<()> {
     let mut forks: Vec<(usize, f64, f64)> = Vec::new();
     let mut mount_result = None;
     let mut exec_result = None;
+    let mut policy_result = None;
     let result = (|| -> BoxResult<()> {
         let mut reuse = None;
         if has(Group::Vault) {
@@ -1082,6 +1097,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Mount) {
             mount_result = Some(bench_mount(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Policy) {
+            policy_result = Some(bench_policy(&args, &avfs, &base, t0)?);
         }
         Ok(())
     })();
@@ -1157,6 +1175,20 @@ fn real_main() -> BoxResult<()> {
         println!();
         println!(
             "native analogue: `sh -c true` spawned and waited for (the same process work without avfs). avfs exec runs are whole `avfs --json exec ... -- true` processes (policy, checkpoint or flush, run, change report, audit, envelope); \"live mount\": the workspace was mounted with `avfs mount` before; \"no live mount\": exec mounts it for the command and unmounts after. `avfs exec [--sandbox] -- true` without checkpoint flags is what an agent types (`true` is read-only: no checkpoint); the two are interleaved, and the sandbox overhead is their difference (bwrap's namespaces and mounts, avfs as the sandbox's PID 1). The change report is timed through the library on the vault file, as src/cli/exec.rs computes it."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
+    }
+    if let Some(r) = &policy_result {
+        println!();
+        println!("## policy");
+        println!();
+        print_table(["measure", "lines", "avfs"], &r.rows, &r.extra);
+        println!();
+        println!(
+            "library: Policy::decide for each line of tests/data/policy-corpus.txt (median of repeated decisions per line; the table shows the median and the range over the lines). process: a whole `avfs --json policy check --shell LINE`, once per line."
         );
         println!();
         for n in &r.notes {
