@@ -903,7 +903,7 @@ impl Exporter<'_, '_> {
         // A FIFO or device node is not opened (that could block or touch a device).
         // SAFETY: `c` is a valid NUL-terminated path.
         check(unsafe { libc::fchmodat(libc::AT_FDCWD, c.as_ptr(), mode as libc::mode_t, 0) })
-        .map_err(|e| host_err(p, e))?;
+            .map_err(|e| host_err(p, e))?;
         set_mtime_nofollow(p, i.mtime_ns).map_err(|e| host_err(p, e))?;
         Ok(true)
     }
@@ -1283,7 +1283,16 @@ mod tests {
         // From the live layer the import built.
         let out = tmp.path().join("out");
         let st = store
-            .write(|db| export(&Workspace::open(db, "main")?, &[], &out, false, true, &|_| {}))
+            .write(|db| {
+                export(
+                    &Workspace::open(db, "main")?,
+                    &[],
+                    &out,
+                    false,
+                    true,
+                    &|_| {},
+                )
+            })
             .unwrap();
         assert_eq!(st.hardlinks, 1);
         assert_eq!(st.symlinks, 2);
@@ -1390,7 +1399,16 @@ mod tests {
         fs::write(&file, "a file").unwrap();
         for target in [&out, &file] {
             let err = store
-                .write(|db| export(&Workspace::open(db, "main")?, &[], target, false, true, &|_| {}))
+                .write(|db| {
+                    export(
+                        &Workspace::open(db, "main")?,
+                        &[],
+                        target,
+                        false,
+                        true,
+                        &|_| {},
+                    )
+                })
                 .unwrap_err();
             assert!(
                 matches!(err, Error::Refused(ref m) if m.contains("--force")),
@@ -1412,7 +1430,16 @@ mod tests {
         fs::create_dir(&victim).unwrap();
         symlink(&victim, out.join("a")).unwrap();
         store
-            .write(|db| export(&Workspace::open(db, "main")?, &[], &out, true, true, &|_| {}))
+            .write(|db| {
+                export(
+                    &Workspace::open(db, "main")?,
+                    &[],
+                    &out,
+                    true,
+                    true,
+                    &|_| {},
+                )
+            })
             .unwrap();
         assert_eq!(fs::read(out.join("keep")).unwrap(), b"mine");
         assert_eq!(fs::read(out.join("zero")).unwrap(), b"");
@@ -1573,7 +1600,16 @@ mod tests {
         let out = tmp.path().join("out");
         let (t, cpu0) = (std::time::Instant::now(), cpu_seconds());
         let st = store
-            .write(|db| export(&Workspace::open(db, "main")?, &dest, &out, false, true, &|_| {}))
+            .write(|db| {
+                export(
+                    &Workspace::open(db, "main")?,
+                    &dest,
+                    &out,
+                    false,
+                    true,
+                    &|_| {},
+                )
+            })
             .unwrap();
         report("exported", st.files, t, cpu0);
     }

@@ -1320,17 +1320,39 @@ fn policy_check_and_corpus() {
     doc(&env, &["vault", "create", "p"]);
     let d = doc(
         &env,
-        &["--vault", "p", "policy", "check", "--shell", "cat a; cat /etc/passwd"],
+        &[
+            "--vault",
+            "p",
+            "policy",
+            "check",
+            "--shell",
+            "cat a; cat /etc/passwd",
+        ],
     );
     shape(
         &d,
-        &[("action", Str), ("categories", Arr), ("matched_rule", Str), ("reason", Str), ("findings", Arr)],
+        &[
+            ("action", Str),
+            ("categories", Arr),
+            ("matched_rule", Str),
+            ("reason", Str),
+            ("findings", Arr),
+        ],
     );
     assert_eq!(d["action"], "deny");
-    assert_eq!(d["categories"], serde_json::json!(["read_only", "host_escape_risk"]));
+    assert_eq!(
+        d["categories"],
+        serde_json::json!(["read_only", "host_escape_risk"])
+    );
     each(
         &d["findings"],
-        &[("program", Str), ("category", Str), ("action", Str), ("rule", Str), ("reason", Str)],
+        &[
+            ("program", Str),
+            ("category", Str),
+            ("action", Str),
+            ("rule", Str),
+            ("reason", Str),
+        ],
     );
     let f = env.path("corpus.txt");
     std::fs::write(&f, "allow read_only ls\ndeny read_only cat /etc/passwd\n").unwrap();

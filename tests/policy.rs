@@ -33,7 +33,9 @@ fn setup() -> Env {
 #[test]
 fn corpus_decisions_hold() {
     let env = setup();
-    let r = env.run(&["--json", "--vault", "t", "policy", "test", "--corpus", CORPUS]);
+    let r = env.run(&[
+        "--json", "--vault", "t", "policy", "test", "--corpus", CORPUS,
+    ]);
     let v = r.json();
     let failed = v["failed"].as_array().expect("failed is an array");
     let report: Vec<String> = failed
@@ -41,8 +43,14 @@ fn corpus_decisions_hold() {
         .map(|f| {
             format!(
                 "line {}: {}\n    expected {} {}, got {} {} ({}: {})",
-                f["line"], f["command"], f["expected_action"], f["expected_category"],
-                f["action"], f["category"], f["rule"], f["reason"]
+                f["line"],
+                f["command"],
+                f["expected_action"],
+                f["expected_category"],
+                f["action"],
+                f["category"],
+                f["rule"],
+                f["reason"]
             )
         })
         .collect();
@@ -66,28 +74,83 @@ fn corpus_runner_reports_mismatches_and_bad_files() {
     let env = setup();
     let f = env.path("c.txt");
     std::fs::write(&f, "allow read_only cat /etc/passwd\nallow read_only ls\n").unwrap();
-    let r = env.run(&["--vault", "t", "policy", "test", "--corpus", f.to_str().unwrap()]);
+    let r = env.run(&[
+        "--vault",
+        "t",
+        "policy",
+        "test",
+        "--corpus",
+        f.to_str().unwrap(),
+    ]);
     assert_eq!(r.code, 1, "{}", r.stdout);
-    assert!(r.stdout.contains("FAIL line 1: cat /etc/passwd"), "{}", r.stdout);
-    assert!(r.stdout.contains("got deny host_escape_risk"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("FAIL line 1: cat /etc/passwd"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("got deny host_escape_risk"),
+        "{}",
+        r.stdout
+    );
     assert!(r.stdout.contains("2 lines, 1 failed"), "{}", r.stdout);
     std::fs::write(&f, "allow readonly ls\n").unwrap();
-    let r = env.run(&["--vault", "t", "policy", "test", "--corpus", f.to_str().unwrap()]);
+    let r = env.run(&[
+        "--vault",
+        "t",
+        "policy",
+        "test",
+        "--corpus",
+        f.to_str().unwrap(),
+    ]);
     assert_ne!(r.code, 0);
-    assert!(r.stderr.contains("line 1") && r.stderr.contains("readonly"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("line 1") && r.stderr.contains("readonly"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
 fn policy_check_speaks_snake_case() {
     let env = setup();
-    let r = env.ok(&["--vault", "t", "policy", "check", "--shell", "cat a.txt; cat /etc/passwd"]);
+    let r = env.ok(&[
+        "--vault",
+        "t",
+        "policy",
+        "check",
+        "--shell",
+        "cat a.txt; cat /etc/passwd",
+    ]);
     assert!(r.stdout.contains("host_escape_risk"), "{}", r.stdout);
     assert!(r.stdout.contains("read_only"), "{}", r.stdout);
-    assert!(!r.stdout.contains("ReadOnly") && !r.stdout.contains("HostEscapeRisk"), "{}", r.stdout);
+    assert!(
+        !r.stdout.contains("ReadOnly") && !r.stdout.contains("HostEscapeRisk"),
+        "{}",
+        r.stdout
+    );
     // --env is classified as exec classifies it.
-    let d = env.json(&["--vault", "t", "policy", "check", "--env", "LD_PRELOAD=./x.so", "--", "ls"]);
+    let d = env.json(&[
+        "--vault",
+        "t",
+        "policy",
+        "check",
+        "--env",
+        "LD_PRELOAD=./x.so",
+        "--",
+        "ls",
+    ]);
     assert_eq!(d["action"], "require_approval", "{d}");
-    let d = env.json(&["--vault", "t", "policy", "check", "--env", "PATH=/evil:/usr/bin", "--", "ls"]);
+    let d = env.json(&[
+        "--vault",
+        "t",
+        "policy",
+        "check",
+        "--env",
+        "PATH=/evil:/usr/bin",
+        "--",
+        "ls",
+    ]);
     assert_eq!(d["action"], "deny", "{d}");
 }
 
@@ -182,8 +245,9 @@ fn run_attacks(env: &Env, t: &Target, extra: &[&str], must_not_run: bool) -> (Ve
         let out = env.cmd(&args).env("HOME", &t.home).output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let v: Value = serde_json::from_str(&stdout)
-            .unwrap_or_else(|e| panic!("line {n}: {cmd}\nnot one JSON document ({e}): {stdout}\n{stderr}"));
+        let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!("line {n}: {cmd}\nnot one JSON document ({e}): {stdout}\n{stderr}")
+        });
         let code = out.status.code().unwrap_or(-1);
         if !v["result"].is_null() {
             ran += 1;
@@ -219,17 +283,34 @@ fn fuse_required() -> bool {
 
 #[test]
 fn attacks_without_the_sandbox_are_stopped_by_the_policy() {
-    if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
-        assert!(!fuse_required(), "FUSE is required (AVFS_REQUIRE_FUSE=1) but /dev/fuse is unusable");
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        assert!(
+            !fuse_required(),
+            "FUSE is required (AVFS_REQUIRE_FUSE=1) but /dev/fuse is unusable"
+        );
         eprintln!("SKIPPED: /dev/fuse unusable");
         return;
     }
     let env = setup();
     let t = Target::new(&env);
     // The driver itself can see a violation: the same secret, read outside avfs.
-    assert!(std::fs::read_to_string(t.home.join(".ssh/id_canary")).unwrap().contains(&t.secret));
+    assert!(
+        std::fs::read_to_string(t.home.join(".ssh/id_canary"))
+            .unwrap()
+            .contains(&t.secret)
+    );
     let (violations, ran) = run_attacks(&env, &t, &["--no-sandbox"], true);
-    assert!(violations.is_empty(), "{} violations:\n{}", violations.len(), violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "{} violations:\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
     assert_eq!(ran, 0);
 }
 
@@ -257,15 +338,33 @@ fn attacks_in_the_sandbox_are_stopped_by_the_sandbox_alone() {
     }
     let t = Target::new(&env);
     let (violations, ran) = run_attacks(&env, &t, &["--sandbox"], false);
-    assert!(violations.is_empty(), "{} violations:\n{}", violations.len(), violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "{} violations:\n{}",
+        violations.len(),
+        violations.join("\n")
+    );
     // Everything ran (the policy allowed it): the sandbox, not the policy, held.
     assert_eq!(ran, attack_lines().len());
     // And a line that must work in the sandbox does: the driver can see a success.
     let out = env
-        .cmd(["--json", "--vault", "t", "exec", "--sandbox", "--shell", "cat a.txt > c.txt"])
+        .cmd([
+            "--json",
+            "--vault",
+            "t",
+            "exec",
+            "--sandbox",
+            "--shell",
+            "cat a.txt > c.txt",
+        ])
         .env("HOME", &t.home)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_eq!(env.cat(Some("t"), "c.txt"), "alpha\nbeta\n");
 }

@@ -13,7 +13,10 @@ fn mode(p: &std::path::Path) -> u32 {
 
 fn vault_mode(env: &Env, vault: &str, path: &str) -> String {
     let v = env.json(&["--vault", vault, "stat", path]);
-    v["mode"].as_str().unwrap_or_else(|| panic!("no mode: {v}")).to_string()
+    v["mode"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no mode: {v}"))
+        .to_string()
 }
 
 #[test]
@@ -27,18 +30,38 @@ fn import_drops_setuid_and_setgid_unless_asked() {
     std::fs::set_permissions(host.join("rootsh"), PermissionsExt::from_mode(0o4755)).unwrap();
     std::fs::set_permissions(host.join("plain"), PermissionsExt::from_mode(0o751)).unwrap();
     std::fs::set_permissions(host.join("shared"), PermissionsExt::from_mode(0o2775)).unwrap();
-    assert_eq!(mode(&host.join("rootsh")), 0o4755, "the host keeps the bit for the test");
+    assert_eq!(
+        mode(&host.join("rootsh")),
+        0o4755,
+        "the host keeps the bit for the test"
+    );
 
     let v = env.json(&["--vault", "t", "import", host.to_str().unwrap(), "/in"]);
     assert_eq!(v["stats"]["setuid_dropped"], 2, "{v}");
     assert_eq!(vault_mode(&env, "t", "/in/rootsh"), "0755");
     assert_eq!(vault_mode(&env, "t", "/in/shared"), "0775");
-    assert_eq!(vault_mode(&env, "t", "/in/plain"), "0751", "other bits are kept");
+    assert_eq!(
+        vault_mode(&env, "t", "/in/plain"),
+        "0751",
+        "other bits are kept"
+    );
 
     let r = env.ok(&["--vault", "t", "import", host.to_str().unwrap(), "/again"]);
-    assert!(r.stdout.contains("dropped the setuid/setgid bits of 2 entries"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("dropped the setuid/setgid bits of 2 entries"),
+        "{}",
+        r.stdout
+    );
 
-    let v = env.json(&["--vault", "t", "import", "--keep-setuid", host.to_str().unwrap(), "/kept"]);
+    let v = env.json(&[
+        "--vault",
+        "t",
+        "import",
+        "--keep-setuid",
+        host.to_str().unwrap(),
+        "/kept",
+    ]);
     assert_eq!(v["stats"]["setuid_dropped"], 0, "{v}");
     assert_eq!(vault_mode(&env, "t", "/kept/rootsh"), "4755");
     assert_eq!(vault_mode(&env, "t", "/kept/shared"), "2775");
@@ -63,7 +86,14 @@ fn export_drops_setuid_and_setgid_unless_asked() {
     assert_eq!(vault_mode(&env, "t", "/d/rootsh"), "4755");
 
     let kept = env.path("kept");
-    let v = env.json(&["--vault", "t", "export", "--keep-setuid", "/d", kept.to_str().unwrap()]);
+    let v = env.json(&[
+        "--vault",
+        "t",
+        "export",
+        "--keep-setuid",
+        "/d",
+        kept.to_str().unwrap(),
+    ]);
     assert_eq!(v["stats"]["setuid_dropped"], 0, "{v}");
     assert_eq!(mode(&kept.join("rootsh")), 0o4755);
     assert_eq!(mode(&kept.join("tool")), 0o2711);

@@ -12,10 +12,10 @@ use super::Ctx;
 use crate::diff::{ChangeSummary, add_patches, diff_roots};
 use crate::error::{Error, Result};
 use crate::exec::envelope::{self, ApprovalInfo, Envelope, Rollback};
-use crate::policy::{Action, Category, CommandLine, Decision, Policy, Request, corpus};
 use crate::exec::runner::{self, RunSpec};
 use crate::exec::sandbox::{self, SandboxConfig, SandboxInfo};
 use crate::exec::{EXIT_APPROVAL_REQUIRED, EXIT_DENIED, EXIT_TIMED_OUT};
+use crate::policy::{Action, Category, CommandLine, Decision, Policy, Request, corpus};
 use crate::registry::{VaultRef, validate_name};
 use crate::store::{Store, approvals, audit};
 use crate::workspace::Workspace;
@@ -248,9 +248,7 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                 }
             });
         }
-        PolicyCmd::Test {
-            corpus: Some(file),
-        } => return corpus_test(ctx, &p, &file),
+        PolicyCmd::Test { corpus: Some(file) } => return corpus_test(ctx, &p, &file),
         PolicyCmd::Test { corpus: None } => {
             let results = p.test_examples();
             let ok = results.iter().all(|r| r.ok);
@@ -289,8 +287,8 @@ fn env_pairs(env: &[String]) -> Result<Vec<(String, String)>> {
 /// reports those whose decision or deciding category differ; exit 1 if one does.
 fn corpus_test(ctx: &Ctx, p: &Policy, file: &Path) -> Result<i32> {
     let text = std::fs::read_to_string(file).map_err(|e| Error::host(file.display(), e))?;
-    let lines = corpus::parse(&text)
-        .map_err(|e| Error::InvalidArgument(file.display().to_string(), e))?;
+    let lines =
+        corpus::parse(&text).map_err(|e| Error::InvalidArgument(file.display().to_string(), e))?;
     let results = corpus::run(p, &lines, None);
     let failed: Vec<&corpus::CorpusResult> = results.iter().filter(|r| !r.ok).collect();
     let ok = failed.is_empty();

@@ -176,7 +176,11 @@ impl Classifier<'_> {
             self.arguments(argv, &Analysis::default(), dir);
             return;
         }
-        if prog.contains('/') && !SYSTEM_BIN.iter().any(|p| prog.starts_with(p) && !prog.contains("..")) {
+        if prog.contains('/')
+            && !SYSTEM_BIN
+                .iter()
+                .any(|p| prog.starts_with(p) && !prog.contains(".."))
+        {
             match paths::judge(prog, dir, self.ws) {
                 Verdict::Outside(why) => self.add(
                     prog,
@@ -199,7 +203,9 @@ impl Classifier<'_> {
             }
         }
         let a = tools::analyze(argv, stdin);
-        if !a.transparent && !(prog.contains('/') && !SYSTEM_BIN.iter().any(|p| prog.starts_with(p))) {
+        if !a.transparent
+            && !(prog.contains('/') && !SYSTEM_BIN.iter().any(|p| prog.starts_with(p)))
+        {
             let f = self.policy.finding_for(argv, &a.rule_argv);
             if self.out.len() < MAX_FINDINGS {
                 self.out.push(f);
@@ -225,7 +231,14 @@ impl Classifier<'_> {
         };
         for inner in &a.inner {
             if !inner.is_empty() {
-                self.program(inner, depth, &inner_dir, &Stdin::Inherited, false, wrapping + 1);
+                self.program(
+                    inner,
+                    depth,
+                    &inner_dir,
+                    &Stdin::Inherited,
+                    false,
+                    wrapping + 1,
+                );
             }
         }
         for s in &a.scripts {
@@ -284,7 +297,10 @@ fn candidates(w: &str) -> Vec<&str> {
         return vec![];
     }
     if let Some(long) = w.strip_prefix("--") {
-        return long.split_once('=').map(|(_, v)| vec![v]).unwrap_or_default();
+        return long
+            .split_once('=')
+            .map(|(_, v)| vec![v])
+            .unwrap_or_default();
     }
     if let Some(short) = w.strip_prefix('-') {
         if let Some((_, v)) = short.split_once('=') {
@@ -300,7 +316,8 @@ fn candidates(w: &str) -> Vec<&str> {
     let mut out = vec![w];
     if let Some((k, v)) = w.split_once('=')
         && !k.is_empty()
-        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
     {
         out.push(v);
     }

@@ -8,16 +8,56 @@ use super::decision::Category;
 
 /// Configuration keys that change nothing but output and metadata.
 const SAFE_KEY_PREFIXES: &[&str] = &[
-    "color.", "user.", "author.", "committer.", "advice.", "init.defaultbranch",
-    "core.quotepath", "core.autocrlf", "core.safecrlf", "core.filemode", "core.ignorecase",
-    "core.abbrev", "core.whitespace", "core.eol", "core.precomposeunicode", "commit.gpgsign",
-    "tag.gpgsign", "safe.directory", "log.", "diff.renames", "diff.algorithm",
-    "diff.noprefix", "diff.mnemonicprefix", "diff.indentheuristic", "diff.colormoved",
-    "merge.conflictstyle", "pull.rebase", "pull.ff", "rebase.autostash", "rebase.autosquash",
-    "status.", "column.", "i18n.", "gc.auto", "maintenance.auto", "fetch.prune",
-    "push.default", "push.autosetupremote", "branch.autosetupmerge", "feature.", "index.",
-    "format.pretty", "blame.", "grep.linenumber", "grep.patterntype", "grep.extendedregexp",
-    "help.autocorrect", "checkout.defaultremote", "rerere.enabled", "commit.verbose",
+    "color.",
+    "user.",
+    "author.",
+    "committer.",
+    "advice.",
+    "init.defaultbranch",
+    "core.quotepath",
+    "core.autocrlf",
+    "core.safecrlf",
+    "core.filemode",
+    "core.ignorecase",
+    "core.abbrev",
+    "core.whitespace",
+    "core.eol",
+    "core.precomposeunicode",
+    "commit.gpgsign",
+    "tag.gpgsign",
+    "safe.directory",
+    "log.",
+    "diff.renames",
+    "diff.algorithm",
+    "diff.noprefix",
+    "diff.mnemonicprefix",
+    "diff.indentheuristic",
+    "diff.colormoved",
+    "merge.conflictstyle",
+    "pull.rebase",
+    "pull.ff",
+    "rebase.autostash",
+    "rebase.autosquash",
+    "status.",
+    "column.",
+    "i18n.",
+    "gc.auto",
+    "maintenance.auto",
+    "fetch.prune",
+    "push.default",
+    "push.autosetupremote",
+    "branch.autosetupmerge",
+    "feature.",
+    "index.",
+    "format.pretty",
+    "blame.",
+    "grep.linenumber",
+    "grep.patterntype",
+    "grep.extendedregexp",
+    "help.autocorrect",
+    "checkout.defaultremote",
+    "rerere.enabled",
+    "commit.verbose",
 ];
 
 /// Why a configuration key is unsafe to set, or `None` when it is safe.
@@ -82,7 +122,9 @@ pub fn analyze(argv: &[String]) -> Analysis {
             continue;
         }
         let (opt, value, used) = match w.split_once('=') {
-            Some((o, v)) if o.starts_with("--") && VALUE_OPTS.contains(&o) => (o, Some(v.to_string()), 1),
+            Some((o, v)) if o.starts_with("--") && VALUE_OPTS.contains(&o) => {
+                (o, Some(v.to_string()), 1)
+            }
             _ if VALUE_OPTS.contains(&w) => (w, argv.get(i + 1).cloned(), 2),
             _ if w.starts_with('-') && w != "--version" && w != "--help" && w != "-h" => {
                 a.effect(
@@ -166,19 +208,37 @@ fn subcommand(a: &mut Analysis, sub: &[String], at: usize) {
     let args = &sub[1..];
     for (k, w) in args.iter().enumerate() {
         let idx = at + 1 + k;
-        if matches!(w.as_str(), "-m" | "--message" | "--grep" | "--author" | "-S" | "-G" | "--format" | "--pretty") {
+        if matches!(
+            w.as_str(),
+            "-m" | "--message" | "--grep" | "--author" | "-S" | "-G" | "--format" | "--pretty"
+        ) {
             a.not_paths.push(idx + 1);
         }
-        if w.starts_with("--message=") || w.starts_with("--grep=") || w.starts_with("--format=") || w.starts_with("--pretty=") || w.starts_with("--author=") {
+        if w.starts_with("--message=")
+            || w.starts_with("--grep=")
+            || w.starts_with("--format=")
+            || w.starts_with("--pretty=")
+            || w.starts_with("--author=")
+        {
             a.not_paths.push(idx);
         }
         if let Some(f) = w.strip_prefix("--output=") {
             a.writes.push(f.to_string());
-            a.effect(Category::Mutating, "git-writes", format!("git {name} writes {f}"));
-        } else if w == "--output" || (name == "format-patch" && (w == "-o" || w == "--output-directory")) {
+            a.effect(
+                Category::Mutating,
+                "git-writes",
+                format!("git {name} writes {f}"),
+            );
+        } else if w == "--output"
+            || (name == "format-patch" && (w == "-o" || w == "--output-directory"))
+        {
             if let Some(f) = args.get(k + 1) {
                 a.writes.push(f.clone());
-                a.effect(Category::Mutating, "git-writes", format!("git {name} writes {f}"));
+                a.effect(
+                    Category::Mutating,
+                    "git-writes",
+                    format!("git {name} writes {f}"),
+                );
             }
         }
         if name == "grep" && (w.starts_with("-O") || w.starts_with("--open-files-in-pager")) {
@@ -196,16 +256,31 @@ fn subcommand(a: &mut Analysis, sub: &[String], at: usize) {
             a.scripts.push(s.to_string());
             a.not_paths.push(idx);
         }
-        if w.starts_with("--upload-pack") || w.starts_with("--receive-pack") || w.starts_with("--exec=") && name != "rebase" {
-            a.effect(Category::Unknown, "git-runs-program", format!("git {name} {w} runs a program"));
+        if w.starts_with("--upload-pack")
+            || w.starts_with("--receive-pack")
+            || w.starts_with("--exec=") && name != "rebase"
+        {
+            a.effect(
+                Category::Unknown,
+                "git-runs-program",
+                format!("git {name} {w} runs a program"),
+            );
         }
         if matches!(name, "log" | "show" | "diff") && w == "--ext-diff" {
-            a.effect(Category::Unknown, "git-runs-program", "--ext-diff runs the configured external diff program");
+            a.effect(
+                Category::Unknown,
+                "git-runs-program",
+                "--ext-diff runs the configured external diff program",
+            );
         }
     }
     match name {
         "submodule" if args.first().map(String::as_str) == Some("foreach") => {
-            let script: Vec<&str> = args[1..].iter().filter(|w| !w.starts_with("--")).map(String::as_str).collect();
+            let script: Vec<&str> = args[1..]
+                .iter()
+                .filter(|w| !w.starts_with("--"))
+                .map(String::as_str)
+                .collect();
             a.scripts.push(script.join(" "));
         }
         "bisect" if args.first().map(String::as_str) == Some("run") && args.len() > 1 => {
@@ -230,7 +305,11 @@ fn subcommand(a: &mut Analysis, sub: &[String], at: usize) {
 /// a program, so they need approval.
 fn config(a: &mut Analysis, args: &[String]) {
     let reading = args.iter().any(|w| {
-        w.starts_with("--get") || matches!(w.as_str(), "-l" | "--list" | "--show-origin" | "--show-scope" | "get" | "list")
+        w.starts_with("--get")
+            || matches!(
+                w.as_str(),
+                "-l" | "--list" | "--show-origin" | "--show-scope" | "get" | "list"
+            )
     });
     if reading {
         return;

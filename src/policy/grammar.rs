@@ -307,7 +307,10 @@ impl Lower {
         match cc {
             CompoundCommand::Arithmetic(a) => self.arithmetic(&a.expr.value, depth, cds),
             CompoundCommand::ArithmeticForClause(f) => {
-                for e in [&f.initializer, &f.condition, &f.updater].into_iter().flatten() {
+                for e in [&f.initializer, &f.condition, &f.updater]
+                    .into_iter()
+                    .flatten()
+                {
                     self.arithmetic(&e.value, depth, cds)?;
                 }
                 self.list(&f.body.list, depth, cds)
@@ -742,10 +745,7 @@ mod tests {
             progs("while read l; do echo \"$l\"; done < f"),
             ["read", "echo"]
         );
-        assert_eq!(
-            progs("case $x in a) ls;; *) pwd;; esac"),
-            ["ls", "pwd"]
-        );
+        assert_eq!(progs("case $x in a) ls;; *) pwd;; esac"), ["ls", "pwd"]);
         assert_eq!(progs("f() { rm x; }; f"), ["rm", "f"]);
         assert!(parse("f() { rm x; }; f").unwrap().commands[1].function_call);
     }

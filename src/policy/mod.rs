@@ -166,9 +166,10 @@ impl Policy {
         };
         let mut best: Option<Finding> = None;
         for form in &forms {
-            let found = self.rules.iter().find(|r| {
-                r.matches(form) || (r.source != "built-in" && r.matches(raw))
-            });
+            let found = self
+                .rules
+                .iter()
+                .find(|r| r.matches(form) || (r.source != "built-in" && r.matches(raw)));
             if let Some(rule) = found {
                 let f = self.rule_finding(rule, program);
                 if best

@@ -43,8 +43,22 @@ const DEVICES: &[&str] = &[
 
 /// Harmless files of /proc about the process itself or the machine.
 const PROC_SELF_FILES: &[&str] = &[
-    "status", "stat", "statm", "cmdline", "comm", "limits", "cgroup", "mountinfo", "mounts",
-    "io", "oom_score", "sched", "schedstat", "loginuid", "sessionid", "personality",
+    "status",
+    "stat",
+    "statm",
+    "cmdline",
+    "comm",
+    "limits",
+    "cgroup",
+    "mountinfo",
+    "mounts",
+    "io",
+    "oom_score",
+    "sched",
+    "schedstat",
+    "loginuid",
+    "sessionid",
+    "personality",
 ];
 const PROC_FILES: &[&str] = &[
     "cpuinfo",
@@ -157,7 +171,9 @@ pub fn judge(word: &str, dir: &Where, ws: Option<&Path>) -> Verdict {
     let base = match dir {
         Where::In(d) => d,
         Where::Outside(why) => {
-            return Verdict::Outside(format!("is relative to a directory outside the workspace ({why})"));
+            return Verdict::Outside(format!(
+                "is relative to a directory outside the workspace ({why})"
+            ));
         }
         Where::Unknown => return Verdict::NotJudged,
     };
@@ -233,10 +249,16 @@ mod tests {
     fn normalizes_before_deciding() {
         assert!(matches!(j("/proc/self/root/tmp/x"), Verdict::Outside(_)));
         assert!(matches!(j("/proc/self/root/ws/main/a"), Verdict::Inside));
-        assert!(matches!(j("/dev/fd/../../../root/.ssh/k"), Verdict::Outside(_)));
+        assert!(matches!(
+            j("/dev/fd/../../../root/.ssh/k"),
+            Verdict::Outside(_)
+        ));
         assert!(matches!(j("/dev/fd/3/../x"), Verdict::Outside(_)));
         assert!(matches!(j("/proc/1/cwd/x"), Verdict::Outside(_)));
-        assert!(matches!(j("/proc/self/task/1/root/etc"), Verdict::Outside(_)));
+        assert!(matches!(
+            j("/proc/self/task/1/root/etc"),
+            Verdict::Outside(_)
+        ));
         assert!(matches!(j("/ws/main/../other/x"), Verdict::Outside(_)));
         assert!(matches!(j("/ws/main/a/../b"), Verdict::Inside));
         assert_eq!(j("/dev/null"), Verdict::Device);

@@ -212,11 +212,27 @@ pub fn sed(argv: &[String]) -> Analysis {
                 }
             } else if name == "sandbox" {
                 sandboxed = true;
-            } else if !["quiet", "silent", "regexp-extended", "separate", "unbuffered", "null-data", "zero-terminated", "posix", "debug", "follow-symlinks", "binary"]
-                .iter()
-                .any(|f| is(f))
+            } else if ![
+                "quiet",
+                "silent",
+                "regexp-extended",
+                "separate",
+                "unbuffered",
+                "null-data",
+                "zero-terminated",
+                "posix",
+                "debug",
+                "follow-symlinks",
+                "binary",
+            ]
+            .iter()
+            .any(|f| is(f))
             {
-                a.effect(Category::Unknown, "sed-option", format!("sed option {w} is not understood"));
+                a.effect(
+                    Category::Unknown,
+                    "sed-option",
+                    format!("sed option {w} is not understood"),
+                );
             }
             i += 1;
             continue;
@@ -254,7 +270,11 @@ pub fn sed(argv: &[String]) -> Analysis {
                     break;
                 }
                 ch => {
-                    a.effect(Category::Unknown, "sed-option", format!("sed option -{ch} is not understood"));
+                    a.effect(
+                        Category::Unknown,
+                        "sed-option",
+                        format!("sed option -{ch} is not understood"),
+                    );
                     k += 1;
                 }
             }
@@ -278,7 +298,11 @@ pub fn sed(argv: &[String]) -> Analysis {
                 }
                 for f in fx.writes {
                     if !matches!(f.as_str(), "/dev/stdout" | "/dev/stderr") {
-                        a.effect(Category::Mutating, "sed-writes", format!("the sed script writes {f}"));
+                        a.effect(
+                            Category::Mutating,
+                            "sed-writes",
+                            format!("the sed script writes {f}"),
+                        );
                     }
                     a.writes.push(f);
                 }
@@ -336,7 +360,9 @@ fn path_literals(code: &str) -> Vec<String> {
     string_literals(code)
         .into_iter()
         .filter(|s| {
-            (s.starts_with('/') && s.len() > 1 && s[1..].starts_with(|c: char| c.is_alphanumeric() || c == '.'))
+            (s.starts_with('/')
+                && s.len() > 1
+                && s[1..].starts_with(|c: char| c.is_alphanumeric() || c == '.'))
                 || s.starts_with("~/")
         })
         .collect()
@@ -359,13 +385,21 @@ pub fn awk(argv: &[String]) -> Analysis {
         }
         if let Some(v) = option_value(w, &['f'], &["file", "include", "load"]) {
             from_file = true;
-            let f = if v.is_empty() { argv.get(i + 1).cloned() } else { Some(v.to_string()) };
+            let f = if v.is_empty() {
+                argv.get(i + 1).cloned()
+            } else {
+                Some(v.to_string())
+            };
             a.reads.extend(f);
             i += if v.is_empty() { 2 } else { 1 };
             continue;
         }
         if let Some(v) = option_value(w, &['e'], &["source"]) {
-            let (text, at) = if v.is_empty() { (argv.get(i + 1).cloned(), i + 1) } else { (Some(v.to_string()), i) };
+            let (text, at) = if v.is_empty() {
+                (argv.get(i + 1).cloned(), i + 1)
+            } else {
+                (Some(v.to_string()), i)
+            };
             if let Some(t) = text {
                 program = Some((at, t));
             }
@@ -413,7 +447,11 @@ pub fn awk(argv: &[String]) -> Analysis {
             Some(f) => {
                 let f = f.as_str().to_string();
                 if !matches!(f.as_str(), "/dev/stdout" | "/dev/stderr") {
-                    a.effect(Category::Mutating, "awk-writes", format!("the awk program writes {f}"));
+                    a.effect(
+                        Category::Mutating,
+                        "awk-writes",
+                        format!("the awk program writes {f}"),
+                    );
                 }
                 a.writes.push(f);
             }
@@ -429,23 +467,86 @@ pub fn awk(argv: &[String]) -> Analysis {
 }
 
 const NETWORK_MARKERS: &[&str] = &[
-    "socket", "urllib", "requests.", "import requests", "http.client", "httpx", "aiohttp",
-    "fetch(", "XMLHttpRequest", "require('http", "require(\"http", "require('net",
-    "require(\"net", "from 'http", "from \"http", "node:http", "node:net", "Net::HTTP",
-    "open-uri", "LWP::", "IO::Socket", "/dev/tcp/", "/dev/udp/", "http://", "https://",
-    "ftp://", "smtplib", "ftplib", "telnetlib", "paramiko", "websocket", "curl_", "fsockopen",
-    "file_get_contents('http", "file_get_contents(\"http",
+    "socket",
+    "urllib",
+    "requests.",
+    "import requests",
+    "http.client",
+    "httpx",
+    "aiohttp",
+    "fetch(",
+    "XMLHttpRequest",
+    "require('http",
+    "require(\"http",
+    "require('net",
+    "require(\"net",
+    "from 'http",
+    "from \"http",
+    "node:http",
+    "node:net",
+    "Net::HTTP",
+    "open-uri",
+    "LWP::",
+    "IO::Socket",
+    "/dev/tcp/",
+    "/dev/udp/",
+    "http://",
+    "https://",
+    "ftp://",
+    "smtplib",
+    "ftplib",
+    "telnetlib",
+    "paramiko",
+    "websocket",
+    "curl_",
+    "fsockopen",
+    "file_get_contents('http",
+    "file_get_contents(\"http",
 ];
 const PROCESS_MARKERS: &[&str] = &[
-    "subprocess", "os.system", "os.popen", "os.exec", "os.spawn", "os.fork", "pty.spawn",
-    "child_process", "execSync", "spawnSync", "execFile", "exec(", "system(", "popen(",
-    "Process.spawn", "IO.popen", "%x{", "%x(", "`", "shell_exec", "passthru", "proc_open", "Deno.run",
-    "Deno.Command", "Bun.spawn", "ctypes", "__import__", "importlib", "eval(",
+    "subprocess",
+    "os.system",
+    "os.popen",
+    "os.exec",
+    "os.spawn",
+    "os.fork",
+    "pty.spawn",
+    "child_process",
+    "execSync",
+    "spawnSync",
+    "execFile",
+    "exec(",
+    "system(",
+    "popen(",
+    "Process.spawn",
+    "IO.popen",
+    "%x{",
+    "%x(",
+    "`",
+    "shell_exec",
+    "passthru",
+    "proc_open",
+    "Deno.run",
+    "Deno.Command",
+    "Bun.spawn",
+    "ctypes",
+    "__import__",
+    "importlib",
+    "eval(",
 ];
 const HOME_MARKERS: &[&str] = &[
-    "expanduser", "Path.home", "os.environ['HOME']", "os.environ[\"HOME\"]", "getenv('HOME')",
-    "getenv(\"HOME\")", "process.env.HOME", "homedir()", "ENV['HOME']", "ENV[\"HOME\"]",
-    "$ENV{HOME}", "$ENV{'HOME'}",
+    "expanduser",
+    "Path.home",
+    "os.environ['HOME']",
+    "os.environ[\"HOME\"]",
+    "getenv('HOME')",
+    "getenv(\"HOME\")",
+    "process.env.HOME",
+    "homedir()",
+    "ENV['HOME']",
+    "ENV[\"HOME\"]",
+    "$ENV{HOME}",
+    "$ENV{'HOME'}",
 ];
 
 /// Inline code of an interpreter (`python3 -c`, `node -e`, a here-document fed to it):
@@ -463,7 +564,9 @@ pub fn code(text: &str) -> Analysis {
         a.effect(
             Category::Unknown,
             "code-runs-programs",
-            format!("the inline code can run other programs or code ({m}): the policy cannot see which"),
+            format!(
+                "the inline code can run other programs or code ({m}): the policy cannot see which"
+            ),
         );
     }
     if let Some(m) = HOME_MARKERS.iter().find(|m| text.contains(**m)) {
@@ -487,7 +590,10 @@ mod tests {
         assert!(sed_script("s/a/b/e").unwrap().executes);
         assert_eq!(sed_script("1w /tmp/x").unwrap().writes, ["/tmp/x"]);
         assert_eq!(sed_script("s/a/b/gw out").unwrap().writes, ["out"]);
-        assert_eq!(sed_script("/x/r /etc/passwd").unwrap().reads, ["/etc/passwd"]);
+        assert_eq!(
+            sed_script("/x/r /etc/passwd").unwrap().reads,
+            ["/etc/passwd"]
+        );
         let fx = sed_script("s/e/w/g; /w/d; 1,$ { p; }").unwrap();
         assert!(!fx.executes && fx.writes.is_empty(), "{fx:?}");
         assert!(sed_script("s|/usr|/opt|g").unwrap().writes.is_empty());

@@ -20,7 +20,8 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
         "sed" | "gsed" => scripts::sed(argv),
         "awk" | "gawk" | "mawk" | "nawk" | "busybox-awk" => scripts::awk(argv),
         "find" => find(argv),
-        "echo" | "printf" | "expr" | "test" | "[" | "[[" | "seq" | "yes" | "jq" | "yq" | "export" | "local" | "declare" | "typeset" | "readonly" | "read" | "let" | "getopts" => {
+        "echo" | "printf" | "expr" | "test" | "[" | "[[" | "seq" | "yes" | "jq" | "yq"
+        | "export" | "local" | "declare" | "typeset" | "readonly" | "read" | "let" | "getopts" => {
             // Words to print or compare, not files (`export` values are checked as
             // environment).
             Analysis {
@@ -33,14 +34,26 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
             let mut a = Analysis::default();
             for (k, w) in argv.iter().enumerate().skip(1) {
                 if let Some(v) = option_value(w, &['o'], &["output"]) {
-                    let f = if v.is_empty() { argv.get(k + 1).cloned() } else { Some(v.to_string()) };
+                    let f = if v.is_empty() {
+                        argv.get(k + 1).cloned()
+                    } else {
+                        Some(v.to_string())
+                    };
                     if let Some(f) = f {
-                        a.effect(Category::Mutating, "writes-file", format!("sort writes {f}"));
+                        a.effect(
+                            Category::Mutating,
+                            "writes-file",
+                            format!("sort writes {f}"),
+                        );
                         a.writes.push(f);
                     }
                 }
                 if w.starts_with("--compress-program") {
-                    a.effect(Category::Unknown, "runs-program", format!("sort {w} runs a program"));
+                    a.effect(
+                        Category::Unknown,
+                        "runs-program",
+                        format!("sort {w} runs a program"),
+                    );
                 }
             }
             a
@@ -52,18 +65,34 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
             let reverse = base == "xxd" && argv.iter().any(|w| w == "-r" || w == "-revert");
             if operands.len() >= 2 && base != "iconv" {
                 let out = operands[1].clone();
-                a.effect(Category::Mutating, "writes-file", format!("{base} writes {out}"));
+                a.effect(
+                    Category::Mutating,
+                    "writes-file",
+                    format!("{base} writes {out}"),
+                );
                 a.writes.push(out);
             } else if reverse {
-                a.effect(Category::Mutating, "writes-file", "xxd -r writes binary output");
+                a.effect(
+                    Category::Mutating,
+                    "writes-file",
+                    "xxd -r writes binary output",
+                );
             }
             if base == "iconv" {
                 for (k, w) in argv.iter().enumerate() {
                     if let Some(v) = option_value(w, &['o'], &["output"]) {
-                        let f = if v.is_empty() { argv.get(k + 1).cloned() } else { Some(v.to_string()) };
+                        let f = if v.is_empty() {
+                            argv.get(k + 1).cloned()
+                        } else {
+                            Some(v.to_string())
+                        };
                         a.writes.extend(f.clone());
                         if let Some(f) = f {
-                            a.effect(Category::Mutating, "writes-file", format!("iconv writes {f}"));
+                            a.effect(
+                                Category::Mutating,
+                                "writes-file",
+                                format!("iconv writes {f}"),
+                            );
                         }
                     }
                 }
@@ -73,37 +102,67 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
         "tar" | "bsdtar" => {
             let mut a = Analysis::default();
             for w in &argv[1..] {
-                if ["--to-command", "--use-compress-program", "--info-script", "--new-volume-script", "--checkpoint-action", "--rsh-command", "--rmt-command"]
-                    .iter()
-                    .any(|o| w.starts_with(o))
+                if [
+                    "--to-command",
+                    "--use-compress-program",
+                    "--info-script",
+                    "--new-volume-script",
+                    "--checkpoint-action",
+                    "--rsh-command",
+                    "--rmt-command",
+                ]
+                .iter()
+                .any(|o| w.starts_with(o))
                     || w == "-I"
                     || w == "-F"
                 {
-                    a.effect(Category::Unknown, "runs-program", format!("tar {w} runs a program"));
+                    a.effect(
+                        Category::Unknown,
+                        "runs-program",
+                        format!("tar {w} runs a program"),
+                    );
                 }
             }
             a
         }
         "zip" | "unzip" => {
             let mut a = Analysis::default();
-            if argv.iter().any(|w| w == "-TT" || w.starts_with("--unzip-command")) {
+            if argv
+                .iter()
+                .any(|w| w == "-TT" || w.starts_with("--unzip-command"))
+            {
                 a.effect(Category::Unknown, "runs-program", "zip -TT runs a program");
             }
             a
         }
         "rsync" => {
             let mut a = Analysis::default();
-            if argv.iter().any(|w| w == "-e" || w.starts_with("--rsh") || w.starts_with("--rsync-path")) {
+            if argv
+                .iter()
+                .any(|w| w == "-e" || w.starts_with("--rsh") || w.starts_with("--rsync-path"))
+            {
                 a.effect(Category::Unknown, "runs-program", "rsync -e runs a program");
             }
             a
         }
         "less" | "more" | "most" | "man" => {
             let mut a = Analysis::default();
-            if argv.iter().any(|w| w.starts_with('+') && (w.contains('!') || w.contains('|')))
-                || (base == "man" && argv.iter().any(|w| w == "-P" || w == "-H" || w.starts_with("--pager") || w.starts_with("--html")))
+            if argv
+                .iter()
+                .any(|w| w.starts_with('+') && (w.contains('!') || w.contains('|')))
+                || (base == "man"
+                    && argv.iter().any(|w| {
+                        w == "-P"
+                            || w == "-H"
+                            || w.starts_with("--pager")
+                            || w.starts_with("--html")
+                    }))
             {
-                a.effect(Category::Unknown, "runs-program", format!("{base} is told to run a program"));
+                a.effect(
+                    Category::Unknown,
+                    "runs-program",
+                    format!("{base} is told to run a program"),
+                );
             }
             a
         }
@@ -113,25 +172,42 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
                 !w.starts_with('-') || matches!(w.as_str(), "-F" | "--file" | "-b" | "--boot")
             });
             if sets {
-                a.effect(Category::HostEscapeRisk, "host-control", "sets the host name");
+                a.effect(
+                    Category::HostEscapeRisk,
+                    "host-control",
+                    "sets the host name",
+                );
             }
             a
         }
         "date" => {
             let mut a = Analysis::default();
             let sets = argv[1..].iter().any(|w| {
-                w == "-s" || w.starts_with("--set") || (w.starts_with("-s") && !w.starts_with("--")) || (!w.starts_with('-') && !w.starts_with('+') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+                w == "-s"
+                    || w.starts_with("--set")
+                    || (w.starts_with("-s") && !w.starts_with("--"))
+                    || (!w.starts_with('-')
+                        && !w.starts_with('+')
+                        && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
             });
             if sets {
-                a.effect(Category::HostEscapeRisk, "host-control", "sets the host clock");
+                a.effect(
+                    Category::HostEscapeRisk,
+                    "host-control",
+                    "sets the host clock",
+                );
             }
-            a.not_paths = (1..argv.len()).filter(|k| argv[*k].starts_with('+')).collect();
+            a.not_paths = (1..argv.len())
+                .filter(|k| argv[*k].starts_with('+'))
+                .collect();
             a
         }
         "ln" => link(argv),
         "chmod" => {
             let mut a = Analysis::default();
-            if let Some(mode) = argv[1..].iter().find(|w| !w.starts_with('-') || w.starts_with("-s") || w.contains('+'))
+            if let Some(mode) = argv[1..]
+                .iter()
+                .find(|w| !w.starts_with('-') || w.starts_with("-s") || w.contains('+'))
                 && sets_id_bits(mode)
             {
                 a.effect(
@@ -145,9 +221,17 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
         "chown" | "chgrp" => {
             let mut a = Analysis::default();
             if let Some(owner) = argv[1..].iter().find(|w| !w.starts_with('-'))
-                && (owner.starts_with("root") || owner.starts_with("0:") || owner == "0" || owner.starts_with(":0") || owner.starts_with(":root"))
+                && (owner.starts_with("root")
+                    || owner.starts_with("0:")
+                    || owner == "0"
+                    || owner.starts_with(":0")
+                    || owner.starts_with(":root"))
             {
-                a.effect(Category::Unknown, "chown-root", format!("{base} gives files to root"));
+                a.effect(
+                    Category::Unknown,
+                    "chown-root",
+                    format!("{base} gives files to root"),
+                );
             }
             a
         }
@@ -157,14 +241,15 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
                 a.effect(
                     Category::Mutating,
                     "workspace-script",
-                    format!("runs the script {f} in this shell: the policy cannot see what it does"),
+                    format!(
+                        "runs the script {f} in this shell: the policy cannot see what it does"
+                    ),
                 );
             }
             a
         }
-        "npm" | "yarn" | "pnpm" | "bun" | "pip" | "pip3" | "uv" | "poetry" | "cargo" | "go" | "gem" | "bundle" | "apt" | "apt-get" | "brew" => {
-            package_manager(argv)
-        }
+        "npm" | "yarn" | "pnpm" | "bun" | "pip" | "pip3" | "uv" | "poetry" | "cargo" | "go"
+        | "gem" | "bundle" | "apt" | "apt-get" | "brew" => package_manager(argv),
         "make" | "gmake" => {
             // `make -C dir`, `make -f file`: paths; `make SHELL=...`: a program.
             let mut a = Analysis::default();
@@ -172,7 +257,11 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
                 if let Some((k, _)) = w.split_once('=')
                     && matches!(k, "SHELL" | "MAKESHELL" | ".SHELLFLAGS")
                 {
-                    a.effect(Category::Unknown, "runs-program", format!("make {w} changes the shell that runs recipes"));
+                    a.effect(
+                        Category::Unknown,
+                        "runs-program",
+                        format!("make {w} changes the shell that runs recipes"),
+                    );
                 }
             }
             a
@@ -226,14 +315,46 @@ fn pattern_tool(argv: &[String]) -> Analysis {
         if let Some(v) = option_value(
             w,
             &['A', 'B', 'C', 'm', 'g', 't', 'T', 'M', 'j', 'd', 'D'],
-            &["after-context", "before-context", "context", "max-count", "glob", "type", "type-not", "include", "exclude", "exclude-dir", "max-columns", "threads", "label", "color", "colour", "replace", "sort", "sortr", "max-depth"],
+            &[
+                "after-context",
+                "before-context",
+                "context",
+                "max-count",
+                "glob",
+                "type",
+                "type-not",
+                "include",
+                "exclude",
+                "exclude-dir",
+                "max-columns",
+                "threads",
+                "label",
+                "color",
+                "colour",
+                "replace",
+                "sort",
+                "sortr",
+                "max-depth",
+            ],
         ) {
-            a.not_paths.push(if v.is_empty() && !w.starts_with("--") { i + 1 } else { i });
-            i += if v.is_empty() && !w.starts_with("--") { 2 } else { 1 };
+            a.not_paths.push(if v.is_empty() && !w.starts_with("--") {
+                i + 1
+            } else {
+                i
+            });
+            i += if v.is_empty() && !w.starts_with("--") {
+                2
+            } else {
+                1
+            };
             continue;
         }
         if w == "--pre" || w.starts_with("--pre=") {
-            a.effect(Category::Unknown, "runs-program", "rg --pre runs a program on every file");
+            a.effect(
+                Category::Unknown,
+                "runs-program",
+                "rg --pre runs a program on every file",
+            );
         }
         i += 1;
     }
@@ -263,10 +384,18 @@ fn find(argv: &[String]) -> Analysis {
                 i = end + 1;
                 continue;
             }
-            "-delete" => a.effect(Category::Destructive, "find-delete", "deletes what it finds"),
+            "-delete" => a.effect(
+                Category::Destructive,
+                "find-delete",
+                "deletes what it finds",
+            ),
             "-fprint" | "-fprint0" | "-fls" | "-fprintf" => {
                 if let Some(f) = argv.get(i + 1) {
-                    a.effect(Category::Mutating, "find-writes", format!("find {w} writes {f}"));
+                    a.effect(
+                        Category::Mutating,
+                        "find-writes",
+                        format!("find {w} writes {f}"),
+                    );
                     a.writes.push(f.clone());
                 }
                 if w == "-fprintf" {
@@ -316,10 +445,30 @@ fn link(argv: &[String]) -> Analysis {
     if !symbolic {
         return a;
     }
-    let targets: &[usize] = if target_dir || operands.len() == 1 {
-        &operands
+    // Relative targets resolve from the link's directory: `-t DIR`, or the last
+    // operand's parent.
+    let (targets, link_dir): (&[usize], String) = if target_dir {
+        let dir = argv
+            .iter()
+            .enumerate()
+            .find_map(|(k, w)| {
+                if w == "-t" || w == "--target-directory" {
+                    argv.get(k + 1).cloned()
+                } else {
+                    w.strip_prefix("--target-directory=").map(String::from)
+                }
+            })
+            .unwrap_or_default();
+        (&operands, dir)
+    } else if operands.len() == 1 {
+        (&operands, String::new())
     } else {
-        &operands[..operands.len().saturating_sub(1)]
+        let last = argv[*operands.last().unwrap()].trim_end_matches('/');
+        let parent = last
+            .rsplit_once('/')
+            .map(|(p, _)| p.to_string())
+            .unwrap_or_default();
+        (&operands[..operands.len() - 1], parent)
     };
     for &t in targets {
         let target = &argv[t];
@@ -334,10 +483,14 @@ fn link(argv: &[String]) -> Analysis {
             a.effect(
                 Category::HostEscapeRisk,
                 "symlink-outside",
-                format!("links to {target}: anything run in the workspace would follow it to the host"),
+                format!(
+                    "links to {target}: anything run in the workspace would follow it to the host"
+                ),
             );
-        } else {
+        } else if link_dir.is_empty() {
             a.reads.push(target.clone());
+        } else {
+            a.reads.push(format!("{link_dir}/{target}"));
         }
     }
     a

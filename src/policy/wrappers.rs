@@ -79,7 +79,12 @@ fn env(rest: &[String]) -> Analysis {
             i += 1;
             break;
         }
-        if w == "-" || matches!(w, "-i" | "--ignore-environment" | "-0" | "--null" | "-v" | "--debug") {
+        if w == "-"
+            || matches!(
+                w,
+                "-i" | "--ignore-environment" | "-0" | "--null" | "-v" | "--debug"
+            )
+        {
             i += 1;
             continue;
         }
@@ -88,7 +93,11 @@ fn env(rest: &[String]) -> Analysis {
             continue;
         }
         if let Some(v) = option_value(w, &['C'], &["chdir"]) {
-            let dir = if v.is_empty() { rest.get(i + 1).cloned() } else { Some(v.to_string()) };
+            let dir = if v.is_empty() {
+                rest.get(i + 1).cloned()
+            } else {
+                Some(v.to_string())
+            };
             if let Some(d) = dir {
                 a.reads.push(d.clone());
                 a.chdir = Some(d);
@@ -171,7 +180,11 @@ fn xargs(rest: &[String]) -> Analysis {
             break;
         }
         if let Some(v) = option_value(w, &['a'], &["arg-file"]) {
-            let f = if v.is_empty() { rest.get(i + 1).cloned() } else { Some(v.to_string()) };
+            let f = if v.is_empty() {
+                rest.get(i + 1).cloned()
+            } else {
+                Some(v.to_string())
+            };
             a.reads.extend(f);
             i += if v.is_empty() { 2 } else { 1 };
             continue;
@@ -179,17 +192,50 @@ fn xargs(rest: &[String]) -> Analysis {
         if let Some(v) = option_value(
             w,
             &['d', 'E', 'I', 'L', 'n', 'P', 's'],
-            &["delimiter", "eof", "replace", "max-lines", "max-args", "max-procs", "max-chars", "process-slot-var"],
+            &[
+                "delimiter",
+                "eof",
+                "replace",
+                "max-lines",
+                "max-args",
+                "max-procs",
+                "max-chars",
+                "process-slot-var",
+            ],
         ) {
-            i += if v.is_empty() && !w.starts_with("--") { 2 } else { 1 };
+            i += if v.is_empty() && !w.starts_with("--") {
+                2
+            } else {
+                1
+            };
             continue;
         }
-        if w.starts_with("-e") || w.starts_with("-i") || w.starts_with("-l") || w.starts_with("--eof") || w.starts_with("--replace") || w.starts_with("--max-lines") {
+        if w.starts_with("-e")
+            || w.starts_with("-i")
+            || w.starts_with("-l")
+            || w.starts_with("--eof")
+            || w.starts_with("--replace")
+            || w.starts_with("--max-lines")
+        {
             // Optional-value forms: the value is attached or absent.
             i += 1;
             continue;
         }
-        if matches!(w, "-0" | "--null" | "-r" | "--no-run-if-empty" | "-t" | "--verbose" | "-p" | "--interactive" | "-x" | "--exit" | "--open-tty" | "-o" | "--show-limits") {
+        if matches!(
+            w,
+            "-0" | "--null"
+                | "-r"
+                | "--no-run-if-empty"
+                | "-t"
+                | "--verbose"
+                | "-p"
+                | "--interactive"
+                | "-x"
+                | "--exit"
+                | "--open-tty"
+                | "-o"
+                | "--show-limits"
+        ) {
             i += 1;
             continue;
         }
@@ -306,7 +352,17 @@ fn interpreter(argv: &[String], stdin: &Stdin) -> Analysis {
         "python" => (&["-c"], &["-W", "-X", "--check-hash-based-pycs"]),
         "node" => (
             &["-e", "--eval", "-p", "--print"],
-            &["-r", "--require", "--import", "--loader", "--experimental-loader", "--env-file", "--input-type", "--conditions", "-C"],
+            &[
+                "-r",
+                "--require",
+                "--import",
+                "--loader",
+                "--experimental-loader",
+                "--env-file",
+                "--input-type",
+                "--conditions",
+                "-C",
+            ],
         ),
         "ruby" => (&["-e"], &["-r", "-I", "-C", "-E"]),
         "perl" => (&["-e", "-E"], &["-M", "-m", "-I", "-x"]),
@@ -323,8 +379,15 @@ fn interpreter(argv: &[String], stdin: &Stdin) -> Analysis {
             i += 1;
             break;
         }
-        if let Some(opt) = code_opts.iter().find(|o| w == **o || (o.len() == 2 && w.starts_with(**o) && w.len() > 2)) {
-            let code = if w == *opt { argv.get(i + 1).cloned() } else { Some(w[opt.len()..].to_string()) };
+        if let Some(opt) = code_opts
+            .iter()
+            .find(|o| w == **o || (o.len() == 2 && w.starts_with(**o) && w.len() > 2))
+        {
+            let code = if w == *opt {
+                argv.get(i + 1).cloned()
+            } else {
+                Some(w[opt.len()..].to_string())
+            };
             if let Some(c) = code {
                 a.code.push(c);
                 a.not_paths.push(if w == *opt { i + 1 } else { i });
@@ -333,7 +396,10 @@ fn interpreter(argv: &[String], stdin: &Stdin) -> Analysis {
             i += if w == *opt { 2 } else { 1 };
             continue;
         }
-        if let Some(eq) = w.strip_prefix("--eval=").or_else(|| w.strip_prefix("--print=")) {
+        if let Some(eq) = w
+            .strip_prefix("--eval=")
+            .or_else(|| w.strip_prefix("--print="))
+        {
             a.code.push(eq.to_string());
             a.not_paths.push(i);
             saw_code = true;
@@ -341,7 +407,11 @@ fn interpreter(argv: &[String], stdin: &Stdin) -> Analysis {
             continue;
         }
         if family == "python" && (w == "-m" || (w.starts_with("-m") && w.len() > 2)) {
-            let (module, next) = if w == "-m" { (argv.get(i + 1).cloned(), i + 2) } else { (Some(w[2..].to_string()), i + 1) };
+            let (module, next) = if w == "-m" {
+                (argv.get(i + 1).cloned(), i + 2)
+            } else {
+                (Some(w[2..].to_string()), i + 1)
+            };
             if let Some(m) = module {
                 let mut as_cmd = vec![m.replace('_', "-")];
                 as_cmd.extend(argv.iter().skip(next).cloned());
@@ -396,7 +466,13 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
         "xargs" => xargs(rest),
         "nohup" | "setsid" | "chronic" | "unbuffer" | "catchsegv" => {
             let mut a = Analysis::transparent();
-            let start = skip_options(rest, &[], &[], &['f', 'w', 'c', 'p'], &["fork", "wait", "ctty"]);
+            let start = skip_options(
+                rest,
+                &[],
+                &[],
+                &['f', 'w', 'c', 'p'],
+                &["fork", "wait", "ctty"],
+            );
             unwrap_after(&mut a, rest, start, base);
             a
         }
@@ -411,19 +487,37 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
         }
         "ionice" => {
             let mut a = Analysis::transparent();
-            let start = skip_options(rest, &['c', 'n'], &["class", "classdata"], &['t'], &["ignore"]);
+            let start = skip_options(
+                rest,
+                &['c', 'n'],
+                &["class", "classdata"],
+                &['t'],
+                &["ignore"],
+            );
             unwrap_after(&mut a, rest, start, base);
             a
         }
         "stdbuf" => {
             let mut a = Analysis::transparent();
-            let start = skip_options(rest, &['i', 'o', 'e'], &["input", "output", "error"], &[], &[]);
+            let start = skip_options(
+                rest,
+                &['i', 'o', 'e'],
+                &["input", "output", "error"],
+                &[],
+                &[],
+            );
             unwrap_after(&mut a, rest, start, base);
             a
         }
         "timeout" => {
             let mut a = Analysis::transparent();
-            match skip_options(rest, &['s', 'k'], &["signal", "kill-after"], &['v'], &["preserve-status", "foreground", "verbose"]) {
+            match skip_options(
+                rest,
+                &['s', 'k'],
+                &["signal", "kill-after"],
+                &['v'],
+                &["preserve-status", "foreground", "verbose"],
+            ) {
                 // The first operand is the duration.
                 Ok(i) => unwrap_after(&mut a, rest, Ok(i + 1), base),
                 Err(e) => unwrap_after(&mut a, rest, Err(e), base),
@@ -432,10 +526,20 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
         }
         "time" => {
             let mut a = Analysis::transparent();
-            let start = skip_options(rest, &['o', 'f'], &["output", "format"], &['p', 'v', 'a', 'q'], &["portability", "verbose", "append", "quiet"]);
+            let start = skip_options(
+                rest,
+                &['o', 'f'],
+                &["output", "format"],
+                &['p', 'v', 'a', 'q'],
+                &["portability", "verbose", "append", "quiet"],
+            );
             for (k, w) in rest.iter().enumerate() {
                 if let Some(v) = option_value(w, &['o'], &["output"]) {
-                    let f = if v.is_empty() { rest.get(k + 1).cloned() } else { Some(v.to_string()) };
+                    let f = if v.is_empty() {
+                        rest.get(k + 1).cloned()
+                    } else {
+                        Some(v.to_string())
+                    };
                     a.writes.extend(f);
                 }
                 if !w.starts_with('-') {
@@ -472,9 +576,42 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
             let start = skip_options(
                 rest,
                 &['u', 'g', 'C', 'h', 'p', 'U', 'r', 't', 'T', 'D', 'R'],
-                &["user", "group", "close-from", "host", "prompt", "other-user", "role", "type", "command-timeout", "chdir", "chroot"],
-                &['A', 'b', 'E', 'e', 'H', 'i', 'K', 'k', 'l', 'n', 'P', 'S', 's', 'V', 'v', 'B', 'N'],
-                &["askpass", "background", "preserve-env", "edit", "set-home", "login", "remove-timestamp", "reset-timestamp", "list", "non-interactive", "preserve-groups", "stdin", "shell", "version", "validate", "bell", "no-update"],
+                &[
+                    "user",
+                    "group",
+                    "close-from",
+                    "host",
+                    "prompt",
+                    "other-user",
+                    "role",
+                    "type",
+                    "command-timeout",
+                    "chdir",
+                    "chroot",
+                ],
+                &[
+                    'A', 'b', 'E', 'e', 'H', 'i', 'K', 'k', 'l', 'n', 'P', 'S', 's', 'V', 'v', 'B',
+                    'N',
+                ],
+                &[
+                    "askpass",
+                    "background",
+                    "preserve-env",
+                    "edit",
+                    "set-home",
+                    "login",
+                    "remove-timestamp",
+                    "reset-timestamp",
+                    "list",
+                    "non-interactive",
+                    "preserve-groups",
+                    "stdin",
+                    "shell",
+                    "version",
+                    "validate",
+                    "bell",
+                    "no-update",
+                ],
             );
             unwrap_after(&mut a, rest, start, base);
             a
@@ -490,7 +627,11 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
                     i += 2;
                     continue;
                 }
-                i += if matches!(w, "-w" | "-E" | "--timeout" | "--conflict-exit-code") { 2 } else { 1 };
+                i += if matches!(w, "-w" | "-E" | "--timeout" | "--conflict-exit-code") {
+                    2
+                } else {
+                    1
+                };
             }
             if let Some(f) = rest.get(i) {
                 a.writes.push(f.clone());
@@ -502,7 +643,16 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
         }
         "watch" => {
             let mut a = Analysis::transparent();
-            match skip_options(rest, &['n', 'd', 'q'], &["interval", "differences", "equexit"], &['t', 'b', 'e', 'g', 'c', 'x', 'p', 'w', 'r', 'C'], &["no-title", "beep", "errexit", "chgexit", "color", "exec", "precise", "no-wrap", "no-rerun", "no-color"]) {
+            match skip_options(
+                rest,
+                &['n', 'd', 'q'],
+                &["interval", "differences", "equexit"],
+                &['t', 'b', 'e', 'g', 'c', 'x', 'p', 'w', 'r', 'C'],
+                &[
+                    "no-title", "beep", "errexit", "chgexit", "color", "exec", "precise",
+                    "no-wrap", "no-rerun", "no-color",
+                ],
+            ) {
                 Ok(i) if i < rest.len() => {
                     let script: Vec<String> = rest[i..].iter().map(|w| w.to_string()).collect();
                     a.scripts.push(script.join(" "));
@@ -518,15 +668,30 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
             while i < rest.len() && rest[i].starts_with('-') {
                 let w = rest[i].as_str();
                 if let Some(v) = option_value(w, &['o'], &["output", "log-file"]) {
-                    let f = if v.is_empty() { rest.get(i + 1).cloned() } else { Some(v.to_string()) };
+                    let f = if v.is_empty() {
+                        rest.get(i + 1).cloned()
+                    } else {
+                        Some(v.to_string())
+                    };
                     a.writes.extend(f);
                     i += if v.is_empty() { 2 } else { 1 };
                     continue;
                 }
-                i += if matches!(w, "-e" | "-p" | "-s" | "-E" | "-u" | "-a" | "-P" | "-b" | "-S" | "-X") { 2 } else { 1 };
+                i += if matches!(
+                    w,
+                    "-e" | "-p" | "-s" | "-E" | "-u" | "-a" | "-P" | "-b" | "-S" | "-X"
+                ) {
+                    2
+                } else {
+                    1
+                };
             }
             if base == "perf" || base == "gdb" {
-                a.effect(Category::Unknown, "debugger", format!("{base} can run and change other programs"));
+                a.effect(
+                    Category::Unknown,
+                    "debugger",
+                    format!("{base} can run and change other programs"),
+                );
             }
             if i < rest.len() {
                 a.inner.push(rest[i..].to_vec());
@@ -538,7 +703,9 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
             unwrap_after(&mut a, rest, Ok(0), base);
             a
         }
-        "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash" | "mksh" | "rbash" | "fish" => shell(argv, stdin),
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "ash" | "mksh" | "rbash" | "fish" => {
+            shell(argv, stdin)
+        }
         "eval" => {
             let mut a = Analysis::transparent();
             a.scripts.push(rest.join(" "));
@@ -568,7 +735,10 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
         }
         b if b.starts_with("python")
             || b.starts_with("pypy")
-            || matches!(b, "node" | "nodejs" | "deno" | "bun" | "ruby" | "perl" | "php" | "lua" | "luajit") =>
+            || matches!(
+                b,
+                "node" | "nodejs" | "deno" | "bun" | "ruby" | "perl" | "php" | "lua" | "luajit"
+            ) =>
         {
             interpreter(argv, stdin)
         }
