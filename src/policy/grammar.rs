@@ -110,12 +110,24 @@ fn precheck(line: &str) -> Result<(), ParseError> {
         }
     }
     let ticks = line.chars().filter(|c| *c == '`').count();
-    if max > MAX_BRACKETS || ticks > MAX_BRACKETS {
+    // Compound commands nest through keywords, which the parser recurses into too.
+    let compounds = line
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
+        .filter(|w| matches!(*w, "if" | "while" | "until" | "for" | "case" | "select" | "function"))
+        .count();
+    if max > MAX_BRACKETS || ticks > MAX_BRACKETS || compounds > 4 * MAX_BRACKETS {
         return Err(ParseError(format!(
             "nested more than {MAX_BRACKETS} levels deep"
         )));
     }
     Ok(())
+}
+
+/// Runs the parser; a panic inside it is an error like any other (fail closed), not a
+/// crash of the boundary.
+fn guarded<T>(f: impl FnOnce() -> Result<T, ParseError>) -> Result<T, ParseError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(ParseError("the shell parser failed on this input".into())))
 }
 
 fn options() -> ParserOptions {
@@ -168,9 +180,12 @@ impl Lower {
             )));
         }
         precheck(text)?;
-        let program = Parser::new(text.as_bytes(), &self.opts)
-            .parse_program()
-            .map_err(|e| ParseError(e.to_string()))?;
+        let opts = &self.opts;
+        let program = guarded(|| {
+            Parser::new(text.as_bytes(), opts)
+                .parse_program()
+                .map_err(|e| ParseError(e.to_string()))
+        })?;
         let mut cds = cds.to_vec();
         for cc in &program.complete_commands {
             self.list(cc, depth, &mut cds)?;
@@ -537,7 +552,10 @@ impl Lower {
         if !h.requires_expansion {
             return Ok(h.doc.value.clone());
         }
-        match word::parse_heredoc(&h.doc.value, &self.opts) {
+        let opts = &self.opts;
+        match guarded(|| {
+            word::parse_heredoc(&h.doc.value, opts).map_err(|e| ParseError(e.to_string()))
+        }) {
             Ok(pieces) => {
                 let mut s = String::new();
                 self.pieces(&pieces, depth, cds, &mut s)?;
@@ -612,7 +630,8 @@ impl Lower {
         if !w.contains(['\'', '"', '\\', '$', '`', '~']) {
             return Ok(w.to_string());
         }
-        match word::parse(w, &self.opts) {
+        let opts = &self.opts;
+        match guarded(|| word::parse(w, opts).map_err(|e| ParseError(e.to_string()))) {
             Ok(pieces) => {
                 let mut s = String::new();
                 self.pieces(&pieces, depth, cds, &mut s)?;
@@ -774,5 +793,7 @@ mod tests {
         assert!(parse(&("$(".repeat(100) + "ls" + &")".repeat(100))).is_err());
         assert!(parse(&("(".repeat(10_000) + "ls" + &")".repeat(10_000))).is_err());
         assert!(parse("if true; then").is_err());
+        let deep = "if true; then ".repeat(5000) + "ls" + &"; fi".repeat(5000);
+        assert!(parse(&deep).is_err());
     }
 }
