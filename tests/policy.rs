@@ -152,6 +152,18 @@ fn policy_check_speaks_snake_case() {
         "ls",
     ]);
     assert_eq!(d["action"], "deny", "{d}");
+    // Absolute paths below the vault's stable workspace path are inside the workspace;
+    // `..` out of it is not, /proc/self/root into it is.
+    let ws = env.home().join("ws/t");
+    let inside = format!("cat {}/a.txt", ws.display());
+    let d = env.json(&["--vault", "t", "policy", "check", "--shell", &inside]);
+    assert_eq!(d["action"], "allow", "{d}");
+    let out = format!("cat {}/../../policy.toml", ws.display());
+    let d = env.json(&["--vault", "t", "policy", "check", "--shell", &out]);
+    assert_eq!(d["action"], "deny", "{d}");
+    let via = format!("cat /proc/self/root{}/a.txt", ws.display());
+    let d = env.json(&["--vault", "t", "policy", "check", "--shell", &via]);
+    assert_eq!(d["action"], "allow", "{d}");
 }
 
 // ---------------------------------------------------------------- the attacks, for real

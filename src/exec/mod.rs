@@ -1,6 +1,7 @@
-//! The exec boundary's parts: the process runner, the sandbox and the envelope every run
-//! returns. The CLI (`cli/exec.rs`) puts them together with the policy (`crate::policy`,
-//! also reachable as `exec::policy`), the workspace, checkpoints and the mount. Nothing here touches SQL.
+//! The exec boundary's parts: the process runner and the envelope every run returns.
+//! `crate::boundary` puts them together with the policy (`crate::policy`, also reachable
+//! as `exec::policy`), the workspace, checkpoints and the engines. Nothing here touches
+//! SQL.
 
 pub mod envelope;
 pub use crate::policy;

@@ -113,7 +113,12 @@ fn precheck(line: &str) -> Result<(), ParseError> {
     // Compound commands nest through keywords, which the parser recurses into too.
     let compounds = line
         .split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
-        .filter(|w| matches!(*w, "if" | "while" | "until" | "for" | "case" | "select" | "function"))
+        .filter(|w| {
+            matches!(
+                *w,
+                "if" | "while" | "until" | "for" | "case" | "select" | "function"
+            )
+        })
         .count();
     if max > MAX_BRACKETS || ticks > MAX_BRACKETS || compounds > 4 * MAX_BRACKETS {
         return Err(ParseError(format!(

@@ -24,7 +24,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::exec::sandbox::{SandboxConfig, SandboxFile};
+use crate::sandbox::config::{SandboxConfig, SandboxFile};
 
 pub use decision::{Action, Category, Decision, Finding};
 pub use rules::{Rule, builtin_defaults, builtin_rules};
