@@ -247,6 +247,15 @@ fn run_attacks(env: &Env, t: &Target, extra: &[&str], must_not_run: bool) -> (Ve
     let mut violations = Vec::new();
     let mut ran = 0;
     t.connections();
+    // The driver sees a connection when there is one.
+    let probe = std::net::TcpStream::connect(t.listener.local_addr().unwrap()).unwrap();
+    drop(probe);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(
+        t.connections(),
+        1,
+        "the listener must see the driver's own connection"
+    );
     for (n, line) in attack_lines() {
         let cmd = line
             .replace("@CANARY@", t.canary.to_str().unwrap())
