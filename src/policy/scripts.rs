@@ -368,6 +368,11 @@ fn path_literals(code: &str) -> Vec<String> {
         .collect()
 }
 
+/// `print > "f"`, `printf ... >> f` in an awk program.
+static AWK_WRITE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r#"print[f]?\b[^;}\n]*?>{1,2}\s*("([^"]*)"|[^;}\s]+)"#).expect("valid regex")
+});
+
 /// `awk`: `system()`, pipes to or from commands, `print > FILE`, `getline < FILE`.
 pub fn awk(argv: &[String]) -> Analysis {
     let mut a = Analysis::default();
@@ -440,9 +445,7 @@ pub fn awk(argv: &[String]) -> Analysis {
     }
     // `print > "f"`, `printf ... >> "f"`: a literal target is checked, any other is not
     // known.
-    let re = regex::Regex::new(r#"print[f]?\b[^;}\n]*?>{1,2}\s*("([^"]*)"|[^;}\s]+)"#)
-        .expect("valid regex");
-    for cap in re.captures_iter(&prog) {
+    for cap in AWK_WRITE.captures_iter(&prog) {
         match cap.get(2) {
             Some(f) => {
                 let f = f.as_str().to_string();

@@ -58,6 +58,25 @@ pub(crate) fn bench_policy(
         worst.1.replace('\n', "\\n")
     ));
 
+    // What `avfs exec -- true` pays for its decision.
+    let argv = vec!["true".to_string()];
+    let mut t_true = Stat::default();
+    for _ in 0..reps * 10 {
+        let t = Instant::now();
+        let d = policy.decide_argv(&argv, &[], None);
+        t_true.push(t.elapsed());
+        std::hint::black_box(d);
+    }
+    rows.push(Row {
+        op: "decide `-- true` (library)".into(),
+        files: 1,
+        avfs: t_true,
+        label: Some("1 argv".into()),
+        goal: Some(Goal::Under(1e-3)),
+        goal_applies: true,
+        ..Default::default()
+    });
+
     // Whole processes: `avfs policy check --shell LINE`, this binary and (when given)
     // the old one, interleaved line by line.
     let home = base.join("policy-home");
