@@ -188,11 +188,24 @@ impl Classifier<'_> {
                     "path-outside",
                     format!("program {prog}: {why}"),
                 ),
+                Verdict::Inside if tool_dir(prog) => {
+                    // A tool installed in the workspace (`.venv/bin/pytest`,
+                    // `node_modules/.bin/jest`): classified as that tool, at least
+                    // `mutating` (it is workspace code).
+                    let f = self.policy.finding_for(argv, &[]);
+                    let c = f.category.max(Category::Mutating);
+                    self.add(
+                        prog,
+                        c,
+                        "workspace-tool",
+                        format!("runs {prog}, installed in the workspace"),
+                    );
+                }
                 Verdict::Inside => self.add(
                     prog,
-                    Category::Mutating,
+                    Category::Unknown,
                     "workspace-program",
-                    format!("runs {prog} from the workspace: the policy cannot see what it does (the sandbox confines it)"),
+                    format!("runs {prog} from the workspace: no rule knows what it does"),
                 ),
                 _ => self.add(
                     prog,
@@ -289,6 +302,19 @@ impl Classifier<'_> {
             _ => {}
         }
     }
+}
+
+/// Directories where package managers install tools into a project.
+fn tool_dir(prog: &str) -> bool {
+    [
+        "node_modules/.bin/",
+        ".venv/bin/",
+        "venv/bin/",
+        ".tox/",
+        "target/debug/build/",
+    ]
+    .iter()
+    .any(|d| prog.contains(d))
 }
 
 /// The parts of one argument that may be paths.

@@ -318,7 +318,7 @@ pub fn sed(argv: &[String]) -> Analysis {
     }
     if script_files && !sandboxed {
         a.effect(
-            Category::Mutating,
+            Category::Unknown,
             "workspace-script",
             "runs a sed script file: the policy cannot see what it does",
         );
@@ -425,7 +425,7 @@ pub fn awk(argv: &[String]) -> Analysis {
     }
     if from_file {
         a.effect(
-            Category::Mutating,
+            Category::Unknown,
             "workspace-script",
             "runs an awk program file: the policy cannot see what it does",
         );
