@@ -237,14 +237,18 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
         }
         "source" | "." => {
             let mut a = Analysis::default();
-            if let Some(f) = argv.get(1) {
-                a.effect(
-                    Category::Mutating,
-                    "workspace-script",
-                    format!(
-                        "runs the script {f} in this shell: the policy cannot see what it does"
-                    ),
-                );
+            match argv.get(1) {
+                // A virtual environment's activation only sets variables.
+                Some(f) if f.ends_with("bin/activate") => {}
+                Some(f) => {
+                    a.transparent = true;
+                    a.effect(
+                        Category::Unknown,
+                        "workspace-script",
+                        format!("runs the script {f} in this shell: no rule knows what it does"),
+                    );
+                }
+                None => {}
             }
             a
         }
