@@ -235,6 +235,11 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         _ => Some(planned_vault.as_str()),
     };
     let policy = load_policy(&target, &base, fork_name)?;
+    // Where the command will see the workspace: absolute paths below it are its own.
+    let ws_path = {
+        let mut store = Store::open(&base.path)?;
+        store.read(|db| path::workspace_path(db, &target.home, &reg, &base))?
+    };
     let request = envelope::Request {
         command: req.command.envelope(),
         cwd: format!("/{}", cwd.join("/")),
@@ -244,17 +249,12 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
     };
     let mut decision: Decision = if req.interactive {
         // `avfs shell`: a person types the commands; the sandbox still applies.
-        let mut d = policy.decide_argv(&["true".to_string()], &cwd, None);
+        let mut d = policy.decide_argv(&["true".to_string()], &cwd, Some(&ws_path));
         d.action = Action::AllowWithCheckpoint;
         d.matched_rule = "interactive".into();
         d.reason = "an interactive shell: a person at the terminal decides".into();
         d
     } else {
-        // Absolute paths are judged against the vault's stable workspace path (when it
-        // cannot be read, they all count as outside: the strict side).
-        let ws_path = Store::open(&base.path)
-            .and_then(|mut st| st.read(|db| path::workspace_path(db, &ctx.home, &reg, &base)))
-            .ok();
         policy.decide(&crate::policy::Request {
             command: match &req.command {
                 Command::Shell(s) => crate::policy::CommandLine::Shell(s),
@@ -262,7 +262,7 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
             },
             cwd: &cwd,
             env: &req.env,
-            workspace: ws_path.as_deref(),
+            workspace: Some(&ws_path),
         })
     };
     if let Some(ap) = &approved {
@@ -406,6 +406,7 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         decision: &decision,
         policy: &policy,
         network,
+        ws_path: &ws_path,
     };
     let ephemeral = run::run(job, &mut envelope)?;
     Ok(Outcome {

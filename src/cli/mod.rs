@@ -137,8 +137,11 @@ pub enum Command {
 
 #[derive(clap::Args, Debug)]
 pub struct McpArgs {
-    /// Do not keep the workspace mounted for the session (each exec then mounts for
-    /// itself, with cold kernel caches).
+    /// Keep the workspace mounted (FUSE) for the session: what exec's FUSE engine then
+    /// reuses. The default where overlayfs cannot run (exec falls back to FUSE).
+    #[arg(long, conflicts_with = "no_mount")]
+    mount: bool,
+    /// Never keep the workspace mounted for the session.
     #[arg(long)]
     no_mount: bool,
 }
@@ -401,6 +404,12 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Shell(a) => shell::shell(ctx, a),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(ctx, a),
-        Command::Mcp(a) => crate::mcp::serve(&ctx.home, ctx.vault_sel.clone(), !a.no_mount),
+        Command::Mcp(a) => {
+            // With the overlay engine every exec runs at the workspace's stable path on
+            // the host's own file system: a session mount would only cost.
+            let mount =
+                a.mount || (!a.no_mount && crate::engine::overlay_unavailable(&ctx.home).is_some());
+            crate::mcp::serve(&ctx.home, ctx.vault_sel.clone(), mount)
+        }
     }
 }

@@ -523,3 +523,32 @@ pub fn count_diff(db: &Connection, a: &Hash, b: &Hash, limit: u64) -> Result<Opt
     }
     Ok(Some(n))
 }
+
+/// The cache's size limit: `$AVFS_LAYER_CACHE_BYTES`, default 10 GiB.
+pub fn budget() -> u64 {
+    std::env::var("AVFS_LAYER_CACHE_BYTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10 << 30)
+}
+
+/// What `avfs gc` does to the cache: layers no root points at go, and the least recently
+/// used roots are forgotten while the cache is over its budget. Layers a run stands on
+/// (its run directory still exists) stay.
+pub fn trim_cache(home: &Path) -> Result<TrimStats> {
+    let cache = LayerCache::new(home);
+    if !cache.dir.is_dir() {
+        return Ok(TrimStats::default());
+    }
+    let mut in_use = vec![];
+    if let Ok(rd) = fs::read_dir(super::overlay::runs_dir(home)) {
+        for e in rd.flatten() {
+            if let Ok(text) = fs::read(e.path().join("run.json"))
+                && let Ok(r) = serde_json::from_slice::<super::overlay::RunRecord>(&text)
+            {
+                in_use.extend(r.stack.layers);
+            }
+        }
+    }
+    cache.trim(Some(budget()), &in_use)
+}

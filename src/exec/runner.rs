@@ -283,6 +283,8 @@ fn close_inherited_fds(first: i32) {
 struct InitReport {
     status: Option<(Option<i32>, Option<i32>, Instant)>,
     lingering: Option<bool>,
+    /// Processes that had left the command's process group, as PID 1 saw them.
+    escaped: Vec<EscapedProcess>,
 }
 
 /// Reads the init's report lines as they come, each with the time it arrived.
@@ -304,6 +306,12 @@ fn read_report(src: std::fs::File) -> mpsc::Receiver<InitReport> {
             }
             if let Some(l) = v["lingering"].as_bool() {
                 r.lingering = Some(l);
+            }
+            for p in v["escaped"].as_array().into_iter().flatten() {
+                r.escaped.push(EscapedProcess {
+                    pid: p["pid"].as_i64().unwrap_or(0) as i32,
+                    command: p["command"].as_str().unwrap_or("").to_string(),
+                });
             }
         }
         let _ = tx.send(r);
@@ -495,7 +503,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     } else {
         escaped(spec, pgid, &before)
     };
-    let escaped_processes: Vec<EscapedProcess> = gone
+    let mut escaped_processes: Vec<EscapedProcess> = gone
         .iter()
         .map(|&pid| EscapedProcess {
             pid,
@@ -517,14 +525,15 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     });
     let (mut exit_code, mut signal, mut lingering) = (status.code(), status.signal(), lingering);
     if let Some(rx) = report_rx {
-        let rep = rx.recv_timeout(wait).unwrap_or_default();
+        let mut rep = rx.recv_timeout(wait).unwrap_or_default();
+        escaped_processes.append(&mut rep.escaped);
         match rep.status {
             Some((code, sig, at)) => {
                 (exit_code, signal) = (code, sig);
                 duration_ms = duration_ms.min(at.duration_since(start).as_millis() as u64);
                 lingering |= rep.lingering.unwrap_or(false);
             }
-            // Killed with its sandbox after a timeout: bwrap's status is the truth.
+            // Killed with its PID 1 after a timeout: the set-up's status is the truth.
             None if timed_out => {}
             None => {
                 let text = text(&err);

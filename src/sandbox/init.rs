@@ -182,6 +182,29 @@ pub fn init_main(c: &Command) -> i32 {
     // What the command left running: SIGTERM, 2 s to exit, then SIGKILL.
     reap(-1);
     let lingering = others_alive();
+    // What is left, told apart as the runner reports it: still in the command's process
+    // group (`lingering`), or gone off on its own (`setsid`, a daemon: `escaped`). PIDs
+    // are the run's own; the kernel ends them all with us in any case.
+    let mut in_group = false;
+    let mut escaped = vec![];
+    if lingering {
+        for p in crate::exec::procs::scan() {
+            if p.pid == 1 || p.zombie {
+                continue;
+            }
+            if p.pgid == pid {
+                in_group = true;
+            } else {
+                escaped.push(serde_json::json!({
+                    "pid": p.pid, "command": crate::exec::procs::command_line(p.pid)
+                }));
+            }
+        }
+    }
+    // Said at once: a timeout's SIGKILL may end us before they are gone.
+    if !escaped.is_empty() {
+        report(&serde_json::json!({"escaped": escaped}));
+    }
     if lingering {
         signal_all(libc::SIGTERM);
         let until = Instant::now() + Duration::from_secs(2);
@@ -200,6 +223,6 @@ pub fn init_main(c: &Command) -> i32 {
             wait_signal(&set, Some(left.min(Duration::from_millis(50))));
         }
     }
-    report(&serde_json::json!({"lingering": lingering}));
+    report(&serde_json::json!({"lingering": in_group}));
     code.unwrap_or_else(|| 128 + sig.unwrap_or(0))
 }
