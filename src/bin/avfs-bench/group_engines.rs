@@ -280,7 +280,7 @@ pub(crate) fn bench_engines(
         "cp",
         [OsStr::new("-a"), seed.as_os_str(), extracted.as_os_str()],
     ))?;
-    run(native_cmd(&extracted, &tar))?;
+    run(&mut native_cmd(&extracted, &tar))?;
     restore("base")?;
     timed_exec(
         &mut exec_cmd(&env, "bench", "overlay", "/", &tar),
@@ -313,7 +313,7 @@ pub(crate) fn bench_engines(
             committed.as_os_str(),
         ],
     ))?;
-    run(native_cmd(&committed.join("tree"), &commit))?;
+    run(&mut native_cmd(&committed.join("tree"), &commit))?;
     restore("extracted")?;
     timed_exec(
         &mut exec_cmd(&env, "bench", "overlay", "/tree", &commit),
