@@ -14,6 +14,8 @@ need python3 || missing+=(python3)
 # The exec tests run node scripts (the sandbox needs nothing installed: it is the
 # kernel's namespaces, Landlock and seccomp).
 need node || missing+=(nodejs)
+# tests/policy.rs runs attack lines that try to reach a loopback listener with curl.
+need curl || missing+=(curl)
 # The Python client and the MCP client tests run in a virtualenv of their own.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -51,6 +51,8 @@ pub struct ImportStats {
     pub bytes: u64,
     /// Host paths left out, each with the reason.
     pub skipped: Vec<String>,
+    /// Entries whose setuid/setgid bits were dropped (kept only with `keep_setuid`).
+    pub setuid_dropped: u64,
 }
 
 /// What an export did.
@@ -67,6 +69,8 @@ pub struct ExportStats {
     pub bytes: u64,
     /// Workspace paths that could not be recreated on the host, each with the reason.
     pub skipped: Vec<String>,
+    /// Entries whose setuid/setgid bits were dropped (kept only with `keep_setuid`).
+    pub setuid_dropped: u64,
 }
 
 fn host_err(p: &Path, e: io::Error) -> Error {
@@ -409,11 +413,15 @@ fn locate_dest(ws: &Workspace, dest: &[Vec<u8>], create: bool) -> Result<Option<
 /// entries are merged into it: same-named directories are merged recursively (and take the
 /// host directory's attributes), any other same-named entry is replaced.
 ///
+/// Setuid and setgid bits are dropped (and counted) unless `keep_setuid`: a file that
+/// runs as its owner should not enter a workspace an agent works in by accident.
+///
 /// Call it inside a write transaction: on error the caller must roll back.
 pub fn import(
     ws: &Workspace,
     host: &Path,
     dest: &[Vec<u8>],
+    keep_setuid: bool,
     progress: &dyn Fn(u64),
 ) -> Result<ImportStats> {
     // Fail on a bad destination before reading anything.
@@ -432,7 +440,7 @@ pub fn import(
         Ok((walked?, contents))
     })?;
     let Walk {
-        nodes,
+        mut nodes,
         skipped,
         bytes,
     } = walk;
@@ -441,6 +449,12 @@ pub fn import(
         skipped,
         ..Default::default()
     };
+    if !keep_setuid {
+        for n in nodes.iter_mut().filter(|n| n.mode & 0o6000 != 0) {
+            n.mode &= !0o6000;
+            stats.setuid_dropped += 1;
+        }
+    }
 
     // Hard links: names inside the tree that share (dev, ino) form one link group. A file
     // whose other names are all outside the tree is imported as a plain file.
@@ -738,6 +752,8 @@ fn ignore_eperm(r: io::Result<()>) -> io::Result<()> {
 struct Exporter<'w, 'a> {
     ws: &'w Workspace<'a>,
     root: bool,
+    /// Keep setuid/setgid bits (`--keep-setuid`); otherwise they are dropped.
+    keep_setuid: bool,
     stats: ExportStats,
     /// First exported path of each inode with more than one name.
     links: HashMap<u64, PathBuf>,
@@ -746,6 +762,16 @@ struct Exporter<'w, 'a> {
 }
 
 impl Exporter<'_, '_> {
+    /// The permission bits to give a host entry: setuid/setgid dropped unless kept.
+    fn host_mode(&mut self, mode: u32) -> u32 {
+        let m = mode & 0o7777;
+        if self.keep_setuid || m & 0o6000 == 0 {
+            return m;
+        }
+        self.stats.setuid_dropped += 1;
+        m & !0o6000
+    }
+
     fn file_done(&mut self) {
         self.done += 1;
         if self.done.is_multiple_of(PROGRESS_EVERY) {
@@ -838,7 +864,8 @@ impl Exporter<'_, '_> {
                 .map_err(|e| host_err(p, e))?;
         }
         // After writing and chown, both of which may clear setuid/setgid bits.
-        f.set_permissions(fs::Permissions::from_mode(i.mode & 0o7777))
+        let mode = self.host_mode(i.mode);
+        f.set_permissions(fs::Permissions::from_mode(mode))
             .map_err(|e| host_err(p, e))?;
         let t = times(i.mtime_ns);
         // SAFETY: the descriptor is open and `t` holds two timespecs.
@@ -862,7 +889,7 @@ impl Exporter<'_, '_> {
                 ));
                 return Ok(false);
             }
-            let mode = (i.kind.ifmt() | (i.mode & 0o7777)) as libc::mode_t;
+            let mode = (i.kind.ifmt() | (i.mode & 0o1777)) as libc::mode_t;
             // SAFETY: `c` is a valid NUL-terminated path.
             if let Err(e) = check(unsafe { libc::mknod(c.as_ptr(), mode, i.rdev as libc::dev_t) }) {
                 self.stats
@@ -872,17 +899,11 @@ impl Exporter<'_, '_> {
             }
         }
         self.set_owner(p, i)?;
+        let mode = self.host_mode(i.mode);
         // A FIFO or device node is not opened (that could block or touch a device).
         // SAFETY: `c` is a valid NUL-terminated path.
-        check(unsafe {
-            libc::fchmodat(
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                (i.mode & 0o7777) as libc::mode_t,
-                0,
-            )
-        })
-        .map_err(|e| host_err(p, e))?;
+        check(unsafe { libc::fchmodat(libc::AT_FDCWD, c.as_ptr(), mode as libc::mode_t, 0) })
+            .map_err(|e| host_err(p, e))?;
         set_mtime_nofollow(p, i.mtime_ns).map_err(|e| host_err(p, e))?;
         Ok(true)
     }
@@ -1002,7 +1023,8 @@ impl Exporter<'_, '_> {
                 }
                 Step::Exit { inode, host } => {
                     self.set_owner(&host, &inode)?;
-                    fs::set_permissions(&host, fs::Permissions::from_mode(inode.mode & 0o7777))
+                    let mode = self.host_mode(inode.mode);
+                    fs::set_permissions(&host, fs::Permissions::from_mode(mode))
                         .map_err(|e| host_err(&host, e))?;
                     set_mtime_nofollow(&host, inode.mtime_ns).map_err(|e| host_err(&host, e))?;
                 }
@@ -1018,12 +1040,14 @@ impl Exporter<'_, '_> {
 /// anything else, unless `force`: then the export writes into it, replacing same-named
 /// entries and keeping unrelated ones. Owners are set only when running as root; device
 /// nodes and sockets are recreated only by root and otherwise reported in `skipped`.
-/// A file exported into an existing directory keeps its name there.
+/// A file exported into an existing directory keeps its name there. Setuid and setgid
+/// bits are dropped (and counted) unless `keep_setuid`.
 pub fn export(
     ws: &Workspace,
     src: &[Vec<u8>],
     host: &Path,
     force: bool,
+    keep_setuid: bool,
     progress: &dyn Fn(u64),
 ) -> Result<ExportStats> {
     let (node, resolved) = ws
@@ -1060,6 +1084,7 @@ pub fn export(
     let mut ex = Exporter {
         ws,
         root,
+        keep_setuid,
         stats: ExportStats::default(),
         links: HashMap::new(),
         done: 0,
@@ -1241,7 +1266,7 @@ mod tests {
         let stats = store
             .write(|db| {
                 let mut ws = Workspace::open(db, "main")?;
-                let st = import(&ws, &host, &[], &|_| calls.set(calls.get() + 1))?;
+                let st = import(&ws, &host, &[], true, &|_| calls.set(calls.get() + 1))?;
                 ws.checkpoint(Some("c1"), None, "test")?;
                 Ok(st)
             })
@@ -1258,7 +1283,16 @@ mod tests {
         // From the live layer the import built.
         let out = tmp.path().join("out");
         let st = store
-            .write(|db| export(&Workspace::open(db, "main")?, &[], &out, false, &|_| {}))
+            .write(|db| {
+                export(
+                    &Workspace::open(db, "main")?,
+                    &[],
+                    &out,
+                    false,
+                    true,
+                    &|_| {},
+                )
+            })
             .unwrap();
         assert_eq!(st.hardlinks, 1);
         assert_eq!(st.symlinks, 2);
@@ -1272,7 +1306,7 @@ mod tests {
                 let mut ws = Workspace::open(db, "main")?;
                 let cp = ws.find_checkpoint("c1")?;
                 ws.restore(&cp)?;
-                export(&ws, &[], &out2, false, &|_| {})
+                export(&ws, &[], &out2, false, true, &|_| {})
             })
             .unwrap();
         compare(&host, &out2, false);
@@ -1289,11 +1323,11 @@ mod tests {
         store
             .write(|db| {
                 let mut ws = Workspace::open(db, "main")?;
-                import(&ws, &host, &comps("/sub/dir"), &|_| {})?;
+                import(&ws, &host, &comps("/sub/dir"), true, &|_| {})?;
                 ws.checkpoint(Some("c1"), None, "test")?;
                 let cp = ws.find_checkpoint("c1")?;
                 ws.restore(&cp)?;
-                export(&ws, &comps("/sub/dir"), &out, false, &|_| {})
+                export(&ws, &comps("/sub/dir"), &out, false, true, &|_| {})
             })
             .unwrap();
         // The import root took the host directory's own attributes.
@@ -1307,8 +1341,8 @@ mod tests {
         store
             .write(|db| {
                 let ws = Workspace::open(db, "main")?;
-                export(&ws, &comps("/sub/dir/a/x.sh"), &one, false, &|_| {})?;
-                export(&ws, &comps("/sub/dir/a/x.sh"), &into, false, &|_| {})
+                export(&ws, &comps("/sub/dir/a/x.sh"), &one, false, true, &|_| {})?;
+                export(&ws, &comps("/sub/dir/a/x.sh"), &into, false, true, &|_| {})
             })
             .unwrap();
         compare(&host.join("a/x.sh"), &one, true);
@@ -1324,7 +1358,7 @@ mod tests {
         store
             .write(|db| {
                 let mut ws = Workspace::open(db, "main")?;
-                import(&ws, &host, &[], &|_| {})?;
+                import(&ws, &host, &[], true, &|_| {})?;
                 ws.checkpoint(Some("c1"), None, "test")?;
                 Ok(())
             })
@@ -1339,7 +1373,7 @@ mod tests {
                 ws.checkpoint(Some("c2"), None, "test")?;
                 let cp = ws.find_checkpoint("c2")?;
                 ws.restore(&cp)?;
-                export(&ws, &[], &out, false, &|_| {})
+                export(&ws, &[], &out, false, true, &|_| {})
             })
             .unwrap();
         assert_eq!(fs::read(out.join("d1/h1")).unwrap(), b"new");
@@ -1354,7 +1388,7 @@ mod tests {
         make_host(&host);
         let mut store = new_vault(tmp.path());
         store
-            .write(|db| import(&Workspace::open(db, "main")?, &host, &[], &|_| {}))
+            .write(|db| import(&Workspace::open(db, "main")?, &host, &[], true, &|_| {}))
             .unwrap();
 
         let out = tmp.path().join("out");
@@ -1365,7 +1399,16 @@ mod tests {
         fs::write(&file, "a file").unwrap();
         for target in [&out, &file] {
             let err = store
-                .write(|db| export(&Workspace::open(db, "main")?, &[], target, false, &|_| {}))
+                .write(|db| {
+                    export(
+                        &Workspace::open(db, "main")?,
+                        &[],
+                        target,
+                        false,
+                        true,
+                        &|_| {},
+                    )
+                })
                 .unwrap_err();
             assert!(
                 matches!(err, Error::Refused(ref m) if m.contains("--force")),
@@ -1387,7 +1430,16 @@ mod tests {
         fs::create_dir(&victim).unwrap();
         symlink(&victim, out.join("a")).unwrap();
         store
-            .write(|db| export(&Workspace::open(db, "main")?, &[], &out, true, &|_| {}))
+            .write(|db| {
+                export(
+                    &Workspace::open(db, "main")?,
+                    &[],
+                    &out,
+                    true,
+                    true,
+                    &|_| {},
+                )
+            })
             .unwrap();
         assert_eq!(fs::read(out.join("keep")).unwrap(), b"mine");
         assert_eq!(fs::read(out.join("zero")).unwrap(), b"");
@@ -1413,9 +1465,9 @@ mod tests {
                 let m = ws.get(m.ino)?;
                 let d1 = ws.create(&m, b"d1", NewNode::new(Kind::Dir, 0o700))?;
                 ws.create(&d1, b"old", NewNode::new(Kind::File, 0o644))?;
-                import(&ws, &host, &comps("/m"), &|_| {})?;
+                import(&ws, &host, &comps("/m"), true, &|_| {})?;
                 // Importing twice replaces everything with equal content.
-                import(&ws, &host, &comps("/m"), &|_| {})?;
+                import(&ws, &host, &comps("/m"), true, &|_| {})?;
                 Ok(())
             })
             .unwrap();
@@ -1426,7 +1478,7 @@ mod tests {
                 ws.checkpoint(Some("c1"), None, "test")?;
                 let cp = ws.find_checkpoint("c1")?;
                 ws.restore(&cp)?;
-                export(&ws, &comps("/m"), &out, false, &|_| {})
+                export(&ws, &comps("/m"), &out, false, true, &|_| {})
             })
             .unwrap();
         // The merged d1 keeps its extra file and takes the host's attributes.
@@ -1443,7 +1495,7 @@ mod tests {
         let mut store = new_vault(tmp.path());
         let missing = tmp.path().join("missing");
         let err = store
-            .write(|db| import(&Workspace::open(db, "main")?, &missing, &[], &|_| {}))
+            .write(|db| import(&Workspace::open(db, "main")?, &missing, &[], true, &|_| {}))
             .unwrap_err();
         assert!(
             matches!(err, Error::Host { ref what, .. } if what.contains("missing")),
@@ -1457,6 +1509,7 @@ mod tests {
                     &Workspace::open(db, "main")?,
                     tmp.path(),
                     &comps("/t"),
+                    true,
                     &|_| {},
                 )
             })
@@ -1484,12 +1537,12 @@ mod tests {
         store
             .write(|db| {
                 let mut ws = Workspace::open(db, "main")?;
-                import(&ws, &host, &[], &|_| {})?;
+                import(&ws, &host, &[], true, &|_| {})?;
                 ws.checkpoint(Some("c1"), None, "test")?;
                 let cp = ws.find_checkpoint("c1")?;
                 // A fresh live layer: /x is not materialized yet.
                 ws.restore(&cp)?;
-                import(&ws, &host2, &[], &|_| {})?;
+                import(&ws, &host2, &[], true, &|_| {})?;
                 let h2 = ws.resolve_existing(&comps("/y/h2"), false)?;
                 assert_eq!(h2.nlink, 1);
                 assert_eq!(ws.resolve_existing(&comps("/x"), false)?.kind, Kind::File);
@@ -1541,13 +1594,22 @@ mod tests {
         let (t, cpu0) = (std::time::Instant::now(), cpu_seconds());
         let dest = comps("/imported");
         let st = store
-            .write(|db| import(&Workspace::open(db, "main")?, &host, &dest, &|_| {}))
+            .write(|db| import(&Workspace::open(db, "main")?, &host, &dest, true, &|_| {}))
             .unwrap();
         report("imported", st.files, t, cpu0);
         let out = tmp.path().join("out");
         let (t, cpu0) = (std::time::Instant::now(), cpu_seconds());
         let st = store
-            .write(|db| export(&Workspace::open(db, "main")?, &dest, &out, false, &|_| {}))
+            .write(|db| {
+                export(
+                    &Workspace::open(db, "main")?,
+                    &dest,
+                    &out,
+                    false,
+                    true,
+                    &|_| {},
+                )
+            })
             .unwrap();
         report("exported", st.files, t, cpu0);
     }

@@ -24,3 +24,4 @@ pub use error::{Error, Result};
 pub mod hostio;
 pub mod maintenance;
 pub mod mount;
+pub mod policy;

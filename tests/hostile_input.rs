@@ -1285,8 +1285,8 @@ fn shell_quote(s: &str) -> String {
 /// Feeds `iters` random and mutated inputs to every decoder of stored bytes and to the
 /// shell parser and policy. A panic fails the test with the input that caused it.
 fn decoders_survive(iters: u64, seed: u64) {
-    use agentvfs::exec::policy::Policy;
-    use agentvfs::exec::shell;
+    use agentvfs::policy::Policy;
+    use agentvfs::policy::grammar as shell;
     use agentvfs::store::objects::{Tree, decode_chunk_list};
     let policy = Policy::builtin();
     let trees = seed_trees();
@@ -1381,7 +1381,7 @@ fn decoders_survive_1e5_inputs() {
 /// The deepest nesting a shell line can have before the parser gives up cleanly.
 #[test]
 fn deeply_nested_shell_lines_fail_closed() {
-    use agentvfs::exec::policy::{Action, Policy};
+    use agentvfs::policy::{Action, Policy};
     let p = Policy::builtin();
     for depth in [10usize, 100, 1000, 10_000] {
         // Nested command substitutions beyond the parser's depth limit fail closed.

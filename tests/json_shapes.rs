@@ -243,6 +243,7 @@ const HOST_STATS: &[(&str, Kind)] = &[
     ("hardlinks", Num),
     ("bytes", Num),
     ("skipped", Arr),
+    ("setuid_dropped", Num),
 ];
 
 const VERIFY_CHECKED: &[(&str, Kind)] = &[
@@ -1327,4 +1328,72 @@ fn mount_mounts_unmount() {
     drop(guard);
     assert_eq!(doc(&env, &["mounts"])["mounts"], serde_json::json!([]));
     err_doc(&env, &["unmount", &mps], 1, "not_found");
+}
+
+/// `policy check` (the envelope's decision object) and `policy test --corpus`.
+#[test]
+fn policy_check_and_corpus() {
+    let env = Env::new();
+    doc(&env, &["vault", "create", "p"]);
+    let d = doc(
+        &env,
+        &[
+            "--vault",
+            "p",
+            "policy",
+            "check",
+            "--shell",
+            "cat a; cat /etc/passwd",
+        ],
+    );
+    shape(
+        &d,
+        &[
+            ("action", Str),
+            ("categories", Arr),
+            ("matched_rule", Str),
+            ("reason", Str),
+            ("findings", Arr),
+        ],
+    );
+    assert_eq!(d["action"], "deny");
+    assert_eq!(
+        d["categories"],
+        serde_json::json!(["read_only", "host_escape_risk"])
+    );
+    each(
+        &d["findings"],
+        &[
+            ("program", Str),
+            ("category", Str),
+            ("action", Str),
+            ("rule", Str),
+            ("reason", Str),
+        ],
+    );
+    let f = env.path("corpus.txt");
+    std::fs::write(&f, "allow read_only ls\ndeny read_only cat /etc/passwd\n").unwrap();
+    let mut a = vec!["--json", "--vault", "p", "policy", "test", "--corpus"];
+    a.push(f.to_str().unwrap());
+    let r = env.run(&a);
+    assert_eq!(r.code, 1, "one line fails: {}", r.stdout);
+    let t = one_document(&r.stdout);
+    shape(&t, &[("ok", Bool), ("lines", Num), ("failed", Arr)]);
+    assert_eq!(t["lines"], 2);
+    let failed = each(
+        &t["failed"],
+        &[
+            ("line", Num),
+            ("command", Str),
+            ("expected_action", Str),
+            ("expected_category", Str),
+            ("action", Str),
+            ("category", Str),
+            ("rule", Str),
+            ("reason", Str),
+            ("ok", Bool),
+        ],
+    );
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["category"], "host_escape_risk");
 }

@@ -255,10 +255,15 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         d.reason = "an interactive shell: a person at the terminal decides".into();
         d
     } else {
-        match &req.command {
-            Command::Shell(s) => policy.decide_shell(s, &cwd, Some(&ws_path)),
-            Command::Argv(a) => policy.decide_argv(a, &cwd, Some(&ws_path)),
-        }
+        policy.decide(&crate::policy::Request {
+            command: match &req.command {
+                Command::Shell(s) => crate::policy::CommandLine::Shell(s),
+                Command::Argv(a) => crate::policy::CommandLine::Argv(a),
+            },
+            cwd: &cwd,
+            env: &req.env,
+            workspace: Some(&ws_path),
+        })
     };
     if let Some(ap) = &approved {
         // A human approved exactly this request: it runs once, with a checkpoint.

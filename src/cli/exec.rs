@@ -11,6 +11,7 @@ use crate::boundary::{self, CheckpointMode, Command, ExecRequest, SandboxMode, c
 use crate::engine::EngineKind;
 use crate::error::{Error, Result};
 use crate::exec::envelope::Envelope;
+use crate::policy::{CommandLine, Policy, Request as PolicyRequest, corpus};
 
 #[derive(Args, Debug)]
 pub struct ExecArgs {
@@ -79,13 +80,20 @@ pub enum PolicyCmd {
     Check {
         #[arg(long, default_value = "/")]
         cwd: String,
+        /// Environment the command would run with (as `exec --env`).
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
         #[arg(long, conflicts_with = "argv")]
         shell: Option<String>,
         #[arg(last = true)]
         argv: Vec<String>,
     },
-    /// Run every rule's inline examples and counter-examples.
-    Test,
+    /// Run every rule's inline examples and counter-examples, or a decision corpus.
+    Test {
+        /// A corpus file: `DECISION CATEGORY COMMAND` per line (docs/exec.md).
+        #[arg(long, value_name = "FILE")]
+        corpus: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -222,7 +230,7 @@ pub fn decide(ctx: &Ctx, a: DecideArgs, approve: bool) -> Result<i32> {
 }
 
 pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
-    let (_, v) = ctx.target()?;
+    let (reg, v) = ctx.target()?;
     let p = boundary::load_policy(&ctx.lib(), &v, None)?;
     match cmd {
         PolicyCmd::Show => {
@@ -272,11 +280,17 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                 }
             });
         }
-        PolicyCmd::Check { cwd, shell, argv } => {
+        PolicyCmd::Check {
+            cwd,
+            env,
+            shell,
+            argv,
+        } => {
             let cwd = cwd_components(&cwd)?;
-            let d = match (&shell, argv.is_empty()) {
-                (Some(s), _) => p.decide_shell(s, &cwd, None),
-                (None, false) => p.decide_argv(&argv, &cwd, None),
+            let env = env_pairs(&env)?;
+            let command = match (&shell, argv.is_empty()) {
+                (Some(s), _) => CommandLine::Shell(s),
+                (None, false) => CommandLine::Argv(&argv),
                 (None, true) => {
                     return Err(Error::InvalidArgument(
                         "command".into(),
@@ -284,20 +298,33 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                     ));
                 }
             };
+            // As exec judges it: absolute paths below the vault's workspace path are inside.
+            let ws = crate::store::Store::open(&v.path)
+                .and_then(|mut st| {
+                    st.read(|db| boundary::path::workspace_path(db, &ctx.home, &reg, &v))
+                })
+                .ok();
+            let d = p.decide(&PolicyRequest {
+                command,
+                cwd: &cwd,
+                env: &env,
+                workspace: ws.as_deref(),
+            });
             ctx.out.emit(&d, || {
                 println!("{} ({}): {}", d.action.name(), d.matched_rule, d.reason);
                 for f in &d.findings {
                     println!(
                         "  {:<12} {:<18} {:<22} {}",
                         f.program,
-                        format!("{:?}", f.category),
+                        f.category.name(),
                         f.rule,
                         f.reason
                     );
                 }
             });
         }
-        PolicyCmd::Test => {
+        PolicyCmd::Test { corpus: Some(file) } => return corpus_test(ctx, &p, &file),
+        PolicyCmd::Test { corpus: None } => {
             let results = p.test_examples();
             let ok = results.iter().all(|r| r.ok);
             ctx.out.emit(&json!({"ok": ok, "results": results}), || {
@@ -320,6 +347,46 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn env_pairs(env: &[String]) -> Result<Vec<(String, String)>> {
+    env.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, val)) if !k.is_empty() => Ok((k.to_string(), val.to_string())),
+            _ => Err(Error::InvalidArgument(kv.clone(), "--env takes K=V".into())),
+        })
+        .collect()
+}
+
+/// `avfs policy test --corpus FILE`: decides every line of a decision corpus and
+/// reports those whose decision or deciding category differ; exit 1 if one does.
+fn corpus_test(ctx: &Ctx, p: &Policy, file: &std::path::Path) -> Result<i32> {
+    let text = std::fs::read_to_string(file).map_err(|e| Error::host(file.display(), e))?;
+    let lines =
+        corpus::parse(&text).map_err(|e| Error::InvalidArgument(file.display().to_string(), e))?;
+    let results = corpus::run(p, &lines, None);
+    let failed: Vec<&corpus::CorpusResult> = results.iter().filter(|r| !r.ok).collect();
+    let ok = failed.is_empty();
+    ctx.out.emit(
+        &json!({"ok": ok, "lines": results.len(), "failed": failed}),
+        || {
+            for r in &failed {
+                println!(
+                    "FAIL line {}: {}\n     expected {} {}, got {} {} ({}: {})",
+                    r.line,
+                    r.command,
+                    r.expected_action.name(),
+                    r.expected_category.name(),
+                    r.action.name(),
+                    r.category.name(),
+                    r.rule,
+                    r.reason
+                );
+            }
+            println!("{} lines, {} failed", results.len(), failed.len());
+        },
+    );
+    Ok(if ok { 0 } else { 1 })
 }
 
 fn finish(ctx: &Ctx, env: &Envelope, ephemeral: Option<&str>, keep: bool) -> Result<i32> {

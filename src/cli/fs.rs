@@ -125,6 +125,9 @@ pub struct ImportArgs {
     host_dir: PathBuf,
     #[arg(default_value = "/")]
     vault_dir: OsString,
+    /// Keep setuid/setgid bits (dropped by default).
+    #[arg(long)]
+    keep_setuid: bool,
 }
 
 #[derive(Args, Debug)]
@@ -134,6 +137,9 @@ pub struct ExportArgs {
     /// Write into an existing, non-empty host directory.
     #[arg(long)]
     force: bool,
+    /// Keep setuid/setgid bits (dropped by default).
+    #[arg(long)]
+    keep_setuid: bool,
 }
 
 fn lossy(p: &OsString) -> String {
@@ -739,7 +745,7 @@ pub fn import(ctx: &Ctx, a: ImportArgs) -> Result<i32> {
     let pb = progress_bar(ctx, "importing");
     let detail = json!({"from": a.host_dir.display().to_string(), "to": display(&dest)});
     let stats = ctx.mutate("import", detail, |ws| {
-        crate::hostio::import(ws, &a.host_dir, &dest, &|n| {
+        crate::hostio::import(ws, &a.host_dir, &dest, a.keep_setuid, &|n| {
             if let Some(pb) = &pb {
                 pb.set_position(n)
             }
@@ -759,6 +765,12 @@ pub fn import(ctx: &Ctx, a: ImportArgs) -> Result<i32> {
                 human_size(stats.bytes),
                 display(&dest)
             );
+            if stats.setuid_dropped > 0 {
+                println!(
+                    "dropped the setuid/setgid bits of {} entries (--keep-setuid keeps them)",
+                    stats.setuid_dropped
+                );
+            }
         },
     );
     Ok(0)
@@ -768,7 +780,7 @@ pub fn export(ctx: &Ctx, a: ExportArgs) -> Result<i32> {
     let src = parse(&a.vault_dir)?;
     let pb = progress_bar(ctx, "exporting");
     let stats = ctx.view(|ws| {
-        crate::hostio::export(ws, &src, &a.host_dir, a.force, &|n| {
+        crate::hostio::export(ws, &src, &a.host_dir, a.force, a.keep_setuid, &|n| {
             if let Some(pb) = &pb {
                 pb.set_position(n)
             }
@@ -788,6 +800,12 @@ pub fn export(ctx: &Ctx, a: ExportArgs) -> Result<i32> {
                 human_size(stats.bytes),
                 a.host_dir.display()
             );
+            if stats.setuid_dropped > 0 {
+                println!(
+                    "dropped the setuid/setgid bits of {} entries (--keep-setuid keeps them)",
+                    stats.setuid_dropped
+                );
+            }
         },
     );
     Ok(0)

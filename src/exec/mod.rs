@@ -1,13 +1,13 @@
-//! The exec boundary's parts: the shell parser, the policy, the process runner and the
-//! envelope every run returns. `crate::boundary` puts them together with the workspace,
-//! checkpoints and the engines. Nothing here touches SQL.
+//! The exec boundary's parts: the process runner and the envelope every run returns.
+//! `crate::boundary` puts them together with the policy (`crate::policy`, also reachable
+//! as `exec::policy`), the workspace, checkpoints and the engines. Nothing here touches
+//! SQL.
 
 pub mod envelope;
-pub mod policy;
+pub use crate::policy;
 pub mod procs;
 pub mod runner;
 pub mod sandbox;
-pub mod shell;
 pub mod watchdog;
 
 /// Exit status of `avfs exec` when the policy denies the command.

@@ -1,12 +1,13 @@
 //! `avfs-bench`: measures avfs side by side with a native directory on the same disk, and
-//! prints markdown tables of medians, ratios and goals. Three groups of workloads:
+//! prints markdown tables of medians, ratios and goals. Four groups of workloads:
 //!
 //! - `vault`: vault operations (import, fork, checkpoint save/restore, diff, cat) on
 //!   workspaces of several sizes, against `cp -a`, git, `diff -rq`, `cat`;
 //! - `mount`: real tools in a FUSE mount of a fresh vault and in a plain directory (tar,
 //!   git, find/stat, ls -lR, rm -rf, sequential I/O, cargo build);
 //! - `exec`: `avfs exec -- true` end to end with and without a live mount and with and
-//!   without `--sandbox`, and the change report of 100 changes in a 100 000-file workspace.
+//!   without `--sandbox`, and the change report of 100 changes in a 100 000-file workspace;
+//! - `policy`: the decision time for the lines of the decision corpus.
 //!
 //! ```text
 //! cargo run --release --bin avfs-bench -- [--groups vault,mount,exec] [--sizes ...] [--dir DIR] ...
@@ -41,11 +42,13 @@ const USAGE: &str =
                   [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
                   [--exec-files N] [--engine-workloads tar,git,...] [--engines overlay,fuse]
+                  [--policy-old-avfs PATH]
 
   --groups           which groups to run (default all): vault (vault operations), mount (real
                      tools in a FUSE mount vs a native directory), exec (avfs exec overhead,
                      with and without the sandbox, and the change report), engines (real
-                     workloads as whole `avfs exec` runs, overlay and FUSE engines, vs native)
+                     workloads as whole `avfs exec` runs, overlay and FUSE engines, vs native),
+                     policy (decision time for the lines of the decision corpus)
   --dir              where to put the trees, vaults and mounts (default: the system temp dir)
   --keep             keep the generated trees and vaults
   --avfs             the avfs binary to use (default: the one next to avfs-bench)
@@ -75,13 +78,17 @@ const USAGE: &str =
 
  engines group (also uses --tar-files, --io-mib, --mount-reps, --reps, --reps-cargo):
   --engine-workloads which to run (default all): tar, git, status, script, io, rm, cargo
-  --engines          which engines (default overlay,fuse)";
+  --engines          which engines (default overlay,fuse)
+
+ policy group:
+  --policy-old-avfs  an older avfs binary whose `policy check` is timed beside this one's";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
     Vault,
     Mount,
     Exec,
+    Policy,
     Engines,
 }
 
@@ -101,6 +108,7 @@ struct Args {
     cargo_release: bool,
     cargo_src: Option<PathBuf>,
     exec_files: usize,
+    policy_old_avfs: Option<PathBuf>,
     engine_workloads: Vec<String>,
     engines: Vec<String>,
 }
@@ -114,7 +122,13 @@ fn list(v: &str) -> Vec<String> {
 
 fn parse_args() -> BoxResult<Args> {
     let mut a = Args {
-        groups: vec![Group::Vault, Group::Mount, Group::Exec, Group::Engines],
+        groups: vec![
+            Group::Vault,
+            Group::Mount,
+            Group::Exec,
+            Group::Engines,
+            Group::Policy,
+        ],
         sizes: vec![1_000, 10_000, 100_000],
         reps: 7,
         native_reps: 3,
@@ -129,6 +143,7 @@ fn parse_args() -> BoxResult<Args> {
         cargo_release: false,
         cargo_src: None,
         exec_files: 100_000,
+        policy_old_avfs: None,
         engine_workloads: ENGINE_WORKLOADS.iter().map(|s| s.to_string()).collect(),
         engines: vec!["overlay".into(), "fuse".into()],
     };
@@ -154,8 +169,15 @@ fn parse_args() -> BoxResult<Args> {
                         "mount" => Group::Mount,
                         "exec" => Group::Exec,
                         "engines" => Group::Engines,
+                        "policy" => Group::Policy,
                         "all" => {
-                            g.extend([Group::Vault, Group::Mount, Group::Exec, Group::Engines]);
+                            g.extend([
+                                Group::Vault,
+                                Group::Mount,
+                                Group::Exec,
+                                Group::Engines,
+                                Group::Policy,
+                            ]);
                             continue;
                         }
                         other => return Err(format!("--groups: unknown group {other:?}").into()),
@@ -207,6 +229,9 @@ fn parse_args() -> BoxResult<Args> {
                 if a.exec_files < 200 {
                     return Err("--exec-files: at least 200 files".into());
                 }
+            }
+            "--policy-old-avfs" => {
+                a.policy_old_avfs = Some(PathBuf::from(value("--policy-old-avfs")?))
             }
             "--engine-workloads" => {
                 a.engine_workloads = list(&value("--engine-workloads")?);
@@ -949,11 +974,13 @@ fn dir_bytes(path: &Path) -> u64 {
 mod group_engines;
 mod group_exec;
 mod group_mount;
+mod group_policy;
 mod group_vault;
 
 use group_engines::*;
 use group_exec::*;
 use group_mount::*;
+use group_policy::*;
 use group_vault::*;
 
 fn main() {
@@ -1096,6 +1123,7 @@ fn real_main() -> BoxResult<()> {
     let mut mount_result = None;
     let mut engines_result = None;
     let mut exec_result = None;
+    let mut policy_result = None;
     let result = (|| -> BoxResult<()> {
         let mut reuse = None;
         if has(Group::Vault) {
@@ -1119,6 +1147,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Engines) {
             engines_result = Some(bench_engines(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Policy) {
+            policy_result = Some(bench_policy(&args, &avfs, &base, t0)?);
         }
         Ok(())
     })();
@@ -1209,6 +1240,20 @@ fn real_main() -> BoxResult<()> {
         println!();
         println!(
             "native analogue: `sh -c true` spawned and waited for (the same process work without avfs). avfs exec runs are whole `avfs --json exec ... -- true` processes (policy, run lock, checkpoint or flush, the run's namespaces and sandbox at the workspace's stable path, ingest, change report, audit, envelope), interleaved. The change report is timed through the library on the vault file, as src/boundary/run.rs computes it."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
+    }
+    if let Some(r) = &policy_result {
+        println!();
+        println!("## policy");
+        println!();
+        print_table(["measure", "lines", "avfs"], &r.rows, &r.extra);
+        println!();
+        println!(
+            "library: Policy::decide for each line of tests/data/policy-corpus.txt (median of repeated decisions per line; the table shows the median and the range over the lines). process: a whole `avfs --json policy check --shell LINE`, once per line."
         );
         println!();
         for n in &r.notes {

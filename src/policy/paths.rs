@@ -1,0 +1,273 @@
+//! Paths as the kernel would resolve them, decided before any prefix check: `..` is
+//! resolved lexically, `/proc/*/root` is the root, `/dev/fd/N` is a descriptor and
+//! nothing below it, `~` and `$HOME` are the host's home. A path is inside the workspace,
+//! a harmless device, a network endpoint (`/dev/tcp`), outside, or not known (a variable
+//! the line does not set).
+
+use std::path::Path;
+
+/// Where a command runs, as far as the line tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Where {
+    /// A directory of the workspace, as components below its root.
+    In(Vec<String>),
+    /// Outside the workspace, and why.
+    Outside(String),
+    /// A directory the line does not name (`cd "$X"`).
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Inside,
+    /// `/dev/null`, `/dev/stdout`, `/dev/fd/1`, `/proc/self/status`: not a host file.
+    Device,
+    /// `/dev/tcp/HOST/PORT`, `/dev/udp/...`: bash opens a connection.
+    Network,
+    Outside(String),
+    /// Starts with a value the line does not give (`$X/...`, `$(cmd)`): not judged here.
+    NotJudged,
+}
+
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/urandom",
+    "/dev/random",
+    "/dev/stdin",
+    "/dev/stdout",
+    "/dev/stderr",
+    "/dev/tty",
+];
+
+/// Harmless files of /proc about the process itself or the machine.
+const PROC_SELF_FILES: &[&str] = &[
+    "status",
+    "stat",
+    "statm",
+    "cmdline",
+    "comm",
+    "limits",
+    "cgroup",
+    "mountinfo",
+    "mounts",
+    "io",
+    "oom_score",
+    "sched",
+    "schedstat",
+    "loginuid",
+    "sessionid",
+    "personality",
+];
+const PROC_FILES: &[&str] = &[
+    "cpuinfo",
+    "meminfo",
+    "loadavg",
+    "uptime",
+    "version",
+    "stat",
+    "mounts",
+    "filesystems",
+    "swaps",
+];
+
+/// True if the word names the host's home directory: `~`, `~user`, `$HOME` or `${HOME}`
+/// anywhere in it (`hostroot$HOME/.ssh` too).
+pub fn names_home(word: &str) -> bool {
+    word.starts_with('~') || word.contains("$HOME") || word.contains("${HOME}")
+}
+
+/// Lexically normalized components of an absolute path (`..` above `/` stays at `/`).
+fn normalize_abs(path: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            p => out.push(p.to_string()),
+        }
+    }
+    out
+}
+
+fn is_proc_pid(s: &str) -> bool {
+    s == "self" || s == "thread-self" || (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Follows the kernel's magic links that lead back to the root: `/proc/PID/root` (also
+/// through `/proc/PID/task/TID/root`). Returns the path they lead to, or why the path
+/// cannot be judged (`/proc/PID/cwd`, `/proc/PID/fd/N/...`).
+fn through_proc(mut comps: Vec<String>) -> Result<Vec<String>, String> {
+    for _ in 0..64 {
+        if comps.first().map(String::as_str) != Some("proc") {
+            return Ok(comps);
+        }
+        let mut i = 1;
+        if !comps.get(i).is_some_and(|p| is_proc_pid(p)) {
+            return Ok(comps);
+        }
+        i += 1;
+        if comps.get(i).map(String::as_str) == Some("task") && comps.get(i + 1).is_some() {
+            i += 2;
+        }
+        match comps.get(i).map(String::as_str) {
+            Some("root") => comps = comps.split_off(i + 1),
+            Some("cwd") | Some("exe") | Some("map_files") => {
+                return Err("goes through another process's directory or files in /proc".into());
+            }
+            Some("fd") if comps.len() > i + 2 => {
+                return Err("goes through a descriptor as a directory".into());
+            }
+            _ => return Ok(comps),
+        }
+    }
+    Err("goes through /proc too many times".into())
+}
+
+/// Judges an absolute path.
+fn judge_abs(path: &str, ws: Option<&Path>) -> Verdict {
+    let comps = match through_proc(normalize_abs(path)) {
+        Ok(c) => c,
+        Err(why) => return Verdict::Outside(why),
+    };
+    let full = format!("/{}", comps.join("/"));
+    if DEVICES.contains(&full.as_str()) {
+        return Verdict::Device;
+    }
+    let c: Vec<&str> = comps.iter().map(String::as_str).collect();
+    match c.as_slice() {
+        ["dev", "fd", n] | ["proc", _, "fd", n] if n.bytes().all(|b| b.is_ascii_digit()) => {
+            return Verdict::Device;
+        }
+        ["dev", "tcp" | "udp", ..] => return Verdict::Network,
+        ["proc", f] if PROC_FILES.contains(f) => return Verdict::Device,
+        ["proc", p, f] if is_proc_pid(p) && PROC_SELF_FILES.contains(f) => return Verdict::Device,
+        _ => {}
+    }
+    if let Some(ws) = ws {
+        let root = normalize_abs(&ws.to_string_lossy());
+        if comps.starts_with(&root) {
+            return Verdict::Inside;
+        }
+    }
+    Verdict::Outside("is an absolute path on the host, outside the workspace".into())
+}
+
+/// Judges `word` as a path used by a command that runs in `dir`, with the workspace at
+/// `ws` on the host (when known).
+pub fn judge(word: &str, dir: &Where, ws: Option<&Path>) -> Verdict {
+    if names_home(word) {
+        return Verdict::Outside("is in the home directory on the host".into());
+    }
+    if word.starts_with('$') {
+        return Verdict::NotJudged;
+    }
+    if word.starts_with('/') {
+        return judge_abs(word, ws);
+    }
+    let base = match dir {
+        Where::In(d) => d,
+        Where::Outside(why) => {
+            return Verdict::Outside(format!(
+                "is relative to a directory outside the workspace ({why})"
+            ));
+        }
+        Where::Unknown => return Verdict::NotJudged,
+    };
+    let mut depth = base.len();
+    for part in word.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if depth == 0 {
+                    return Verdict::Outside("climbs above the workspace root".into());
+                }
+                depth -= 1;
+            }
+            _ => depth += 1,
+        }
+    }
+    Verdict::Inside
+}
+
+/// The directory `target` leads to from `dir` (a `cd`), in the workspace or not.
+pub fn change_dir(dir: &Where, target: &str, ws: Option<&Path>) -> Where {
+    if names_home(target) {
+        return Where::Outside("is the host's home directory".into());
+    }
+    if target.starts_with('$') || target == "-" {
+        return Where::Unknown;
+    }
+    if target.starts_with('/') {
+        let comps = match through_proc(normalize_abs(target)) {
+            Ok(c) => c,
+            Err(why) => return Where::Outside(why),
+        };
+        if let Some(ws) = ws {
+            let root = normalize_abs(&ws.to_string_lossy());
+            if comps.starts_with(&root) {
+                return Where::In(comps[root.len()..].to_vec());
+            }
+        }
+        return Where::Outside(format!("{target} is outside the workspace"));
+    }
+    let Where::In(base) = dir else {
+        return dir.clone();
+    };
+    let mut d = base.clone();
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if d.pop().is_none() {
+                    return Where::Outside(format!("{target} climbs above the workspace root"));
+                }
+            }
+            p => d.push(p.to_string()),
+        }
+    }
+    Where::In(d)
+}
+
+/// True if the word could name a file: it has a `/`, is `..`, or names the home.
+pub fn looks_like_path(a: &str) -> bool {
+    a.contains('/') || a == ".." || names_home(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn j(p: &str) -> Verdict {
+        judge(p, &Where::In(vec![]), Some(Path::new("/ws/main")))
+    }
+
+    #[test]
+    fn normalizes_before_deciding() {
+        assert!(matches!(j("/proc/self/root/tmp/x"), Verdict::Outside(_)));
+        assert!(matches!(j("/proc/self/root/ws/main/a"), Verdict::Inside));
+        assert!(matches!(
+            j("/dev/fd/../../../root/.ssh/k"),
+            Verdict::Outside(_)
+        ));
+        assert!(matches!(j("/dev/fd/3/../x"), Verdict::Outside(_)));
+        assert!(matches!(j("/proc/1/cwd/x"), Verdict::Outside(_)));
+        assert!(matches!(
+            j("/proc/self/task/1/root/etc"),
+            Verdict::Outside(_)
+        ));
+        assert!(matches!(j("/ws/main/../other/x"), Verdict::Outside(_)));
+        assert!(matches!(j("/ws/main/a/../b"), Verdict::Inside));
+        assert_eq!(j("/dev/null"), Verdict::Device);
+        assert_eq!(j("/dev/fd/2"), Verdict::Device);
+        assert_eq!(j("/proc/self/status"), Verdict::Device);
+        assert_eq!(j("/dev/tcp/127.0.0.1/80"), Verdict::Network);
+        assert!(matches!(j("hostroot$HOME/.ssh/k"), Verdict::Outside(_)));
+        assert!(matches!(j("a/../../x"), Verdict::Outside(_)));
+        assert_eq!(j("a/../b"), Verdict::Inside);
+        assert_eq!(j("$X/y"), Verdict::NotJudged);
+    }
+}
