@@ -42,6 +42,8 @@ pub enum Error {
     InvalidName(String),
     #[error("{0}: invalid argument: {1}")]
     InvalidArgument(String, String),
+    #[error("file too large: {0}")]
+    TooBig(String),
     #[error("{0}: too many levels of symbolic links")]
     SymlinkLoop(String),
     #[error("{0}")]
@@ -81,6 +83,7 @@ impl Error {
             Error::NameTooLong(_) => "name_too_long",
             Error::InvalidName(_) => "invalid_name",
             Error::InvalidArgument(..) => "invalid_argument",
+            Error::TooBig(_) => "file_too_large",
             Error::SymlinkLoop(_) => "symlink_loop",
             Error::Refused(_) => "refused",
             Error::Host { .. } => "host_io",
@@ -103,6 +106,7 @@ impl Error {
             Error::NameTooLong(_) => libc::ENAMETOOLONG,
             Error::InvalidName(_) | Error::InvalidArgument(..) => libc::EINVAL,
             Error::SymlinkLoop(_) => libc::ELOOP,
+            Error::TooBig(_) => libc::EFBIG,
             Error::Refused(_) => libc::EPERM,
             Error::Busy => libc::EBUSY,
             Error::NoSpace => libc::ENOSPC,

@@ -397,6 +397,7 @@ impl fuser::Filesystem for SharedFs {
         fn access(&self, req: &fuser::Request, ino: fuser::INodeNo, mask: fuser::AccessFlags, reply: fuser::ReplyEmpty);
         fn create(&self, req: &fuser::Request, parent: fuser::INodeNo, name: &std::ffi::OsStr, mode: u32, umask: u32, flags: i32, reply: fuser::ReplyCreate);
         fn fallocate(&self, req: &fuser::Request, ino: fuser::INodeNo, fh: fuser::FileHandle, offset: u64, length: u64, mode: i32, reply: fuser::ReplyEmpty);
+        fn lseek(&self, req: &fuser::Request, ino: fuser::INodeNo, fh: fuser::FileHandle, offset: i64, whence: i32, reply: fuser::ReplyLseek);
     }
     #[allow(clippy::too_many_arguments)]
     fn setattr(

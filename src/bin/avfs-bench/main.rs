@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use agentvfs::diff::{ChangeSummary, add_patches, diff_roots};
 use agentvfs::registry::Registry;
-use agentvfs::store::{Store, audit, objects};
+use agentvfs::store::{Store, audit};
 use agentvfs::workspace::path::components;
 use agentvfs::workspace::{MAIN, Workspace};
 use serde_json::json;
@@ -523,7 +523,7 @@ fn apply_vault(vault: &Path, ws_name: &str, changes: &[(String, Vec<u8>)]) -> Bo
         let ws = Workspace::open(db, ws_name)?;
         for (rel, data) in changes {
             let node = ws.resolve_existing(&components(rel.as_bytes())?, true)?;
-            let hash = objects::put_content(db, data)?;
+            let hash = agentvfs::store::content::write_bytes(db, data)?.0;
             ws.set_content(node.ino, hash, data.len() as u64)?;
         }
         Ok(())
