@@ -16,6 +16,9 @@ use fuser::{
 };
 use rusqlite::Connection;
 
+mod upkeep;
+pub use upkeep::{AUDIT_EVERY, RECLAIM_EVERY};
+
 use super::buffer::DirtyFile;
 use crate::error::{Error, Result};
 use crate::store::objects::{CHUNK_SIZE, Hash, Kind};
@@ -27,6 +30,8 @@ use crate::workspace::{Budget, Inode, NewNode, ROOT_INO, SetAttr, Workspace, Wor
 const TTL: Duration = Duration::from_secs(30);
 /// Longest time a batch of metadata changes stays uncommitted.
 const MAX_BATCH: Duration = Duration::from_millis(50);
+/// The `-wal` file size past which the mount empties it (see `shrink_wal_if_big`).
+const WAL_LIMIT: u64 = 32 << 20;
 /// A file's write buffer is flushed to the vault once it holds this much.
 const MAX_DIRTY_PER_FILE: usize = 64 << 20;
 
@@ -106,6 +111,8 @@ pub struct State {
     quota_refusals: (u64, String),
     pub counters: Counters,
     pub busy_ns: Counters,
+    /// The root the last mount audit row accounts for (see `upkeep`).
+    audited: Option<Hash>,
 }
 
 pub struct AvfsFs {
@@ -366,6 +373,7 @@ impl AvfsFs {
             quota_refusals: (0, String::new()),
             counters: HashMap::new(),
             busy_ns: HashMap::new(),
+            audited: None,
         };
         Ok(AvfsFs {
             inner: Mutex::new((store, state)),
@@ -502,14 +510,49 @@ impl AvfsFs {
     }
 
     /// Copies every committed page from the WAL into the vault file (at unmount), so
-    /// that copying the .avfs file alone copies everything, as after any other command.
+    /// that copying the .avfs file alone copies everything, as after any other command,
+    /// and empties the WAL file when no other process is reading (else it stays for
+    /// that process's last command to empty).
     pub fn checkpoint_wal(&self) -> Result<()> {
-        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        guard
-            .0
-            .conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (store, state) = &mut *guard;
+        Self::commit(&store.conn, state)?;
+        Self::truncate_wal(store)?;
         Ok(())
+    }
+
+    /// A checkpoint that also empties the `-wal` file, waiting a moment at most for
+    /// readers; a PASSIVE one when they stay.
+    fn truncate_wal(store: &Store) -> Result<()> {
+        let conn = &store.conn;
+        conn.busy_timeout(Duration::from_millis(100))?;
+        let busy: i64 = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .unwrap_or(1);
+        conn.busy_timeout(Duration::from_secs(30))?;
+        if busy != 0 {
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// Under a steady stream of writes the WAL is never caught up at the start of a
+    /// transaction, which is when SQLite starts it over, so it only grows; past
+    /// `WAL_LIMIT` the mount empties it between two transactions (timer thread).
+    pub fn shrink_wal_if_big(&self) -> Result<bool> {
+        let mut wal = {
+            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            guard.0.path.clone().into_os_string()
+        };
+        wal.push("-wal");
+        if std::fs::metadata(&wal).map_or(0, |m| m.len()) <= WAL_LIMIT {
+            return Ok(false);
+        }
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (store, state) = &mut *guard;
+        Self::commit(&store.conn, state)?;
+        Self::truncate_wal(store)?;
+        Ok(true)
     }
 
     /// After a change made outside the mount (CLI, restore): works out what the kernel
@@ -525,6 +568,11 @@ impl AvfsFs {
                 crate::workspace::find_workspace(db, &st.ws_name)?
                     .ok_or_else(|| Error::NoSuchVault(st.ws_name.clone()))?,
             );
+            // Another command changed the workspace and audited that itself: the mount's
+            // own account goes on from the state it left.
+            if st.audited.is_some() {
+                st.audited = Some(st.ws(db)?.flush()?);
+            }
             let mut inv = Invalidation::default();
             let mut vanished = Vec::new();
             let mut changed = Vec::new();
@@ -1567,7 +1615,8 @@ impl Filesystem for AvfsFs {
                 .map_err(|_| Error::InvalidArgument(String::new(), "negative offset".into()))?;
             // With the writeback cache the kernel may hold written pages it has not sent
             // yet (it does not write them back before asking): while the file is open for
-            // writing, the answer is the conservative one (all data up to the end).
+            // writing, the answer is the conservative one, all data up to the end of the
+            // file as this mount knows it (exact after an fsync).
             let writing = st.writers.values().any(|i| *i == ino.0);
             let (size, data, hole) = match st.dirty.get(&ino.0) {
                 Some(d) => (d.size(), d.next_data(offset), d.next_hole(offset)),
@@ -1579,10 +1628,10 @@ impl Filesystem for AvfsFs {
                 }
             };
             Ok(match whence {
+                libc::SEEK_DATA | libc::SEEK_HOLE if offset >= size => None,
                 libc::SEEK_DATA if writing => Some(offset),
-                libc::SEEK_HOLE if writing => Some(size.max(offset)),
+                libc::SEEK_HOLE if writing => Some(size),
                 libc::SEEK_DATA => data,
-                libc::SEEK_HOLE if offset >= size => None,
                 libc::SEEK_HOLE => Some(hole),
                 _ => return Err(Error::InvalidArgument(String::new(), "whence".into())),
             })

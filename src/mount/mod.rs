@@ -8,6 +8,7 @@ mod wal;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -304,14 +305,32 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         record: record.clone(),
     };
     std::thread::spawn(move || server.serve(listener));
+    fs.audit_start(&mountpoint, opts.readonly)?;
     let batcher = fs.clone();
     let batch_notifier = session.notifier();
     std::thread::spawn(move || {
+        let (mut reclaimed, mut audited) = (Instant::now(), Instant::now());
         loop {
             batcher.wait_for_work(std::time::Duration::from_millis(20));
             batcher.commit_if_stale();
             if batcher.take_refused() {
                 let _ = control::invalidate(&batcher, &batch_notifier);
+            }
+            // Upkeep off the request path: space reclaim and the session's audit rows.
+            if reclaimed.elapsed() >= fs::RECLAIM_EVERY {
+                if let Err(e) = batcher.reclaim_if_due() {
+                    eprintln!("avfs: space reclaim: {e}");
+                }
+                if let Err(e) = batcher.shrink_wal_if_big() {
+                    eprintln!("avfs: WAL checkpoint: {e}");
+                }
+                reclaimed = Instant::now();
+            }
+            if audited.elapsed() >= fs::AUDIT_EVERY {
+                if let Err(e) = batcher.audit_changes() {
+                    eprintln!("avfs: mount audit: {e}");
+                }
+                audited = Instant::now();
             }
         }
     });
@@ -330,6 +349,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     (opts.on_ready)(&record);
     let result = session.run();
     let _ = fs.sync(true);
+    if let Err(e) = fs.audit_end() {
+        eprintln!("avfs: mount audit: {e}");
+    }
+    if !opts.readonly
+        && let Err(e) = fs.reclaim_now()
+    {
+        eprintln!("avfs: space reclaim: {e}");
+    }
     drop(wal_upkeep);
     // As after any other command, the .avfs file alone holds everything.
     let _ = fs.checkpoint_wal();

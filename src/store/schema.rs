@@ -170,7 +170,11 @@ CREATE TABLE search_state (workspace INTEGER PRIMARY KEY, root BLOB NOT NULL);
 ///   sparse file costs what it holds (see `store::content`). Old rows stay as they are.
 /// * `inode.atime_ns`: the access time a program set (utimensat, `touch -a`); NULL reads
 ///   as the modification time. Reads never change it (the mount is `noatime`).
+/// * `reclaim_young`: objects stored before the last space reclaim that only the live
+///   state references, so the next one looks at them again (see `reclaim`); `tbl` is 0
+///   for chunk, 1 for content, 2 for tree.
 const V5: &str = r#"
 ALTER TABLE content ADD COLUMN format INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE inode ADD COLUMN atime_ns INTEGER;
+CREATE TABLE reclaim_young (tbl INTEGER NOT NULL, id INTEGER NOT NULL, PRIMARY KEY (tbl, id)) WITHOUT ROWID;
 "#;
