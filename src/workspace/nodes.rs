@@ -55,6 +55,20 @@ pub struct RenameFlags {
     pub exchange: bool,
 }
 
+/// Room for one inode's extended attributes, as ext4 with 256-byte inodes and 4 KiB
+/// blocks has it: an attribute takes 16 bytes plus its name (without the `user.` prefix)
+/// and its value, each rounded up to 4 bytes; one attribute must fit in the attribute
+/// block (4 096 bytes less a 32-byte header and a 4-byte end marker), and all of them in
+/// that block plus the 92 bytes inside the inode. So 103 attributes of 16 bytes with
+/// 5-byte names fit, or one value of 4 040 bytes, as on ext4; past that, ENOSPC.
+pub const XATTR_BLOCK: u64 = 4096 - 32 - 4;
+pub const XATTR_SPACE: u64 = XATTR_BLOCK + 92;
+
+fn xattr_cost(name: &[u8], value_len: usize) -> u64 {
+    let name = name.strip_prefix(b"user.").unwrap_or(name);
+    16 + (name.len() as u64).next_multiple_of(4) + (value_len as u64).next_multiple_of(4)
+}
+
 pub fn check_name(name: &[u8]) -> Result<()> {
     validate_name(name).map_err(|why| {
         let shown = String::from_utf8_lossy(name).into_owned();
@@ -465,6 +479,18 @@ impl Workspace<'_> {
     }
 
     pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
+        let others: u64 = self
+            .xattrs(ino)?
+            .iter()
+            .filter(|(n, _)| n != name)
+            .map(|(n, v)| xattr_cost(n, v.len()))
+            .sum();
+        let cost = xattr_cost(name, value.len());
+        if cost > XATTR_BLOCK || others + cost > XATTR_SPACE {
+            return Err(Error::XattrsFull(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
+        }
         self.db
             .prepare_cached(
                 "INSERT OR REPLACE INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)",
