@@ -14,6 +14,8 @@ need python3 || missing+=(python3)
 # `avfs exec --sandbox` runs commands under bubblewrap; its tests run a node script.
 need bwrap || missing+=(bubblewrap)
 need node || missing+=(nodejs)
+# tests/mountfs.rs runs stress-ng's filesystem class on a mount.
+need stress-ng || missing+=(stress-ng)
 # The Python client and the MCP client tests run in a virtualenv of their own.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -26,6 +28,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 cargo build --release --locked --all-targets
+# pjdfstest-rs (a POSIX file system suite, from crates.io), run by tests/mountfs.rs against
+# a mount and a native directory.
+if [ ! -x target/pjdfstest/bin/pjdfstest ]; then
+  cargo install --quiet --locked pjdfstest --version 0.2.2 --root target/pjdfstest
+fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e

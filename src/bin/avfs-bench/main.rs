@@ -40,11 +40,13 @@ const USAGE: &str =
                   [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
                   [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
-                  [--exec-files N]
+                  [--exec-files N] [--fsx-ops N]
 
-  --groups           which groups to run (default all): vault (vault operations), mount (real
-                     tools in a FUSE mount vs a native directory), exec (avfs exec overhead,
-                     with and without --sandbox, and the change report)
+  --groups           which groups to run (default vault,mount,exec; `all` adds space): vault
+                     (vault operations), mount (real tools in a FUSE mount vs a native
+                     directory), exec (avfs exec overhead, with and without --sandbox, and the
+                     change report), space (a sparse terabyte and an fsx-like workload in a
+                     mount: time, server memory, vault size)
   --dir              where to put the trees, vaults and mounts (default: the system temp dir)
   --keep             keep the generated trees and vaults
   --avfs             the avfs binary to use (default: the one next to avfs-bench)
@@ -70,13 +72,17 @@ const USAGE: &str =
 
  exec group:
   --exec-files       files in the workspace (default 100000; reuses the vault group's one
-                     of that size when it ran)";
+                     of that size when it ran)
+
+ space group:
+  --fsx-ops          operations of the fsx-like workload (default 125000)";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
     Vault,
     Mount,
     Exec,
+    Space,
 }
 
 struct Args {
@@ -95,6 +101,8 @@ struct Args {
     cargo_release: bool,
     cargo_src: Option<PathBuf>,
     exec_files: usize,
+    /// Operations of the space group's fsx workload.
+    fsx_ops: usize,
 }
 
 fn list(v: &str) -> Vec<String> {
@@ -121,6 +129,7 @@ fn parse_args() -> BoxResult<Args> {
         cargo_release: false,
         cargo_src: None,
         exec_files: 100_000,
+        fsx_ops: 125_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -143,8 +152,9 @@ fn parse_args() -> BoxResult<Args> {
                         "vault" => Group::Vault,
                         "mount" => Group::Mount,
                         "exec" => Group::Exec,
+                        "space" => Group::Space,
                         "all" => {
-                            g.extend([Group::Vault, Group::Mount, Group::Exec]);
+                            g.extend([Group::Vault, Group::Mount, Group::Exec, Group::Space]);
                             continue;
                         }
                         other => return Err(format!("--groups: unknown group {other:?}").into()),
@@ -186,6 +196,7 @@ fn parse_args() -> BoxResult<Args> {
                 }
             }
             "--mount-reps" => a.mount_reps = count(value("--mount-reps")?)?.max(1),
+            "--fsx-ops" => a.fsx_ops = count(value("--fsx-ops")?)?.max(1),
             "--reps-cargo" => a.cargo_reps = count(value("--reps-cargo")?)?.max(1),
             "--tar-files" => a.tar_files = count(value("--tar-files")?)?.max(2),
             "--io-mib" => a.io_mib = count(value("--io-mib")?)?.max(1),
@@ -917,6 +928,7 @@ fn dir_bytes(path: &Path) -> u64 {
 
 mod group_exec;
 mod group_mount;
+mod group_space;
 mod group_vault;
 
 use group_exec::*;
@@ -1062,6 +1074,7 @@ fn real_main() -> BoxResult<()> {
     let mut forks: Vec<(usize, f64, f64)> = Vec::new();
     let mut mount_result = None;
     let mut exec_result = None;
+    let mut space_result = None;
     let result = (|| -> BoxResult<()> {
         let mut reuse = None;
         if has(Group::Vault) {
@@ -1082,6 +1095,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Mount) {
             mount_result = Some(bench_mount(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Space) {
+            space_result = Some(group_space::bench_space(&args, &avfs, &base, t0)?);
         }
         Ok(())
     })();
@@ -1148,6 +1164,9 @@ fn real_main() -> BoxResult<()> {
         for n in &r.notes {
             println!("{n}");
         }
+    }
+    if let Some(r) = &space_result {
+        group_space::print(r);
     }
     if let Some(r) = &exec_result {
         println!();
