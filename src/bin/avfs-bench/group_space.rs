@@ -86,7 +86,10 @@ fn fsx(dir: &Path, ops: usize, mut sample: impl FnMut()) -> BoxResult<Duration> 
             }
             9..=11 => {
                 let size = rng.next() % MAX;
-                std::fs::OpenOptions::new().write(true).open(p)?.set_len(size)?;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(p)?
+                    .set_len(size)?;
                 md.resize(size as usize, 0);
             }
             12 => {
@@ -130,7 +133,9 @@ fn fsx(dir: &Path, ops: usize, mut sample: impl FnMut()) -> BoxResult<Duration> 
                     .copied()
                     .collect();
                 if buf != want {
-                    return Err(format!("fsx: op {i}: read of {} at {off} differs", p.display()).into());
+                    return Err(
+                        format!("fsx: op {i}: read of {} at {off} differs", p.display()).into(),
+                    );
                 }
             }
         }
@@ -141,7 +146,12 @@ fn fsx(dir: &Path, ops: usize, mut sample: impl FnMut()) -> BoxResult<Duration> 
     Ok(t.elapsed())
 }
 
-pub(crate) fn bench_space(args: &Args, avfs: &Path, base: &Path, t0: Instant) -> BoxResult<GroupResult> {
+pub(crate) fn bench_space(
+    args: &Args,
+    avfs: &Path,
+    base: &Path,
+    t0: Instant,
+) -> BoxResult<GroupResult> {
     let tag = "space";
     let work = base.join("space");
     std::fs::create_dir_all(&work)?;
@@ -164,7 +174,11 @@ pub(crate) fn bench_space(args: &Args, avfs: &Path, base: &Path, t0: Instant) ->
         let mnt = work.join(format!("mnt-{name}"));
         std::fs::create_dir_all(&mnt)?;
         let rec = mount(&env, &name, &mnt)?;
-        let guard = Unmount { env: &env, mnt: mnt.clone(), done: false };
+        let guard = Unmount {
+            env: &env,
+            mnt: mnt.clone(),
+            done: false,
+        };
         let before = vault_bytes(&env.home, &name);
         n.push(sparse_once(&native, &format!("big{r}"))?);
         a.push(sparse_once(&mnt, "big")?);
@@ -198,10 +212,16 @@ pub(crate) fn bench_space(args: &Args, avfs: &Path, base: &Path, t0: Instant) ->
     let mnt = work.join("mnt-fsx");
     std::fs::create_dir_all(&mnt)?;
     mount(&env, "fsx", &mnt)?;
-    let guard = Unmount { env: &env, mnt: mnt.clone(), done: false };
+    let guard = Unmount {
+        env: &env,
+        mnt: mnt.clone(),
+        done: false,
+    };
     let mut top = 0u64;
     let mut a = Stat::default();
-    a.push(fsx(&mnt, ops, || top = top.max(vault_bytes(&env.home, "fsx")))?);
+    a.push(fsx(&mnt, ops, || {
+        top = top.max(vault_bytes(&env.home, "fsx"))
+    })?);
     guard.finish()?;
     let after = vault_bytes(&env.home, "fsx");
     let t = Instant::now();
