@@ -31,7 +31,7 @@ const TTL: Duration = Duration::from_secs(30);
 /// Longest time a batch of metadata changes stays uncommitted.
 const MAX_BATCH: Duration = Duration::from_millis(50);
 /// The `-wal` file size past which the mount empties it (see `shrink_wal_if_big`).
-const WAL_LIMIT: u64 = 16 << 20;
+const WAL_LIMIT: u64 = 8 << 20;
 /// A file's write buffer is flushed to the vault once it holds this much.
 const MAX_DIRTY_PER_FILE: usize = 64 << 20;
 
