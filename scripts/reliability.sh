@@ -48,6 +48,7 @@ if [ "$long" = 1 ]; then
   export AVFS_CONC_EXECS="${AVFS_CONC_EXECS:-16}"
   export AVFS_CONC_UNMOUNT_ROUNDS="${AVFS_CONC_UNMOUNT_ROUNDS:-50}"
   export AVFS_FUZZ_ITERS="${AVFS_FUZZ_ITERS:-100000}"
+  export AVFS_FSX_OPS="${AVFS_FSX_OPS:-125000}"
   ignored=(--include-ignored)
 else
   mode="ci"
@@ -63,6 +64,7 @@ log="$out_dir/$mode.log"
 
 suites=(concurrency crash_cli hostile_input limits_cli exec_cli)
 [ -f tests/mount_crash.rs ] && suites+=(mount_crash)
+[ -f tests/mountfs.rs ] && suites+=(mountfs)
 
 echo "reliability ($mode mode): ${suites[*]}; AVFS_CRASH_ROUNDS=$AVFS_CRASH_ROUNDS AVFS_MOUNT_CRASH_ROUNDS=$AVFS_MOUNT_CRASH_ROUNDS" | tee -a "$log"
 status=0

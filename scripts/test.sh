@@ -16,6 +16,8 @@ need python3 || missing+=(python3)
 need node || missing+=(nodejs)
 # tests/policy.rs runs attack lines that try to reach a loopback listener with curl.
 need curl || missing+=(curl)
+# tests/mountfs.rs runs stress-ng's filesystem class on a mount.
+need stress-ng || missing+=(stress-ng)
 # The Python client and the MCP client tests run in a virtualenv of their own.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -28,6 +30,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 cargo build --release --locked --all-targets
+# pjdfstest-rs (a POSIX file system suite, from crates.io), run by tests/mountfs.rs against
+# a mount and a native directory.
+if [ ! -x target/pjdfstest/bin/pjdfstest ]; then
+  cargo install --quiet --locked pjdfstest --version 0.2.2 --root target/pjdfstest
+fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::store::objects::{self, Entry, Hash, Kind, get_tree};
+use crate::store::objects::{Entry, Hash, Kind, get_tree};
 use crate::workspace::path::display;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -312,7 +312,7 @@ fn text_of(db: &Connection, e: Option<&Entry>) -> Result<Option<String>> {
     if e.kind != Kind::File || e.size > PATCH_LIMIT {
         return Ok(None);
     }
-    let data = objects::read_all(db, e.hash.as_ref().unwrap(), e.size)?;
+    let data = crate::store::content::read_all(db, e.hash.as_ref().unwrap(), e.size)?;
     if data.contains(&0) {
         return Ok(None);
     }

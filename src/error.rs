@@ -42,6 +42,12 @@ pub enum Error {
     InvalidName(String),
     #[error("{0}: invalid argument: {1}")]
     InvalidArgument(String, String),
+    #[error("file too large: {0}")]
+    TooBig(String),
+    #[error(
+        "{0}: no room for more extended attributes (a file's attributes fit in 4 KiB, as on ext4); remove some first"
+    )]
+    XattrsFull(String),
     #[error("{0}: too many levels of symbolic links")]
     SymlinkLoop(String),
     #[error("{0}")]
@@ -84,6 +90,8 @@ impl Error {
             Error::NameTooLong(_) => "name_too_long",
             Error::InvalidName(_) => "invalid_name",
             Error::InvalidArgument(..) => "invalid_argument",
+            Error::TooBig(_) => "file_too_large",
+            Error::XattrsFull(_) => "xattrs_full",
             Error::SymlinkLoop(_) => "symlink_loop",
             Error::Refused(_) => "refused",
             Error::Host { .. } => "host_io",
@@ -106,6 +114,8 @@ impl Error {
             Error::NameTooLong(_) => libc::ENAMETOOLONG,
             Error::InvalidName(_) | Error::InvalidArgument(..) => libc::EINVAL,
             Error::SymlinkLoop(_) => libc::ELOOP,
+            Error::TooBig(_) => libc::EFBIG,
+            Error::XattrsFull(_) => libc::ENOSPC,
             Error::Refused(_) => libc::EPERM,
             Error::Busy | Error::RunBusy(_) => libc::EBUSY,
             Error::NoSpace => libc::ENOSPC,

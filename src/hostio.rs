@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -25,6 +25,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::store::content::{self, Extents};
 use crate::store::objects::{self, CHUNK_SIZE, Entry, Hash, Kind, Tree};
 use crate::store::{counter_take, now_ns};
 use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace, path};
@@ -160,7 +161,7 @@ enum Msg {
     Chunk(Hash, Vec<u8>),
     File {
         idx: usize,
-        chunks: Vec<Hash>,
+        chunks: Extents,
         size: u64,
     },
 }
@@ -204,11 +205,14 @@ impl Batcher {
     }
 }
 
-/// Reads one regular file in chunk-sized pieces, sending each hashed chunk on `tx`.
-fn read_file(path: &Path, m: &fs::Metadata, tx: &mut Batcher) -> Result<(Vec<Hash>, u64)> {
+/// Reads one regular file in chunk-sized pieces, sending each hashed chunk on `tx`; returns
+/// its extents and size. The holes of a sparse file are skipped (`SEEK_DATA`), and blocks
+/// of zeros are not stored.
+fn read_file(path: &Path, m: &fs::Metadata, tx: &mut Batcher) -> Result<(Extents, u64)> {
+    use std::os::unix::fs::FileExt;
     // O_NOFOLLOW and O_NONBLOCK: a file swapped for a symlink or a FIFO after the walk
     // looked at it is neither followed nor waited on.
-    let mut f = fs::OpenOptions::new()
+    let f = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
@@ -220,32 +224,42 @@ fn read_file(path: &Path, m: &fs::Metadata, tx: &mut Batcher) -> Result<(Vec<Has
     // Read up to the size fstat reported: a file that grows meanwhile is cut there, and
     // one that shrinks ends at its end of file.
     let expect = fm.len();
-    let mut chunks = Vec::with_capacity(expect.div_ceil(CHUNK_SIZE as u64) as usize);
-    let mut total = 0u64;
-    while total < expect {
-        let want = (expect - total).min(CHUNK_SIZE as u64) as usize;
-        let mut buf = vec![0u8; want];
-        let mut got = 0;
-        while got < want {
-            match f.read(&mut buf[got..]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(host_err(path, e)),
+    content::check_size(expect).map_err(|e| host_msg(path, e.to_string()))?;
+    let cs = CHUNK_SIZE as u64;
+    let mut list = Vec::new();
+    let mut size = expect;
+    let mut next = 0u64;
+    'regions: for (start, stop) in content::data_regions(&f, expect) {
+        let mut idx = (start / cs).max(next);
+        while idx * cs < stop {
+            let want = (expect - idx * cs).min(cs) as usize;
+            let mut buf = vec![0u8; want];
+            let mut got = 0;
+            while got < want {
+                match f.read_at(&mut buf[got..], idx * cs + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(host_err(path, e)),
+                }
             }
+            buf.truncate(got);
+            // A file of one block is its chunk, zeros included; in a larger one a block
+            // of zeros is a hole.
+            if got > 0 && (expect <= cs || buf.iter().any(|b| *b != 0)) {
+                let h = Hash::of(&buf);
+                list.push((idx, h));
+                tx.send(Msg::Chunk(h, buf))?;
+            }
+            if got < want {
+                size = idx * cs + got as u64;
+                break 'regions;
+            }
+            idx += 1;
         }
-        buf.truncate(got);
-        if got > 0 {
-            let h = Hash::of(&buf);
-            chunks.push(h);
-            total += got as u64;
-            tx.send(Msg::Chunk(h, buf))?;
-        }
-        if got < want {
-            break;
-        }
+        next = idx;
     }
-    Ok((chunks, total))
+    Ok((Extents { size, list }, size))
 }
 
 /// Walks the host tree (the reader thread): metadata, symlink targets and file contents.
@@ -265,7 +279,7 @@ fn walk_host(root: &Path, exclude: &HashSet<(u64, u64)>, tx: SyncSender<Vec<Msg>
     let mut skipped = Vec::new();
     let mut bytes = 0u64;
     // Contents of files with more than one name, read once.
-    let mut linked: HashMap<(u64, u64), (Vec<Hash>, u64)> = HashMap::new();
+    let mut linked: HashMap<(u64, u64), (Extents, u64)> = HashMap::new();
     let mut stack = vec![(0usize, root.to_path_buf())];
     while let Some((idx, dir)) = stack.pop() {
         let rd = fs::read_dir(&dir).map_err(|e| host_err(&dir, e))?;
@@ -338,7 +352,7 @@ fn store_contents(
         match msg {
             Msg::Chunk(h, data) => objects::put_chunk_hashed(db, &h, &data)?,
             Msg::File { idx, chunks, size } => {
-                let h = objects::put_chunk_list(db, &chunks, size)?;
+                let h = content::store_extents(db, chunks)?;
                 if contents.len() <= idx {
                     contents.resize(idx + 1, None);
                 }
@@ -636,6 +650,7 @@ fn merge(ws: &Workspace, top: u64, nodes: &[Node], entries: &[Option<Entry>]) ->
                     gid: Some(n.gid),
                     mtime_ns: Some(n.mtime_ns),
                     size: None,
+                    atime_ns: None,
                 };
                 ws.setattr(dir_ino, &set)?;
             }
@@ -826,7 +841,7 @@ impl Exporter<'_, '_> {
         let hash = i
             .hash
             .ok_or_else(|| Error::Internal(format!("inode {} is a file without content", i.ino)))?;
-        let mut f = fs::OpenOptions::new()
+        let f = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
@@ -834,30 +849,11 @@ impl Exporter<'_, '_> {
             .open(p)
             .map_err(|e| host_err(p, e))?;
         if i.size > 0 {
-            // One chunk in memory at a time, however large the file.
-            let chunks = objects::chunk_list(self.ws.db, &hash, i.size)?;
-            let mut off = 0u64;
-            for c in &chunks {
-                if off >= i.size {
-                    break;
-                }
-                let want = (i.size - off).min(CHUNK_SIZE as u64) as usize;
-                let mut data = objects::get_chunk(self.ws.db, c)?;
-                // A short stored chunk or a hole reads as zeros.
-                data.resize(want, 0);
-                f.write_all(&data).map_err(|e| host_err(p, e))?;
-                off += want as u64;
-            }
-            if off != i.size {
-                return Err(Error::Corrupt {
-                    path: Default::default(),
-                    reason: format!(
-                        "content {} is shorter than its size {}",
-                        hash.to_hex(),
-                        i.size
-                    ),
-                });
-            }
+            // One chunk in memory at a time, however large the file; holes stay holes.
+            content::copy_to_file(self.ws.db, &hash, i.size, &f).map_err(|e| match e {
+                Error::Host { message, .. } => host_msg(p, &message),
+                other => other,
+            })?;
         }
         if self.root {
             ignore_eperm(std::os::unix::fs::fchown(&f, Some(i.uid), Some(i.gid)))
@@ -1369,7 +1365,7 @@ mod tests {
                 let mut ws = Workspace::open(db, "main")?;
                 let ino = ws.resolve_existing(&comps("/d1/h1"), false)?.ino;
                 assert_eq!(ws.resolve_existing(&comps("/d2/h2"), false)?.ino, ino);
-                ws.set_content(ino, objects::put_content(db, b"new")?, 3)?;
+                ws.set_content(ino, crate::store::content::write_bytes(db, b"new")?.0, 3)?;
                 ws.checkpoint(Some("c2"), None, "test")?;
                 let cp = ws.find_checkpoint("c2")?;
                 ws.restore(&cp)?;

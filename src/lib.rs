@@ -9,6 +9,7 @@ pub mod error;
 pub mod exec;
 pub mod mcp;
 pub mod merge;
+pub mod reclaim;
 pub mod registry;
 pub mod sandbox;
 pub mod search;

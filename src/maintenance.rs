@@ -22,9 +22,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::store::audit;
-use crate::store::objects::{
-    self, CHUNK_SIZE, HOLE, Hash, Kind, Tree, content_hash, decode_chunk_list,
-};
+use crate::store::content;
+use crate::store::objects::{self, CHUNK_SIZE, HOLE, Hash, Kind, Tree};
 
 // ---------------------------------------------------------------------------------------
 // gc
@@ -67,7 +66,8 @@ impl<'a> Marker<'a> {
         Ok(Marker {
             insert: db.prepare("INSERT OR IGNORE INTO temp.gc_keep (hash) VALUES (?1)")?,
             tree_data: db.prepare("SELECT data FROM tree WHERE hash = ?1")?,
-            content_chunks: db.prepare("SELECT chunks FROM content WHERE hash = ?1")?,
+            content_chunks: db
+                .prepare("SELECT format, size, chunks FROM content WHERE hash = ?1")?,
             kept: HashSet::new(),
             pending: Vec::new(),
         })
@@ -96,15 +96,15 @@ impl<'a> Marker<'a> {
         if !self.keep(h)? {
             return Ok(());
         }
-        let blob: Option<Vec<u8>> = self
+        let row: Option<(i64, i64, Vec<u8>)> = self
             .content_chunks
-            .query_row([&h.0[..]], |r| r.get(0))
+            .query_row([&h.0[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .optional()?;
-        match blob {
-            Some(blob) => {
-                let chunks = decode_chunk_list(&blob)
+        match row {
+            Some((format, stored, blob)) => {
+                let ext = content::decode_row(format, &blob, stored.max(0) as u64)
                     .map_err(|e| gc_refused(format!("content {}: {e}", h.to_hex())))?;
-                for c in chunks {
+                for (_, c) in ext.list {
                     self.keep(c)?;
                 }
             }
@@ -458,7 +458,7 @@ impl<'a> Verifier<'a> {
 
     fn scan_contents(&mut self) -> Result<()> {
         let db = self.db;
-        let mut stmt = db.prepare("SELECT id, hash, size, chunks FROM content")?;
+        let mut stmt = db.prepare("SELECT id, hash, size, chunks, format FROM content")?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             self.checked.contents += 1;
@@ -483,34 +483,35 @@ impl<'a> Verifier<'a> {
                     continue;
                 }
             };
-            let chunks =
-                match blob_of_value(r.get_ref(3)?, "chunk list").and_then(decode_chunk_list) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        self.problem("content_malformed", obj, e);
-                        continue;
-                    }
-                };
-            let want = size.div_ceil(CHUNK_SIZE as u64);
-            if chunks.len() as u64 != want {
-                self.problem(
-                    "content_chunk_count",
-                    &obj,
-                    format!(
-                        "{} chunks listed, a {size}-byte file needs {want}",
-                        chunks.len()
-                    ),
-                );
-            }
-            if content_hash(&chunks, size) != hash {
+            let format = match int_of_value(r.get_ref(4)?, "format") {
+                Ok(f) => f,
+                Err(e) => {
+                    self.problem("content_malformed", obj, e);
+                    continue;
+                }
+            };
+            let ext = match blob_of_value(r.get_ref(3)?, "chunk list")
+                .and_then(|b| content::decode_row(format, b, size))
+            {
+                Ok(e) => e,
+                Err(e) if e.contains("chunks listed") => {
+                    self.problem("content_chunk_count", obj, e);
+                    continue;
+                }
+                Err(e) => {
+                    self.problem("content_malformed", obj, e);
+                    continue;
+                }
+            };
+            if content::hash_of(&ext) != hash {
                 self.problem(
                     "content_hash_mismatch",
                     &obj,
                     "chunk list and size do not match the content's hash",
                 );
             }
-            for (i, c) in chunks.iter().enumerate() {
-                if *c != HOLE && self.chunks_complete && !self.chunks.contains(c) {
+            for (i, c) in &ext.list {
+                if self.chunks_complete && !self.chunks.contains(c) {
                     self.problem(
                         "missing_chunk",
                         &obj,
@@ -984,7 +985,9 @@ fn workspace_stats(db: &Connection, name: &str) -> Result<WorkspaceStats> {
 mod tests {
     use super::*;
     use crate::store::Store;
-    use crate::store::objects::put_content;
+    fn put_content(db: &rusqlite::Connection, data: &[u8]) -> Result<Hash> {
+        Ok(crate::store::content::write_bytes(db, data)?.0)
+    }
     use crate::workspace::{Inode, NewNode, ROOT_INO, Workspace, create_workspace};
 
     fn vault() -> (tempfile::TempDir, Store) {
@@ -1105,10 +1108,14 @@ mod tests {
             assert!(!has_chunk(db, &Hash::of(b"only in cp1")));
             assert!(!has_content(
                 db,
-                &objects::content_hash(
-                    &big_b.chunks(CHUNK_SIZE).map(Hash::of).collect::<Vec<_>>(),
-                    big_b.len() as u64
-                )
+                &crate::store::content::hash_of(&crate::store::content::Extents {
+                    size: big_b.len() as u64,
+                    list: big_b
+                        .chunks(CHUNK_SIZE)
+                        .enumerate()
+                        .map(|(i, c)| (i as u64, Hash::of(c)))
+                        .collect(),
+                })
             ));
             for c in big_b.chunks(CHUNK_SIZE) {
                 assert!(!has_chunk(db, &Hash::of(c)));
@@ -1240,7 +1247,7 @@ mod tests {
             let tree = objects::get_tree(db, &cp.root)?;
             let sub = tree.entries.iter().find(|e| e.name == b"d").unwrap().hash.unwrap();
             db.execute("DELETE FROM tree WHERE hash = ?1", [&sub.0[..]])?;
-            objects::put_content(db, b"garbage")?;
+            crate::store::content::write_bytes(db, b"garbage")?;
             let chunks_before = count(db, "SELECT COUNT(*) FROM chunk")?;
             let err = gc(db).unwrap_err();
             assert!(matches!(err, Error::Corrupt { .. }), "{err}");
@@ -1544,7 +1551,8 @@ mod tests {
             assert_eq!(v.chunks, count(db, "SELECT COUNT(*) FROM chunk")?);
             assert_eq!(v.contents, 1);
             assert_eq!(v.stored_bytes, 5 + (CHUNK_SIZE as u64 + 100) + 3);
-            assert_eq!(v.chunk_list_bytes, 64);
+            // Two extents of 40 bytes (block + chunk).
+            assert_eq!(v.chunk_list_bytes, 80);
             assert_eq!(v.trees, count(db, "SELECT COUNT(*) FROM tree")?);
 
             let f = stats(db, Some("f"))?.workspace.unwrap();
@@ -1590,7 +1598,7 @@ mod tests {
                 ws.fork(&format!("fork{i}"), None)?;
             }
             for d in 0..1000 {
-                objects::put_content(db, format!("garbage {d}").as_bytes())?;
+                crate::store::content::write_bytes(db, format!("garbage {d}").as_bytes())?;
             }
             Ok(())
         })?;

@@ -465,7 +465,7 @@ impl Walker<'_> {
         if e.kind != Kind::File || e.size > TEXT_LIMIT {
             return Ok(None);
         }
-        let data = objects::read_all(self.db, e.hash.as_ref().unwrap(), e.size)?;
+        let data = crate::store::content::read_all(self.db, e.hash.as_ref().unwrap(), e.size)?;
         if data.contains(&0) {
             return Ok(None);
         }
@@ -633,7 +633,7 @@ pub fn apply(ws: &Workspace, plan: &Plan, fork_root: &Hash) -> Result<()> {
             }
             Action::Write { comps, data } => {
                 let node = literal(ws, comps)?;
-                let hash = objects::put_content(ws.db, data)?;
+                let hash = crate::store::content::write_bytes(ws.db, data)?.0;
                 ws.set_content(node.ino, hash, data.len() as u64)?;
             }
         }

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::diff::{DiffOptions, diff_roots_with};
 use crate::error::{Error, Result};
-use crate::store::objects::{self, Entry, Hash, Kind};
+use crate::store::objects::{Entry, Hash, Kind};
 use crate::walk::{Next, is_binary, walk};
 use crate::workspace::Workspace;
 use crate::workspace::path::{display, join_bytes};
@@ -84,7 +84,7 @@ impl Indexer<'_> {
             Some(id) => id,
             None => {
                 let text = if e.size <= INDEX_LIMIT {
-                    let data = objects::read_all(self.db, &hash, e.size)?;
+                    let data = crate::store::content::read_all(self.db, &hash, e.size)?;
                     (!is_binary(&data)).then(|| String::from_utf8_lossy(&data).into_owned())
                 } else {
                     None
@@ -332,7 +332,7 @@ pub fn query(
     let mut out = Vec::with_capacity(rows.len());
     for (path, hash, size, rank) in rows {
         let hash = Hash::from_slice(&hash)?;
-        let data = objects::read_all(db, &hash, size as u64)?;
+        let data = crate::store::content::read_all(db, &hash, size as u64)?;
         let text = String::from_utf8_lossy(&data);
         let (line, snippet) = snippet(&text, &terms);
         let comps: Vec<Vec<u8>> = path

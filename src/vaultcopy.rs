@@ -8,7 +8,8 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::store::objects::{CHUNK_SIZE, HOLE, Hash, Kind, chunk_list, get_tree};
+use crate::store::content;
+use crate::store::objects::{CHUNK_SIZE, HOLE, Hash, Kind, get_tree};
 use crate::store::{Store, audit};
 use crate::workspace::{MAIN, Workspace, create_workspace};
 
@@ -55,10 +56,8 @@ impl Reachable {
             return Ok(());
         }
         if self.contents.insert(hash) {
-            for c in chunk_list(db, &hash, size)? {
-                if c != HOLE {
-                    self.chunks.insert(c);
-                }
+            for (_, c) in &content::extents(db, &hash, size)?.list {
+                self.chunks.insert(*c);
             }
         }
         Ok(())
@@ -125,7 +124,7 @@ pub fn export_workspace(src_path: &Path, workspace: &str, dst_path: &Path) -> Re
         let mut report = ExportReport::default();
         let s = &src.conn;
         report.bytes += copy_rows(s, d, "chunk", "hash, data", &reach.chunks)?;
-        copy_rows(s, d, "content", "hash, size, chunks", &reach.contents)?;
+        copy_rows(s, d, "content", "hash, size, chunks, format", &reach.contents)?;
         copy_rows(s, d, "tree", "hash, data, files, bytes", &reach.trees)?;
         report.trees = reach.trees.len();
         report.contents = reach.contents.len();

@@ -166,6 +166,8 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
             let cp = ctx.mutate("checkpoint.delete", json!({"name": name}), |ws| {
                 ws.delete_checkpoint(&name)
             })?;
+            // What only that checkpoint held goes now, and the file shrinks.
+            ctx.reclaim_all()?;
             ctx.out.emit(&json!({"deleted": cp_json(&cp)}), || {
                 println!("deleted checkpoint {}", cp.name)
             });

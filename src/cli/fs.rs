@@ -12,7 +12,8 @@ use serde_json::json;
 use super::Ctx;
 use super::output::{format_mode, human_size};
 use crate::error::{Error, Result};
-use crate::store::objects::{self, Kind};
+use crate::store::content;
+use crate::store::objects::Kind;
 use crate::util::rfc3339;
 use crate::workspace::flush::entry_at;
 use crate::workspace::path::{components, display, parse};
@@ -260,32 +261,69 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// The largest file `cat --json` puts into its document; larger files stream as bytes.
+const CAT_JSON_MAX: u64 = 64 << 20;
+
 pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
     let comps = parse(&a.path)?;
-    let data = ctx.view(|ws| match &a.at {
-        Some(cp) => {
-            let cp = ws.find_checkpoint(cp)?;
-            let e = entry_at(ws.db, &cp.root, &comps)?.ok_or_else(|| {
-                Error::NotFound(format!("{} (at checkpoint {})", display(&comps), cp.name))
-            })?;
-            match e.kind {
-                Kind::File => objects::read_all(ws.db, e.hash.as_ref().unwrap(), e.size),
-                Kind::Dir => Err(Error::IsADirectory(display(&comps))),
-                _ => Err(Error::InvalidArgument(
-                    display(&comps),
-                    format!("is a {}, not a file", e.kind.name()),
-                )),
+    let json = ctx.out.json;
+    let data = ctx.view(|ws| {
+        let (hash, size) = match &a.at {
+            Some(cp) => {
+                let cp = ws.find_checkpoint(cp)?;
+                let e = entry_at(ws.db, &cp.root, &comps)?.ok_or_else(|| {
+                    Error::NotFound(format!("{} (at checkpoint {})", display(&comps), cp.name))
+                })?;
+                match e.kind {
+                    Kind::File => (e.hash.unwrap_or(crate::store::objects::HOLE), e.size),
+                    Kind::Dir => return Err(Error::IsADirectory(display(&comps))),
+                    _ => {
+                        return Err(Error::InvalidArgument(
+                            display(&comps),
+                            format!("is a {}, not a file", e.kind.name()),
+                        ));
+                    }
+                }
             }
+            None => {
+                let node = ws.resolve_existing(&comps, true)?;
+                match node.kind {
+                    Kind::File => (node.hash.unwrap_or(crate::store::objects::HOLE), node.size),
+                    Kind::Dir => return Err(Error::IsADirectory(display(&comps))),
+                    _ => {
+                        return Err(Error::InvalidArgument(
+                            display(&comps),
+                            "not a regular file".into(),
+                        ));
+                    }
+                }
+            }
+        };
+        if json {
+            if size > CAT_JSON_MAX {
+                return Err(Error::InvalidArgument(
+                    display(&comps),
+                    format!(
+                        "{size} bytes is more than --json prints ({CAT_JSON_MAX}); run `avfs cat` without --json, or `avfs export`"
+                    ),
+                ));
+            }
+            return content::read_all(ws.db, &hash, size);
         }
-        None => {
-            let node = ws.resolve_existing(&comps, true)?;
-            ws.read(&node, 0, node.size as usize).map_err(|e| match e {
-                Error::IsADirectory(_) => Error::IsADirectory(display(&comps)),
-                other => other,
-            })
-        }
+        // Streamed one block at a time: memory stays small whatever the size.
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        content::copy_to(ws.db, &hash, size, &mut out).map_err(|e| match e {
+            Error::Host { message, .. } => Error::Host {
+                what: "stdout".into(),
+                message,
+            },
+            other => other,
+        })?;
+        out.flush().map_err(|e| Error::host("stdout", e))?;
+        Ok(vec![])
     })?;
-    if ctx.out.json {
+    if json {
         let v = match std::str::from_utf8(&data) {
             Ok(s) => {
                 json!({"path": display(&comps), "size": data.len(), "encoding": "utf-8", "content": s})
@@ -294,10 +332,6 @@ pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
                 "content": data.iter().map(|b| format!("{b:02x}")).collect::<String>()}),
         };
         ctx.out.emit(&v, || {});
-    } else {
-        std::io::stdout()
-            .write_all(&data)
-            .map_err(|e| Error::host("stdout", e))?;
     }
     Ok(0)
 }
@@ -352,19 +386,21 @@ pub fn write(ctx: &Ctx, a: WriteArgs) -> Result<i32> {
                 format!("is a {}", node.kind.name()),
             )),
             Some(node) => {
-                let mut content = data.clone();
-                if a.append {
-                    let mut old = ws.read(&node, 0, node.size as usize)?;
-                    old.extend_from_slice(&data);
-                    content = old;
-                }
-                let hash = objects::put_content(ws.db, &content)?;
-                ws.set_content(node.ino, hash, content.len() as u64)?;
-                Ok(content.len())
+                let (hash, size) = if a.append {
+                    // Only the last block is read again, however large the file.
+                    let old = node.hash.unwrap_or(crate::store::objects::HOLE);
+                    let mut p = content::Patch::new(ws.db, &old, node.size)?;
+                    p.write(ws.db, node.size, &data)?;
+                    p.commit(ws.db)?
+                } else {
+                    content::write_bytes(ws.db, &data)?
+                };
+                ws.set_content(node.ino, hash, size)?;
+                Ok(size as usize)
             }
             None => {
                 let (dir, name) = parent_dir(ws, &comps, a.parents)?;
-                let hash = objects::put_content(ws.db, &data)?;
+                let hash = content::write_bytes(ws.db, &data)?.0;
                 let node = NewNode {
                     content: Some((hash, data.len() as u64)),
                     ..NewNode::new(Kind::File, 0o644)

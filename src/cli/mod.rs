@@ -288,7 +288,20 @@ impl Ctx {
             }
             Ok(())
         });
+        // Content the command made garbage goes once enough has piled up (cheap to
+        // check; see `reclaim`). Best effort: the command's work is committed.
+        let _ = store.write(|db| crate::reclaim::reclaim_if_due(db).map(|_| ()));
         Ok(r)
+    }
+
+    /// A full collection (every root marked) on the selected vault, then the file shrinks:
+    /// after a command that may leave settled garbage (`checkpoint delete`).
+    pub fn reclaim_all(&self) -> Result<()> {
+        let (v, mut store) = self.open()?;
+        if let Err(e) = store.write(|db| crate::reclaim::collect_all(db).map(|_| ())) {
+            eprintln!("avfs: space reclaim in {}: {e}", v.name);
+        }
+        Ok(())
     }
 
     /// Runs `f` on workspace `v` as `mutate_in` would, then rolls everything back: what a

@@ -13,7 +13,7 @@ use super::Ctx;
 use super::output::Paint;
 use crate::diff::{ChangeKind, diff_roots};
 use crate::error::{Error, Result};
-use crate::store::objects::{self, Entry, Hash, Kind};
+use crate::store::objects::{Entry, Hash, Kind};
 use crate::tags::{meta_attr, meta_of, parse_filter, tag_attr, tags_of};
 use crate::util::rfc3339;
 use crate::walk::{Next, is_binary, walk};
@@ -245,8 +245,15 @@ pub fn grep(ctx: &Ctx, a: GrepArgs) -> Result<i32> {
                 return Ok(Next::Descend);
             }
             single = depth == 0;
-            let data = objects::read_all(db, e.hash.as_ref().unwrap(), e.size)?;
             searched += 1;
+            // A file with holes holds NUL bytes: binary, known from its extents without
+            // reading it (a sparse terabyte is not read into memory).
+            let ext = crate::store::content::extents(db, e.hash.as_ref().unwrap(), e.size)?;
+            if ext.allocated() < e.size {
+                binary += 1;
+                return Ok(Next::Descend);
+            }
+            let data = crate::store::content::read_at(db, &ext, 0, e.size as usize)?;
             if is_binary(&data) {
                 binary += 1;
                 return Ok(Next::Descend);

@@ -86,7 +86,7 @@ pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
 pub fn gc(ctx: &Ctx) -> Result<i32> {
     let (v, mut store) = ctx.open()?;
     let report = store.write(|db| {
-        let r = crate::maintenance::gc(db)?;
+        let r = crate::reclaim::collect_all(db)?;
         audit::append(
             db,
             Some(&v.workspace),
@@ -96,11 +96,15 @@ pub fn gc(ctx: &Ctx) -> Result<i32> {
         )?;
         Ok(r)
     })?;
-    // Shrink the file: return freed pages (incremental auto-vacuum) and empty the WAL.
-    // Best effort: the sweep above is already committed.
+    // The file gave its free pages back (above); a vault made before format 5 is first
+    // converted so it can (one full VACUUM). Then the WAL is emptied. Best effort: the
+    // sweep is already committed.
+    if let Err(e) = crate::store::enable_incremental_vacuum(&store.conn) {
+        eprintln!("avfs: could not convert the vault to incremental vacuum: {e}");
+    }
     let _ = store
         .conn
-        .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);");
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
     // The exec engine's layer cache: only a cache, rebuilt from vaults on demand.
     let layers = crate::engine::layers::trim_cache(&ctx.home)?;
     let mut doc = serde_json::to_value(&report).unwrap_or_default();

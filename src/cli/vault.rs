@@ -532,6 +532,11 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             Ok(())
         })?;
         reg.remove(name)?;
+        // What only the fork held goes now, and the file shrinks. Best effort: the
+        // deletion is committed.
+        if let Err(e) = store.write(|db| crate::reclaim::collect_all(db).map(|_| ())) {
+            eprintln!("avfs: space reclaim after deleting {name}: {e}");
+        }
     }
     ctx.out.emit(&json!({"deleted": removed}), || {
         println!("deleted {}", removed.join(", "))

@@ -247,7 +247,7 @@ enum Msg {
 fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> std::result::Result<FileContent, String> {
     let mut f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = FileContent::default();
-    let zero = objects::zero_chunk_hash();
+    let zero = crate::store::content::zero_block_hash();
     loop {
         let mut buf = vec![0u8; CHUNK_SIZE];
         let mut got = 0;
@@ -353,7 +353,15 @@ fn content_of(db: &Connection, c: &FileContent) -> Result<Hash> {
             _ => objects::put_chunk(db, &vec![0u8; c.size as usize]),
         };
     }
-    objects::put_chunk_list(db, &c.chunks, c.size)
+    // Blocks of zeros are holes (store::content canonicalises zero chunks too).
+    let list = c
+        .chunks
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| **h != HOLE)
+        .map(|(i, h)| (i as u64, *h))
+        .collect();
+    crate::store::content::store_extents(db, crate::store::content::Extents { size: c.size, list })
 }
 
 fn mtime_ns(m: &fs::Metadata) -> i64 {

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ use rusqlite::Connection;
 
 use super::ingest::{OPAQUE_XATTR, set_xattr};
 use crate::error::{Error, Result};
-use crate::store::objects::{self, CHUNK_SIZE, DirAttrs, Entry, HOLE, Hash, Kind, get_tree};
+use crate::store::objects::{DirAttrs, Entry, Hash, Kind, get_tree};
 
 /// What writing a layer cost.
 #[derive(Clone, Debug, Default)]
@@ -116,7 +116,7 @@ impl<'a> Writer<'a> {
         let hash = e
             .hash
             .ok_or_else(|| Error::Internal("file entry without content".into()))?;
-        let mut f = OpenOptions::new()
+        let f = OpenOptions::new()
             .write(true)
             .create_new(true)
             .custom_flags(libc::O_NOFOLLOW)
@@ -124,29 +124,16 @@ impl<'a> Writer<'a> {
             .open(p)
             .map_err(|err| Self::host_err(p, err))?;
         if e.size > 0 {
-            let chunks = objects::chunk_list(self.db, &hash, e.size)?;
-            let mut left = e.size;
-            for c in chunks {
-                let n = left.min(CHUNK_SIZE as u64);
-                if c == HOLE {
-                    // A hole stays a hole: seek past it (the final length is set below).
-                    use std::io::Seek;
-                    f.seek(io::SeekFrom::Current(n as i64))
-                        .map_err(|err| Self::host_err(p, err))?;
-                } else {
-                    let data = objects::get_chunk(self.db, &c)?;
-                    f.write_all(&data[..(n as usize).min(data.len())])
-                        .map_err(|err| Self::host_err(p, err))?;
-                    // A stored chunk shorter than its share reads as zeros to its end.
-                    if (data.len() as u64) < n {
-                        use std::io::Seek;
-                        f.seek(io::SeekFrom::Current((n - data.len() as u64) as i64))
-                            .map_err(|err| Self::host_err(p, err))?;
-                    }
-                }
-                left -= n;
-            }
-            f.set_len(e.size).map_err(|err| Self::host_err(p, err))?;
+            // One block at a time; holes stay holes.
+            crate::store::content::copy_to_file(self.db, &hash, e.size, &f).map_err(
+                |err| match err {
+                    Error::Host { message, .. } => Error::Host {
+                        what: p.display().to_string(),
+                        message,
+                    },
+                    other => other,
+                },
+            )?;
         }
         self.stats.files += 1;
         self.stats.bytes += e.size;

@@ -39,7 +39,12 @@ impl Server {
             Some("ping") => json!({"ok": true, "mount": self.record}),
             Some("sync") => {
                 self.kernel_writeback();
-                match self.fs.sync(req["durable"].as_bool().unwrap_or(false)) {
+                // What the mount changed is audited before another command looks.
+                match self
+                    .fs
+                    .sync(req["durable"].as_bool().unwrap_or(false))
+                    .and_then(|()| self.fs.audit_changes())
+                {
                     Ok(()) => json!({"ok": true}),
                     Err(e) => json!({"ok": false, "error": e.to_string()}),
                 }

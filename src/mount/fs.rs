@@ -11,14 +11,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use rusqlite::Connection;
 
+mod upkeep;
+pub use upkeep::{AUDIT_EVERY, RECLAIM_EVERY};
+
 use super::buffer::DirtyFile;
 use crate::error::{Error, Result};
-use crate::store::objects::{Hash, Kind};
+use crate::store::objects::{CHUNK_SIZE, Hash, Kind};
 use crate::store::{Store, now_ns};
 use crate::workspace::{Budget, Inode, NewNode, ROOT_INO, SetAttr, Workspace, WorkspaceInfo};
 
@@ -27,6 +30,8 @@ use crate::workspace::{Budget, Inode, NewNode, ROOT_INO, SetAttr, Workspace, Wor
 const TTL: Duration = Duration::from_secs(30);
 /// Longest time a batch of metadata changes stays uncommitted.
 const MAX_BATCH: Duration = Duration::from_millis(50);
+/// The `-wal` file size past which the mount empties it (see `shrink_wal_if_big`).
+const WAL_LIMIT: u64 = 8 << 20;
 /// A file's write buffer is flushed to the vault once it holds this much.
 const MAX_DIRTY_PER_FILE: usize = 64 << 20;
 
@@ -106,6 +111,8 @@ pub struct State {
     quota_refusals: (u64, String),
     pub counters: Counters,
     pub busy_ns: Counters,
+    /// The root the last mount audit row accounts for (see `upkeep`).
+    audited: Option<Hash>,
 }
 
 pub struct AvfsFs {
@@ -151,29 +158,36 @@ fn file_type(k: Kind) -> FileType {
 }
 
 fn attr_of(i: &Inode, dirty: Option<&DirtyFile>) -> FileAttr {
-    let size = dirty.map_or(i.size, |d| d.size);
+    let size = dirty.map_or(i.size, |d| d.size());
     FileAttr {
         ino: INodeNo(i.ino),
         size,
         blocks: size.div_ceil(512),
-        atime: ts(i.mtime_ns),
+        atime: ts(i.atime_ns.unwrap_or(i.mtime_ns)),
         mtime: ts(i.mtime_ns),
         ctime: ts(i.ctime_ns),
         crtime: ts(i.ctime_ns),
         kind: file_type(i.kind),
         perm: (i.mode & 0o7777) as u16,
-        // Directories: 1 ("not counted", as on btrfs), 0 once removed.
-        nlink: if i.kind == Kind::Dir {
-            i.nlink.min(1)
-        } else {
-            i.nlink
-        },
+        nlink: i.nlink,
         uid: i.uid,
         gid: i.gid,
         rdev: i.rdev as u32,
         blksize: 65536,
         flags: 0,
     }
+}
+
+/// `attr_of` with what needs the vault: a directory's link count (2 + subdirectories) and
+/// the blocks a sparse file really holds (what `du` shows).
+fn full_attr(ws: &Workspace, i: &Inode, dirty: Option<&DirtyFile>) -> Result<FileAttr> {
+    let mut a = attr_of(i, dirty);
+    if i.kind == Kind::Dir {
+        a.nlink = ws.dir_nlink(i)?;
+    } else if i.kind == Kind::File && dirty.is_none() && i.size > CHUNK_SIZE as u64 {
+        a.blocks = ws.extents(i)?.allocated().div_ceil(512);
+    }
+    Ok(a)
 }
 
 fn open_ws<'a>(
@@ -205,8 +219,8 @@ impl State {
         Ok(())
     }
 
-    fn attr(&self, i: &Inode) -> FileAttr {
-        attr_of(i, self.dirty.get(&i.ino))
+    fn attr(&self, db: &Connection, i: &Inode) -> Result<FileAttr> {
+        full_attr(&self.ws(db)?, i, self.dirty.get(&i.ino))
     }
 
     fn generation(&self, ino: u64) -> Generation {
@@ -215,12 +229,13 @@ impl State {
 
     /// Attributes for an entry reply (the kernel may make an inode of it): remembers
     /// what the kernel was told, unless an earlier answer is still to be compared.
-    fn entry(&mut self, i: &Inode) -> (FileAttr, Generation) {
+    fn entry(&mut self, db: &Connection, i: &Inode) -> Result<(FileAttr, Generation)> {
+        let a = self.attr(db, i)?;
         if i.kind == Kind::File {
             self.files.entry(i.ino).or_insert((i.hash, i.size));
         }
         self.kernel_ref(i.ino, i.kind);
-        (self.attr(i), self.generation(i.ino))
+        Ok((a, self.generation(i.ino)))
     }
 
     /// The kernel took a reference to `ino` (an entry reply). A directory it knows is
@@ -358,6 +373,7 @@ impl AvfsFs {
             quota_refusals: (0, String::new()),
             counters: HashMap::new(),
             busy_ns: HashMap::new(),
+            audited: None,
         };
         Ok(AvfsFs {
             inner: Mutex::new((store, state)),
@@ -494,14 +510,49 @@ impl AvfsFs {
     }
 
     /// Copies every committed page from the WAL into the vault file (at unmount), so
-    /// that copying the .avfs file alone copies everything, as after any other command.
+    /// that copying the .avfs file alone copies everything, as after any other command,
+    /// and empties the WAL file when no other process is reading (else it stays for
+    /// that process's last command to empty).
     pub fn checkpoint_wal(&self) -> Result<()> {
-        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        guard
-            .0
-            .conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (store, state) = &mut *guard;
+        Self::commit(&store.conn, state)?;
+        Self::truncate_wal(store)?;
         Ok(())
+    }
+
+    /// A checkpoint that also empties the `-wal` file, waiting a moment at most for
+    /// readers; a PASSIVE one when they stay.
+    fn truncate_wal(store: &Store) -> Result<()> {
+        let conn = &store.conn;
+        conn.busy_timeout(Duration::from_millis(100))?;
+        let busy: i64 = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .unwrap_or(1);
+        conn.busy_timeout(Duration::from_secs(30))?;
+        if busy != 0 {
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+        }
+        Ok(())
+    }
+
+    /// Under a steady stream of writes the WAL is never caught up at the start of a
+    /// transaction, which is when SQLite starts it over, so it only grows; past
+    /// `WAL_LIMIT` the mount empties it between two transactions (timer thread).
+    pub fn shrink_wal_if_big(&self) -> Result<bool> {
+        let mut wal = {
+            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            guard.0.path.clone().into_os_string()
+        };
+        wal.push("-wal");
+        if std::fs::metadata(&wal).map_or(0, |m| m.len()) <= WAL_LIMIT {
+            return Ok(false);
+        }
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (store, state) = &mut *guard;
+        Self::commit(&store.conn, state)?;
+        Self::truncate_wal(store)?;
+        Ok(true)
     }
 
     /// After a change made outside the mount (CLI, restore): works out what the kernel
@@ -517,6 +568,11 @@ impl AvfsFs {
                 crate::workspace::find_workspace(db, &st.ws_name)?
                     .ok_or_else(|| Error::NoSuchVault(st.ws_name.clone()))?,
             );
+            // Another command changed the workspace and audited that itself: the mount's
+            // own account goes on from the state it left.
+            if st.audited.is_some() {
+                st.audited = Some(st.ws(db)?.flush()?);
+            }
             let mut inv = Invalidation::default();
             let mut vanished = Vec::new();
             let mut changed = Vec::new();
@@ -692,7 +748,7 @@ impl Filesystem for AvfsFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.with("getattr", |db, st| Ok(st.attr(&st.ws(db)?.get(ino.0)?))) {
+        match self.with("getattr", |db, st| st.attr(db, &st.ws(db)?.get(ino.0)?)) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(errno(&e)),
         }
@@ -706,7 +762,7 @@ impl Filesystem for AvfsFs {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
@@ -723,6 +779,8 @@ impl Filesystem for AvfsFs {
                     if cur.kind == Kind::Dir {
                         return Err(Error::IsADirectory(String::new()));
                     }
+                    // Past the largest file size: EFBIG, before anything is allocated.
+                    crate::store::content::check_size(size)?;
                     if let Some(d) = st.dirty.get(&ino.0) {
                         st.may_grow(db, d.stored_size, size)?;
                     }
@@ -744,6 +802,10 @@ impl Filesystem for AvfsFs {
                     gid,
                     size: None,
                     mtime_ns: mtime.map(|t| match t {
+                        TimeOrNow::Now => now_ns(),
+                        TimeOrNow::SpecificTime(t) => ns_of(t),
+                    }),
+                    atime_ns: atime.map(|t| match t {
                         TimeOrNow::Now => now_ns(),
                         TimeOrNow::SpecificTime(t) => ns_of(t),
                     }),
@@ -772,7 +834,7 @@ impl Filesystem for AvfsFs {
                     ws.setattr_of(cur, &set)?
                 };
                 st.own(&i);
-                Ok(st.attr(&i))
+                st.attr(db, &i)
             })
         });
         match erofs(r, self.readonly) {
@@ -931,7 +993,7 @@ impl Filesystem for AvfsFs {
                 let np = ws.get(newparent.0)?;
                 let i = ws.link(ino.0, &np, newname.as_bytes())?;
                 st.known.insert((newparent.0, newname.as_bytes().to_vec()));
-                Ok(st.entry(&i))
+                st.entry(db, &i)
             })
         });
         match erofs(
@@ -1038,10 +1100,21 @@ impl Filesystem for AvfsFs {
                 // there, close() fails with EDQUOT, where a failed writeback means EIO.
                 if !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
                     let stored = st.dirty[&ino.0].stored_size;
-                    st.may_grow(db, stored, offset + data.len() as u64)?;
+                    st.may_grow(db, stored, offset.saturating_add(data.len() as u64))?;
                 }
                 let d = st.dirty.get_mut(&ino.0).unwrap();
-                d.write(db, offset, data)?;
+                if let Err(e) = d.write(db, offset, data) {
+                    if matches!(e, Error::TooBig(_))
+                        && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE)
+                    {
+                        // Past the largest file size, from the page cache: the kernel
+                        // believes in a size the file will never have; a new kernel inode
+                        // (see `take_refused`) shows what the vault holds.
+                        st.files.insert(ino.0, (None, u64::MAX));
+                        st.refused = true;
+                    }
+                    return Err(e);
+                }
                 if d.bytes() > MAX_DIRTY_PER_FILE {
                     st.flush_file(db, ino.0)?;
                 }
@@ -1237,7 +1310,7 @@ impl Filesystem for AvfsFs {
             let mut added = Vec::new();
             let mut done = true;
             for (n, (name, inode)) in entries.iter().enumerate().skip((i - 2) as usize) {
-                let a = attr_of(inode, st.dirty.get(&inode.ino));
+                let a = full_attr(&st.ws(db)?, inode, st.dirty.get(&inode.ino))?;
                 let g = Generation(st.gens.get(&inode.ino).copied().unwrap_or(0));
                 if reply.add(
                     INodeNo(inode.ino),
@@ -1467,7 +1540,7 @@ impl Filesystem for AvfsFs {
                 st.open_set.insert(inode.ino);
                 // Even O_RDONLY: the handle made the file, and its close() commits that.
                 st.writers.insert(fh, inode.ino);
-                Ok((st.entry(&inode), fh))
+                Ok((st.entry(db, &inode)?, fh))
             })
         });
         match erofs(r, self.readonly) {
@@ -1500,21 +1573,19 @@ impl Filesystem for AvfsFs {
                         DirtyFile::new(db, &i.hash.unwrap_or(crate::store::objects::HOLE), i.size)?,
                     );
                 }
-                let end = offset + length;
+                // Past the largest file size: EFBIG, as ext4 answers; nothing allocated.
+                let end = crate::store::content::end_of(offset, length)?;
                 if mode == 0 {
                     st.may_grow(db, st.dirty[&ino.0].stored_size, end)?;
                 }
                 let d = st.dirty.get_mut(&ino.0).unwrap();
                 if mode == 0 {
-                    if end > d.size {
+                    if end > d.size() {
                         d.truncate(db, end)?;
                     }
                 } else if mode == libc::FALLOC_FL_KEEP_SIZE {
                 } else if mode == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE {
-                    let stop = end.min(d.size);
-                    if offset < stop {
-                        d.write(db, offset, &vec![0; (stop - offset) as usize])?;
-                    }
+                    d.punch(db, offset, length)?;
                 } else {
                     return Err(Error::InvalidArgument(String::new(), "EOPNOTSUPP".into()));
                 }
@@ -1527,6 +1598,48 @@ impl Filesystem for AvfsFs {
                 reply.error(Errno::from_i32(libc::EOPNOTSUPP))
             }
             Err(e) => reply.error(erofs::<()>(Err(e), self.readonly).unwrap_err()),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let r = self.with("lseek", |db, st| {
+            let offset = u64::try_from(offset)
+                .map_err(|_| Error::InvalidArgument(String::new(), "negative offset".into()))?;
+            // With the writeback cache the kernel may hold written pages it has not sent
+            // yet (it does not write them back before asking): while the file is open for
+            // writing, the answer is the conservative one, all data up to the end of the
+            // file as this mount knows it (exact after an fsync).
+            let writing = st.writers.values().any(|i| *i == ino.0);
+            let (size, data, hole) = match st.dirty.get(&ino.0) {
+                Some(d) => (d.size(), d.next_data(offset), d.next_hole(offset)),
+                None => {
+                    let ws = st.ws(db)?;
+                    let i = ws.get(ino.0)?;
+                    let ext = ws.extents(&i)?;
+                    (i.size, ext.next_data(offset), ext.next_hole(offset))
+                }
+            };
+            Ok(match whence {
+                libc::SEEK_DATA | libc::SEEK_HOLE if offset >= size => None,
+                libc::SEEK_DATA if writing => Some(offset),
+                libc::SEEK_HOLE if writing => Some(size),
+                libc::SEEK_DATA => data,
+                libc::SEEK_HOLE => Some(hole),
+                _ => return Err(Error::InvalidArgument(String::new(), "whence".into())),
+            })
+        });
+        match r {
+            Ok(Some(o)) => reply.offset(o as i64),
+            Ok(None) => reply.error(Errno::from_i32(libc::ENXIO)),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 }
@@ -1549,6 +1662,7 @@ fn dummy_dir() -> Inode {
         materialized: true,
         dirty: false,
         has_links: false,
+        atime_ns: None,
     }
 }
 
@@ -1575,7 +1689,7 @@ impl AvfsFs {
                 node.rdev = rdev;
                 let i = ws.create(&p, name.as_bytes(), node)?;
                 st.known.insert((parent.0, name.as_bytes().to_vec()));
-                Ok(st.entry(&i))
+                st.entry(db, &i)
             })
         });
         match erofs(r, self.readonly) {
@@ -1605,12 +1719,18 @@ impl AvfsFs {
     }
 
     fn lookup_impl(&self, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        // No name can be longer than 255 bytes: ENAMETOOLONG, as ext4 answers (the kernel
+        // looks a name up before stat, unlink, rename, link, rmdir...).
+        if name.len() > 255 {
+            self.count("lookup");
+            return reply.error(Errno::from_i32(libc::ENAMETOOLONG));
+        }
         let r = self.with("lookup", |db, st| {
             let ws = st.ws(db)?;
             let p = ws.get(parent.0)?;
             let child = ws.lookup(&p, name.as_bytes())?;
             st.known.insert((parent.0, name.as_bytes().to_vec()));
-            Ok(child.map(|c| st.entry(&c)))
+            child.map(|c| st.entry(db, &c)).transpose()
         });
         match r {
             Ok(Some((a, g))) => reply.entry(&TTL, &a, g),

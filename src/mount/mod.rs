@@ -9,6 +9,7 @@ mod wal;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -305,14 +306,32 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         record: record.clone(),
     };
     std::thread::spawn(move || server.serve(listener));
+    fs.audit_start(&mountpoint, opts.readonly)?;
     let batcher = fs.clone();
     let batch_notifier = session.notifier();
     std::thread::spawn(move || {
+        let (mut reclaimed, mut audited) = (Instant::now(), Instant::now());
         loop {
             batcher.wait_for_work(std::time::Duration::from_millis(20));
             batcher.commit_if_stale();
             if batcher.take_refused() {
                 let _ = control::invalidate(&batcher, &batch_notifier);
+            }
+            // Upkeep off the request path: space reclaim and the session's audit rows.
+            if reclaimed.elapsed() >= fs::RECLAIM_EVERY {
+                if let Err(e) = batcher.reclaim_if_due() {
+                    eprintln!("avfs: space reclaim: {e}");
+                }
+                if let Err(e) = batcher.shrink_wal_if_big() {
+                    eprintln!("avfs: WAL checkpoint: {e}");
+                }
+                reclaimed = Instant::now();
+            }
+            if audited.elapsed() >= fs::AUDIT_EVERY {
+                if let Err(e) = batcher.audit_changes() {
+                    eprintln!("avfs: mount audit: {e}");
+                }
+                audited = Instant::now();
             }
         }
     });
@@ -331,6 +350,14 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     (opts.on_ready)(&record);
     let result = session.run();
     let _ = fs.sync(true);
+    if let Err(e) = fs.audit_end() {
+        eprintln!("avfs: mount audit: {e}");
+    }
+    if !opts.readonly
+        && let Err(e) = fs.reclaim_now()
+    {
+        eprintln!("avfs: space reclaim: {e}");
+    }
     drop(wal_upkeep);
     // As after any other command, the .avfs file alone holds everything.
     let _ = fs.checkpoint_wal();
@@ -398,6 +425,7 @@ impl fuser::Filesystem for SharedFs {
         fn access(&self, req: &fuser::Request, ino: fuser::INodeNo, mask: fuser::AccessFlags, reply: fuser::ReplyEmpty);
         fn create(&self, req: &fuser::Request, parent: fuser::INodeNo, name: &std::ffi::OsStr, mode: u32, umask: u32, flags: i32, reply: fuser::ReplyCreate);
         fn fallocate(&self, req: &fuser::Request, ino: fuser::INodeNo, fh: fuser::FileHandle, offset: u64, length: u64, mode: i32, reply: fuser::ReplyEmpty);
+        fn lseek(&self, req: &fuser::Request, ino: fuser::INodeNo, fh: fuser::FileHandle, offset: i64, whence: i32, reply: fuser::ReplyLseek);
     }
     #[allow(clippy::too_many_arguments)]
     fn setattr(

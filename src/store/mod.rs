@@ -3,6 +3,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod content;
 pub mod objects;
 pub mod quota;
 pub mod schema;
@@ -135,9 +136,11 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        conn.pragma_update(None, "application_id", APPLICATION_ID as i64)?;
-        // Lets `gc` hand freed pages back to the file system (must precede any table).
+        // Lets freed pages go back to the file system (`vacuum`). It must come before
+        // anything is written to the file, the header included (application_id): set
+        // later, it is silently ignored, as it was in vaults made before format 5.
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        conn.pragma_update(None, "application_id", APPLICATION_ID as i64)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         let mut store = Store {
             conn,
@@ -266,6 +269,40 @@ impl Store {
         let _ = Self::exec(&self.conn, "ROLLBACK");
         r.map_err(|e| self.corrupt_if_sqlite(e))
     }
+}
+
+/// Returns every free page to the file system (incremental auto-vacuum), so the file
+/// shrinks to what it holds; returns the number of pages freed. Runs inside the caller's
+/// transaction or on its own. The pragma frees pages as it is stepped, so it is stepped to
+/// the end (a single step, as `execute_batch` does, frees at most one).
+pub fn vacuum(conn: &Connection) -> Result<u64> {
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    if free == 0 {
+        return Ok(0);
+    }
+    let mut stmt = conn.prepare_cached("PRAGMA incremental_vacuum")?;
+    let mut rows = stmt.query([])?;
+    while rows.next()?.is_some() {}
+    drop(rows);
+    let after: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    Ok((free - after).max(0) as u64)
+}
+
+/// Is the file set up to give free pages back (`vacuum`)? Vaults made before format 5 are
+/// not; [`enable_incremental_vacuum`] converts them.
+pub fn incremental_vacuum_on(conn: &Connection) -> Result<bool> {
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    Ok(mode == 2)
+}
+
+/// Turns on incremental vacuum in a vault made before format 5: a full VACUUM, which
+/// rewrites the file once (outside any transaction; `avfs gc` runs it).
+pub fn enable_incremental_vacuum(conn: &Connection) -> Result<bool> {
+    if incremental_vacuum_on(conn)? {
+        return Ok(false);
+    }
+    conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+    Ok(true)
 }
 
 pub fn persist_wal(conn: &Connection) {

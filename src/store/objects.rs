@@ -11,7 +11,7 @@ pub const CHUNK_SIZE: usize = 64 * 1024;
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Hash(pub [u8; 32]);
 
-/// A block that was never written: reads as zeros and is not stored.
+/// A block that was never written (in a dense chunk list of formats 1-4): reads as zeros.
 pub const HOLE: Hash = Hash([0; 32]);
 
 impl Hash {
@@ -151,7 +151,6 @@ pub struct Tree {
 }
 
 const TREE_TAG: &[u8] = b"avfs-tree-v1\0";
-const CONTENT_TAG: &[u8] = b"avfs-content-v1\0";
 
 pub fn validate_name(name: &[u8]) -> std::result::Result<(), &'static str> {
     if name.is_empty() || name == b"." || name == b".." {
@@ -341,100 +340,7 @@ pub fn get_chunk(db: &Connection, hash: &Hash) -> Result<Vec<u8>> {
     Ok(data)
 }
 
-/// The content hash of a file made of `chunks` and `size` bytes. A file of one chunk
-/// or less is addressed by its only chunk's hash, so it needs no chunk list.
-pub fn content_hash(chunks: &[Hash], size: u64) -> Hash {
-    if size as usize <= CHUNK_SIZE && chunks.len() <= 1 {
-        return chunks.first().copied().unwrap_or_else(|| Hash::of(b""));
-    }
-    let mut h = blake3::Hasher::new();
-    h.update(CONTENT_TAG);
-    h.update(&size.to_le_bytes());
-    for c in chunks {
-        h.update(&c.0);
-    }
-    Hash(*h.finalize().as_bytes())
-}
-
-/// Stores a whole file's bytes; returns its content hash.
-pub fn put_content(db: &Connection, data: &[u8]) -> Result<Hash> {
-    if data.len() <= CHUNK_SIZE {
-        return put_chunk(db, data);
-    }
-    let chunks: Vec<Hash> = data
-        .chunks(CHUNK_SIZE)
-        .map(|c| put_chunk(db, c))
-        .collect::<Result<_>>()?;
-    put_chunk_list(db, &chunks, data.len() as u64)
-}
-
-/// Hash of a full block of zeros.
-pub fn zero_chunk_hash() -> Hash {
-    static ZERO: std::sync::OnceLock<Hash> = std::sync::OnceLock::new();
-    *ZERO.get_or_init(|| Hash::of(&[0u8; CHUNK_SIZE]))
-}
-
-/// Records a chunk list (chunks must already be stored) and returns its content hash.
-pub fn put_chunk_list(db: &Connection, chunks: &[Hash], size: u64) -> Result<Hash> {
-    if size as usize <= CHUNK_SIZE && chunks.len() > 1 {
-        // A file of one chunk or less is addressed by that chunk alone.
-        let mut data = if chunks[0] == HOLE {
-            vec![]
-        } else {
-            get_chunk(db, &chunks[0])?
-        };
-        data.resize(size as usize, 0);
-        return put_chunk(db, &data);
-    }
-    // In a multi-chunk file a block of zeros is a hole, so sparse and dense writes of the
-    // same bytes get the same content hash.
-    let zero = zero_chunk_hash();
-    let canonical: Vec<Hash> = chunks
-        .iter()
-        .map(|c| {
-            if *c == zero && chunks.len() > 1 {
-                HOLE
-            } else {
-                *c
-            }
-        })
-        .collect();
-    let chunks = &canonical[..];
-    let hash = content_hash(chunks, size);
-    if size as usize > CHUNK_SIZE || chunks.len() > 1 {
-        let mut blob = Vec::with_capacity(chunks.len() * 32);
-        for c in chunks {
-            blob.extend_from_slice(&c.0);
-        }
-        db.prepare_cached(
-            "INSERT OR IGNORE INTO content (hash, size, chunks) VALUES (?1, ?2, ?3)",
-        )?
-        .execute(params![&hash.0[..], size as i64, blob])?;
-    } else if chunks.is_empty() {
-        put_chunk(db, b"")?;
-    }
-    Ok(hash)
-}
-
-/// The chunk hashes of a file's content.
-pub fn chunk_list(db: &Connection, hash: &Hash, size: u64) -> Result<Vec<Hash>> {
-    if size as usize <= CHUNK_SIZE {
-        return Ok(vec![*hash]);
-    }
-    let blob: Option<Vec<u8>> = db
-        .prepare_cached("SELECT chunks FROM content WHERE hash = ?1")?
-        .query_row([&hash.0[..]], |r| r.get(0))
-        .optional()?;
-    let blob = blob.ok_or_else(|| Error::Corrupt {
-        path: Default::default(),
-        reason: format!("missing content {}", hash.to_hex()),
-    })?;
-    decode_chunk_list(&blob).map_err(|reason| Error::Corrupt {
-        path: Default::default(),
-        reason,
-    })
-}
-
+/// Decodes a dense chunk list (vault formats 1-4: 32 bytes per block, zeros for a hole).
 pub fn decode_chunk_list(blob: &[u8]) -> std::result::Result<Vec<Hash>, String> {
     if !blob.len().is_multiple_of(32) {
         return Err(format!(
@@ -446,95 +352,4 @@ pub fn decode_chunk_list(blob: &[u8]) -> std::result::Result<Vec<Hash>, String> 
         .chunks_exact(32)
         .map(|c| Hash(c.try_into().unwrap()))
         .collect())
-}
-
-/// Reads `len` bytes at `offset` of a stored file content.
-pub fn read_content(
-    db: &Connection,
-    hash: &Hash,
-    size: u64,
-    offset: u64,
-    len: usize,
-) -> Result<Vec<u8>> {
-    if offset >= size {
-        return Ok(vec![]);
-    }
-    let end = (offset + len as u64).min(size);
-    let chunks = chunk_list(db, hash, size)?;
-    let mut out = Vec::with_capacity((end - offset) as usize);
-    let first = (offset / CHUNK_SIZE as u64) as usize;
-    let last = ((end - 1) / CHUNK_SIZE as u64) as usize;
-    for (i, c) in chunks.iter().enumerate().take(last + 1).skip(first) {
-        let data = get_chunk(db, c)?;
-        let base = i as u64 * CHUNK_SIZE as u64;
-        let from = offset.saturating_sub(base) as usize;
-        let to = ((end - base) as usize).min(CHUNK_SIZE);
-        if from < data.len() {
-            out.extend_from_slice(&data[from..to.min(data.len())]);
-        }
-        // A short stored chunk (the last one) or a hole reads as zeros up to `to`.
-        let want = to - from;
-        let have = data.len().saturating_sub(from).min(want);
-        out.resize(out.len() + (want - have), 0);
-    }
-    Ok(out)
-}
-
-pub fn read_all(db: &Connection, hash: &Hash, size: u64) -> Result<Vec<u8>> {
-    read_content(db, hash, size, 0, size as usize)
-}
-
-/// The content of a file cut or extended (with a hole) to `new_size`.
-pub fn resize_content(db: &Connection, hash: &Hash, size: u64, new_size: u64) -> Result<Hash> {
-    if new_size == size {
-        return Ok(*hash);
-    }
-    let mut chunks = chunk_list(db, hash, size)?;
-    if size == 0 {
-        chunks.clear();
-    }
-    let cs = CHUNK_SIZE as u64;
-    let want = new_size.div_ceil(cs) as usize;
-    if new_size < size {
-        chunks.truncate(want);
-        let tail = (new_size % cs) as usize;
-        if tail != 0
-            && let Some(last) = chunks.last_mut()
-            && *last != HOLE
-        {
-            let data = get_chunk(db, last)?;
-            let mut cut = data[..tail.min(data.len())].to_vec();
-            cut.resize(tail, 0);
-            *last = put_chunk(db, &cut)?;
-        }
-    } else {
-        // Zero-fill the stored tail of the old last chunk up to a full chunk, then add holes.
-        if !size.is_multiple_of(cs)
-            && let Some(last) = chunks.last_mut()
-            && *last != HOLE
-        {
-            let mut data = get_chunk(db, last)?;
-            let fill = ((new_size - (size - size % cs)).min(cs)) as usize;
-            data.resize(fill, 0);
-            *last = put_chunk(db, &data)?;
-        }
-        chunks.resize(want, HOLE);
-    }
-    if new_size as usize <= CHUNK_SIZE {
-        // A one-chunk file is addressed by its chunk, which must hold exactly its bytes.
-        let data = match chunks.first() {
-            None => vec![],
-            Some(c) => {
-                let mut d = if *c == HOLE {
-                    vec![]
-                } else {
-                    get_chunk(db, c)?
-                };
-                d.resize(new_size as usize, 0);
-                d
-            }
-        };
-        return put_chunk(db, &data);
-    }
-    put_chunk_list(db, &chunks, new_size)
 }

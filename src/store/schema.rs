@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 4;
+pub const FORMAT_VERSION: i64 = 5;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -162,4 +162,19 @@ CREATE TABLE search_doc (
 ) WITHOUT ROWID;
 CREATE INDEX search_doc_by_text ON search_doc (text);
 CREATE TABLE search_state (workspace INTEGER PRIMARY KEY, root BLOB NOT NULL);
+"#;
+
+/// Format 5: file content as extents, and access times.
+/// * `content.format`: 0 = the dense chunk list of formats 1-4 (one 32-byte hash per 64 KiB
+///   block, zeros for a hole), 1 = an extent list (block, chunk) with holes left out, so a
+///   sparse file costs what it holds (see `store::content`). Old rows stay as they are.
+/// * `inode.atime_ns`: the access time a program set (utimensat, `touch -a`); NULL reads
+///   as the modification time. Reads never change it (the mount is `noatime`).
+/// * `reclaim_young`: objects stored before the last space reclaim that only the live
+///   state references, so the next one looks at them again (see `reclaim`); `tbl` is 0
+///   for chunk, 1 for content, 2 for tree.
+const V5: &str = r#"
+ALTER TABLE content ADD COLUMN format INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE inode ADD COLUMN atime_ns INTEGER;
+CREATE TABLE reclaim_young (tbl INTEGER NOT NULL, id INTEGER NOT NULL, PRIMARY KEY (tbl, id)) WITHOUT ROWID;
 "#;

@@ -309,6 +309,7 @@ impl Workspace<'_> {
                 gid: Some(gid),
                 size: None,
                 mtime_ns: Some(mtime_ns),
+                atime_ns: None,
             },
         )?;
         for (k, _) in self.xattrs(ino)? {

@@ -169,6 +169,9 @@ impl Workspace<'_> {
             self.set_xattr_raw(ino, xn, xv)?;
         }
         self.insert_dentry(parent.ino, name, ino)?;
+        if entry.kind == Kind::Dir {
+            self.dir_links_changed(parent.ino, 1)?;
+        }
         self.mark_dirty(parent.ino)?;
         Ok(inode)
     }

@@ -40,6 +40,8 @@ pub struct Inode {
     pub size: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// Files: names. Directories: 2 + subdirectories once known, 1 while not yet counted
+    /// (see `Workspace::dir_nlink`), 0 once removed.
     pub nlink: u32,
     pub rdev: u64,
     pub link_group: u64,
@@ -49,20 +51,23 @@ pub struct Inode {
     pub materialized: bool,
     pub dirty: bool,
     pub has_links: bool,
+    /// The access time a program set (utimensat); `None` reads as `mtime_ns`. Reads never
+    /// change it (noatime), and trees do not keep it.
+    pub atime_ns: Option<i64>,
 }
 
 /// The inode columns `Inode::from_row` reads, in its order. A macro so the statements
 /// below are string constants: building them per call showed up in mount profiles.
 macro_rules! inode_cols {
     () => {
-        "ino, kind, mode, uid, gid, size, mtime_ns, ctime_ns, nlink, rdev, link_group, hash, target, materialized, dirty, has_links"
+        "ino, kind, mode, uid, gid, size, mtime_ns, ctime_ns, nlink, rdev, link_group, hash, target, materialized, dirty, has_links, atime_ns"
     };
     ($p:literal) => {
         concat!(
             $p, ".ino, ", $p, ".kind, ", $p, ".mode, ", $p, ".uid, ", $p, ".gid, ", $p, ".size, ",
             $p, ".mtime_ns, ", $p, ".ctime_ns, ", $p, ".nlink, ", $p, ".rdev, ", $p,
             ".link_group, ", $p, ".hash, ", $p, ".target, ", $p, ".materialized, ", $p,
-            ".dirty, ", $p, ".has_links"
+            ".dirty, ", $p, ".has_links, ", $p, ".atime_ns"
         )
     };
 }
@@ -98,6 +103,7 @@ impl Inode {
             materialized: r.get(at + 13)?,
             dirty: r.get(at + 14)?,
             has_links: r.get(at + 15)?,
+            atime_ns: r.get(at + 16)?,
         })
     }
 
@@ -119,6 +125,7 @@ impl Inode {
             materialized: false,
             dirty: false,
             has_links: e.has_links,
+            atime_ns: None,
         }
     }
 
@@ -251,6 +258,7 @@ fn new_layer(db: &Connection, ws_id: i64, root: &Hash) -> Result<i64> {
             .entries
             .iter()
             .any(|e| e.link_group != 0 || e.has_links),
+        atime_ns: None,
     };
     insert_inode(db, layer, &root_inode)?;
     for (n, v) in &a.xattrs {
@@ -279,7 +287,7 @@ fn insert_inode(db: &Connection, layer: i64, i: &Inode) -> Result<()> {
     db.prepare_cached(concat!(
         "INSERT INTO inode (layer, ",
         inode_cols!(),
-        ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)"
+        ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)"
     ))?
     .execute(params![
         layer,
@@ -298,7 +306,8 @@ fn insert_inode(db: &Connection, layer: i64, i: &Inode) -> Result<()> {
         i.target,
         i.materialized,
         i.dirty,
-        i.has_links
+        i.has_links,
+        i.atime_ns
     ])?;
     Ok(())
 }
@@ -369,8 +378,8 @@ impl<'a> Workspace<'a> {
         self.db
             .prepare_cached(
                 "UPDATE inode SET kind=?3, mode=?4, uid=?5, gid=?6, size=?7, mtime_ns=?8, ctime_ns=?9, nlink=?10,
-                 rdev=?11, link_group=?12, hash=?13, target=?14, materialized=?15, dirty=?16, has_links=?17
-                 WHERE layer=?1 AND ino=?2",
+                 rdev=?11, link_group=?12, hash=?13, target=?14, materialized=?15, dirty=?16, has_links=?17,
+                 atime_ns=?18 WHERE layer=?1 AND ino=?2",
             )?
             .execute(params![
                 self.layer(),
@@ -389,7 +398,8 @@ impl<'a> Workspace<'a> {
                 i.target,
                 i.materialized,
                 i.dirty,
-                i.has_links
+                i.has_links,
+                i.atime_ns
             ])?;
         Ok(())
     }
@@ -631,14 +641,71 @@ impl<'a> Workspace<'a> {
         Ok(())
     }
 
+    /// A directory's link count as Linux file systems report it: 2 + its subdirectories.
+    /// Counted the first time it is asked for (from the live entries, or from the stored
+    /// tree of a directory not loaded yet) and then kept current by mkdir, rmdir and
+    /// rename; other inodes: their `nlink`.
+    pub fn dir_nlink(&self, i: &Inode) -> Result<u32> {
+        if i.kind != Kind::Dir || i.nlink != 1 {
+            return Ok(i.nlink);
+        }
+        let materialized: bool = self
+            .db
+            .prepare_cached("SELECT materialized FROM inode WHERE layer = ?1 AND ino = ?2")?
+            .query_row(params![self.layer(), i.ino as i64], |r| r.get(0))
+            .optional()?
+            .unwrap_or(i.materialized);
+        let subdirs: i64 = if materialized {
+            self.db
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM dentry d JOIN inode c ON c.layer = d.layer AND c.ino = d.ino
+                     WHERE d.layer = ?1 AND d.parent = ?2 AND c.kind = 2",
+                )?
+                .query_row(params![self.layer(), i.ino as i64], |r| r.get(0))?
+        } else {
+            match i.hash {
+                Some(h) => get_tree(self.db, &h)?
+                    .entries
+                    .iter()
+                    .filter(|e| e.kind == Kind::Dir)
+                    .count() as i64,
+                None => 0,
+            }
+        };
+        let n = 2 + subdirs as u32;
+        self.db
+            .prepare_cached(
+                "UPDATE inode SET nlink = ?3 WHERE layer = ?1 AND ino = ?2 AND nlink = 1",
+            )?
+            .execute(params![self.layer(), i.ino as i64, n])?;
+        Ok(n)
+    }
+
+    /// A subdirectory of `dir` came or went: its link count follows, once it is known.
+    fn dir_links_changed(&self, dir: u64, by: i64) -> Result<()> {
+        self.db
+            .prepare_cached(
+                "UPDATE inode SET nlink = nlink + ?3 WHERE layer = ?1 AND ino = ?2 AND nlink >= 2",
+            )?
+            .execute(params![self.layer(), dir as i64, by])?;
+        Ok(())
+    }
+
     /// Reads file bytes.
     pub fn read(&self, file: &Inode, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let ext = self.extents(file)?;
+        crate::store::content::read_at(self.db, &ext, offset, len)
+    }
+
+    /// A file's extent map (which blocks hold data): for reads, `SEEK_DATA`/`SEEK_HOLE`
+    /// and the blocks a file really uses.
+    pub fn extents(&self, file: &Inode) -> Result<std::sync::Arc<crate::store::content::Extents>> {
         match file.kind {
             Kind::File => {
                 let hash = file
                     .hash
                     .ok_or_else(|| Error::Internal("file without content".into()))?;
-                objects::read_content(self.db, &hash, file.size, offset, len)
+                crate::store::content::extents(self.db, &hash, file.size)
             }
             Kind::Dir => Err(Error::IsADirectory(format!("inode {}", file.ino))),
             _ => Err(Error::InvalidArgument(

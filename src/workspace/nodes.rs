@@ -5,7 +5,7 @@ use rusqlite::params;
 use super::{Inode, Workspace};
 use crate::error::{Error, Result};
 use crate::store::now_ns;
-use crate::store::objects::{self, Hash, Kind, validate_name};
+use crate::store::objects::{Hash, Kind, validate_name};
 
 /// What to create.
 #[derive(Clone, Debug)]
@@ -45,12 +45,28 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub size: Option<u64>,
     pub mtime_ns: Option<i64>,
+    /// Kept in the live layer only (trees hold no access time).
+    pub atime_ns: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+}
+
+/// Room for one inode's extended attributes, as ext4 with 256-byte inodes and 4 KiB
+/// blocks has it: an attribute takes 16 bytes plus its name (without the `user.` prefix)
+/// and its value, each rounded up to 4 bytes; one attribute must fit in the attribute
+/// block (4 096 bytes less a 32-byte header and a 4-byte end marker), and all of them in
+/// that block plus the 92 bytes inside the inode. So 103 attributes of 16 bytes with
+/// 5-byte names fit, or one value of 4 040 bytes, as on ext4; past that, ENOSPC.
+pub const XATTR_BLOCK: u64 = 4096 - 32 - 4;
+pub const XATTR_SPACE: u64 = XATTR_BLOCK + 92;
+
+fn xattr_cost(name: &[u8], value_len: usize) -> u64 {
+    let name = name.strip_prefix(b"user.").unwrap_or(name);
+    16 + (name.len() as u64).next_multiple_of(4) + (value_len as u64).next_multiple_of(4)
 }
 
 pub fn check_name(name: &[u8]) -> Result<()> {
@@ -70,7 +86,7 @@ impl Workspace<'_> {
         let now = now_ns();
         self.db
             .prepare_cached(
-                "UPDATE inode SET mtime_ns = ?3, ctime_ns = ?3 WHERE layer = ?1 AND ino = ?2",
+                "UPDATE inode SET atime_ns = COALESCE(atime_ns, mtime_ns), mtime_ns = ?3, ctime_ns = ?3 WHERE layer = ?1 AND ino = ?2",
             )?
             .execute(params![self.layer(), dir as i64, now])?;
         // A dirty directory's ancestors are dirty too, so its own entry gets re-hashed.
@@ -102,7 +118,7 @@ impl Workspace<'_> {
         let ino = self.alloc_inos(1)?;
         let (hash, size) = match (node.kind, node.content) {
             (Kind::File, Some((h, s))) => (Some(h), s),
-            (Kind::File, None) => (Some(objects::put_content(self.db, b"")?), 0),
+            (Kind::File, None) => (Some(crate::store::content::write_bytes(self.db, b"")?.0), 0),
             (Kind::Symlink, _) => (None, node.target.as_ref().map_or(0, |t| t.len() as u64)),
             _ => (None, 0),
         };
@@ -115,7 +131,8 @@ impl Workspace<'_> {
             size,
             mtime_ns: node.mtime_ns.unwrap_or(now),
             ctime_ns: now,
-            nlink: 1,
+            // An empty directory: itself and its "." entry.
+            nlink: if node.kind == Kind::Dir { 2 } else { 1 },
             rdev: node.rdev,
             link_group: 0,
             hash,
@@ -123,9 +140,13 @@ impl Workspace<'_> {
             materialized: node.kind == Kind::Dir,
             dirty: node.kind == Kind::Dir,
             has_links: false,
+            atime_ns: Some(node.mtime_ns.unwrap_or(now)),
         };
         super::insert_inode(self.db, self.layer(), &inode)?;
         self.insert_dentry(parent.ino, name, ino)?;
+        if node.kind == Kind::Dir {
+            self.dir_links_changed(parent.ino, 1)?;
+        }
         self.touch_dir(parent.ino)?;
         Ok(inode)
     }
@@ -210,6 +231,7 @@ impl Workspace<'_> {
         }
         self.delete_dentry(parent.ino, name)?;
         self.drop_dir(child)?;
+        self.dir_links_changed(parent.ino, -1)?;
         self.touch_dir(parent.ino)
     }
 
@@ -243,6 +265,7 @@ impl Workspace<'_> {
         };
         self.delete_dentry(parent.ino, name)?;
         self.delete_subtree(child)?;
+        self.dir_links_changed(parent.ino, -1)?;
         self.touch_dir(parent.ino)
     }
 
@@ -319,6 +342,11 @@ impl Workspace<'_> {
             self.delete_dentry(newparent.ino, newname)?;
             self.insert_dentry(parent.ino, name, dst.ino)?;
             self.insert_dentry(newparent.ino, newname, src.ino)?;
+            let moved = (src.kind == Kind::Dir) as i64 - (dst.kind == Kind::Dir) as i64;
+            if parent.ino != newparent.ino && moved != 0 {
+                self.dir_links_changed(parent.ino, -moved)?;
+                self.dir_links_changed(newparent.ino, moved)?;
+            }
         } else {
             if let Some(dst) = dst {
                 if flags.noreplace {
@@ -336,6 +364,7 @@ impl Workspace<'_> {
                         }
                         self.delete_dentry(newparent.ino, newname)?;
                         self.drop_dir(dst)?;
+                        self.dir_links_changed(newparent.ino, -1)?;
                     }
                     (false, false) => {
                         self.delete_dentry(newparent.ino, newname)?;
@@ -345,6 +374,10 @@ impl Workspace<'_> {
             }
             self.delete_dentry(parent.ino, name)?;
             self.insert_dentry(newparent.ino, newname, src.ino)?;
+            if src.kind == Kind::Dir && parent.ino != newparent.ino {
+                self.dir_links_changed(parent.ino, -1)?;
+                self.dir_links_changed(newparent.ino, 1)?;
+            }
         }
         self.db
             .prepare_cached("UPDATE inode SET ctime_ns = ?3 WHERE layer = ?1 AND ino = ?2")?
@@ -364,6 +397,8 @@ impl Workspace<'_> {
     pub fn setattr_of(&self, mut i: Inode, set: &SetAttr) -> Result<Inode> {
         let ino = i.ino;
         let before = (i.mode, i.uid, i.gid, i.size, i.mtime_ns, i.hash);
+        // An access time that read as the mtime keeps its value when the mtime changes.
+        i.atime_ns.get_or_insert(i.mtime_ns);
         if let Some(m) = set.mode {
             i.mode = m & 0o7777;
         }
@@ -388,12 +423,15 @@ impl Workspace<'_> {
                 self.check_file_size(size)?;
             }
             self.charge(0, (size as i64 - i.size as i64) * i.nlink as i64)?;
-            i.hash = Some(objects::resize_content(self.db, &hash, i.size, size)?);
+            i.hash = Some(crate::store::content::resize(self.db, &hash, i.size, size)?);
             i.size = size;
             i.mtime_ns = now;
         }
         if let Some(t) = set.mtime_ns {
             i.mtime_ns = t;
+        }
+        if let Some(t) = set.atime_ns {
+            i.atime_ns = Some(t);
         }
         i.ctime_ns = now;
         self.put_inode(&i)?;
@@ -432,6 +470,7 @@ impl Workspace<'_> {
         self.charge(0, (size as i64 - i.size as i64) * i.nlink as i64)?;
         i.hash = Some(hash);
         i.size = size;
+        i.atime_ns.get_or_insert(i.mtime_ns);
         i.mtime_ns = mtime_ns;
         i.ctime_ns = now_ns();
         self.put_inode(&i)?;
@@ -440,6 +479,18 @@ impl Workspace<'_> {
     }
 
     pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
+        let others: u64 = self
+            .xattrs(ino)?
+            .iter()
+            .filter(|(n, _)| n != name)
+            .map(|(n, v)| xattr_cost(n, v.len()))
+            .sum();
+        let cost = xattr_cost(name, value.len());
+        if cost > XATTR_BLOCK || others + cost > XATTR_SPACE {
+            return Err(Error::XattrsFull(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
+        }
         self.db
             .prepare_cached(
                 "INSERT OR REPLACE INTO xattr (layer, ino, name, value) VALUES (?1, ?2, ?3, ?4)",

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use agentvfs::diff::{ChangeSummary, add_patches, diff_roots};
 use agentvfs::registry::Registry;
-use agentvfs::store::{Store, audit, objects};
+use agentvfs::store::{Store, audit};
 use agentvfs::workspace::path::components;
 use agentvfs::workspace::{MAIN, Workspace};
 use serde_json::json;
@@ -37,18 +37,20 @@ use serde_json::json;
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const USAGE: &str =
-    "usage: avfs-bench [--groups vault,mount,exec,engines] [--dir DIR] [--keep] [--avfs PATH]
+    "usage: avfs-bench [--groups vault,mount,exec,engines,policy,space] [--dir DIR] [--keep] [--avfs PATH]
                   [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
                   [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
                   [--exec-files N] [--engine-workloads tar,git,...] [--engines overlay,fuse]
-                  [--policy-old-avfs PATH]
+                  [--policy-old-avfs PATH] [--fsx-ops N]
 
-  --groups           which groups to run (default all): vault (vault operations), mount (real
-                     tools in a FUSE mount vs a native directory), exec (avfs exec overhead,
-                     with and without the sandbox, and the change report), engines (real
-                     workloads as whole `avfs exec` runs, overlay and FUSE engines, vs native),
-                     policy (decision time for the lines of the decision corpus)
+  --groups           which groups to run (default all but space; `all` adds it): vault (vault
+                     operations), mount (real tools in a FUSE mount vs a native directory),
+                     exec (avfs exec overhead, with and without the sandbox, and the change
+                     report), engines (real workloads as whole `avfs exec` runs, overlay and
+                     FUSE engines, vs native), policy (decision time for the lines of the
+                     decision corpus), space (a sparse terabyte and an fsx-like workload in a
+                     mount: time, server memory, vault size)
   --dir              where to put the trees, vaults and mounts (default: the system temp dir)
   --keep             keep the generated trees and vaults
   --avfs             the avfs binary to use (default: the one next to avfs-bench)
@@ -81,7 +83,10 @@ const USAGE: &str =
   --engines          which engines (default overlay,fuse)
 
  policy group:
-  --policy-old-avfs  an older avfs binary whose `policy check` is timed beside this one's";
+  --policy-old-avfs  an older avfs binary whose `policy check` is timed beside this one's
+
+ space group:
+  --fsx-ops          operations of the fsx-like workload (default 125000)";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
@@ -90,6 +95,7 @@ enum Group {
     Exec,
     Policy,
     Engines,
+    Space,
 }
 
 struct Args {
@@ -111,6 +117,8 @@ struct Args {
     policy_old_avfs: Option<PathBuf>,
     engine_workloads: Vec<String>,
     engines: Vec<String>,
+    /// Operations of the space group's fsx workload.
+    fsx_ops: usize,
 }
 
 fn list(v: &str) -> Vec<String> {
@@ -146,6 +154,7 @@ fn parse_args() -> BoxResult<Args> {
         policy_old_avfs: None,
         engine_workloads: ENGINE_WORKLOADS.iter().map(|s| s.to_string()).collect(),
         engines: vec!["overlay".into(), "fuse".into()],
+        fsx_ops: 125_000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -170,6 +179,7 @@ fn parse_args() -> BoxResult<Args> {
                         "exec" => Group::Exec,
                         "engines" => Group::Engines,
                         "policy" => Group::Policy,
+                        "space" => Group::Space,
                         "all" => {
                             g.extend([
                                 Group::Vault,
@@ -177,6 +187,7 @@ fn parse_args() -> BoxResult<Args> {
                                 Group::Exec,
                                 Group::Engines,
                                 Group::Policy,
+                                Group::Space,
                             ]);
                             continue;
                         }
@@ -219,6 +230,7 @@ fn parse_args() -> BoxResult<Args> {
                 }
             }
             "--mount-reps" => a.mount_reps = count(value("--mount-reps")?)?.max(1),
+            "--fsx-ops" => a.fsx_ops = count(value("--fsx-ops")?)?.max(1),
             "--reps-cargo" => a.cargo_reps = count(value("--reps-cargo")?)?.max(1),
             "--tar-files" => a.tar_files = count(value("--tar-files")?)?.max(2),
             "--io-mib" => a.io_mib = count(value("--io-mib")?)?.max(1),
@@ -579,7 +591,7 @@ fn apply_vault(vault: &Path, ws_name: &str, changes: &[(String, Vec<u8>)]) -> Bo
         let ws = Workspace::open(db, ws_name)?;
         for (rel, data) in changes {
             let node = ws.resolve_existing(&components(rel.as_bytes())?, true)?;
-            let hash = objects::put_content(db, data)?;
+            let hash = agentvfs::store::content::write_bytes(db, data)?.0;
             ws.set_content(node.ino, hash, data.len() as u64)?;
         }
         Ok(())
@@ -975,6 +987,7 @@ mod group_engines;
 mod group_exec;
 mod group_mount;
 mod group_policy;
+mod group_space;
 mod group_vault;
 
 use group_engines::*;
@@ -1124,6 +1137,7 @@ fn real_main() -> BoxResult<()> {
     let mut engines_result = None;
     let mut exec_result = None;
     let mut policy_result = None;
+    let mut space_result = None;
     let result = (|| -> BoxResult<()> {
         let mut reuse = None;
         if has(Group::Vault) {
@@ -1150,6 +1164,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Policy) {
             policy_result = Some(bench_policy(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Space) {
+            space_result = Some(group_space::bench_space(&args, &avfs, &base, t0)?);
         }
         Ok(())
     })();
@@ -1231,6 +1248,9 @@ fn real_main() -> BoxResult<()> {
         for n in &r.notes {
             println!("{n}");
         }
+    }
+    if let Some(r) = &space_result {
+        group_space::print(r);
     }
     if let Some(r) = &exec_result {
         println!();

@@ -1,0 +1,106 @@
+//! Work the mount does besides answering requests, on its own thread (never on the
+//! request path): space reclaim, and the audit rows of the mount session.
+//!
+//! A mount session writes `mount` when it starts, `mount.changes` (a tree diff between the
+//! root last accounted for and the current one) every `AUDIT_EVERY`, when another avfs
+//! process asks it to sync, and at unmount, and `unmount` at the end. So `avfs audit`
+//! accounts for what processes changed through the mount, as it does for CLI commands.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{AvfsFs, End};
+use crate::error::Result;
+use crate::store::audit;
+
+/// How often the mount writes a `mount.changes` row while changes come in.
+pub const AUDIT_EVERY: Duration = Duration::from_secs(60);
+/// How often the mount checks whether a space reclaim is due (two queries).
+pub const RECLAIM_EVERY: Duration = Duration::from_millis(250);
+/// At most this many paths are listed in one `mount.changes` row; the counts cover all.
+const MAX_PATHS: usize = 200;
+
+const ACTOR: &str = "mount";
+
+impl AvfsFs {
+    /// The `mount` row: the session starts from the workspace's current root.
+    pub fn audit_start(&self, mountpoint: &std::path::Path, readonly: bool) -> Result<()> {
+        self.with_commit("audit", End::Commit, |db, st| {
+            let root = st.ws(db)?.flush()?;
+            audit::append(
+                db,
+                Some(&st.ws_name),
+                ACTOR,
+                "mount",
+                &json!({"mountpoint": mountpoint, "root": root.to_hex(), "readonly": readonly,
+                    "pid": std::process::id()}),
+            )?;
+            st.audited = Some(root);
+            Ok(())
+        })
+    }
+
+    /// A `mount.changes` row for what changed since the last one, if anything did.
+    pub fn audit_changes(&self) -> Result<()> {
+        self.with_commit("audit", End::Commit, |db, st| {
+            let Some(from) = st.audited else {
+                return Ok(());
+            };
+            let to = st.ws(db)?.flush()?;
+            if to == from {
+                return Ok(());
+            }
+            let changes = crate::diff::diff_roots(db, &from, &to)?;
+            let summary = crate::diff::ChangeSummary::of(&changes);
+            let paths: Vec<String> = changes
+                .iter()
+                .take(MAX_PATHS)
+                .map(|c| format!("{} {}", c.kind.sigil(), c.path))
+                .collect();
+            audit::append(
+                db,
+                Some(&st.ws_name),
+                ACTOR,
+                "mount.changes",
+                &json!({"from": from.to_hex(), "to": to.to_hex(), "summary": summary,
+                    "changes": paths, "truncated": changes.len() > MAX_PATHS}),
+            )?;
+            st.audited = Some(to);
+            Ok(())
+        })
+    }
+
+    /// The last `mount.changes` and the `unmount` row.
+    pub fn audit_end(&self) -> Result<()> {
+        self.audit_changes()?;
+        self.with_commit("audit", End::Commit, |db, st| {
+            if let Some(root) = st.audited {
+                audit::append(
+                    db,
+                    Some(&st.ws_name),
+                    ACTOR,
+                    "unmount",
+                    &json!({"root": root.to_hex(), "pid": std::process::id()}),
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Collects young garbage when enough was stored since the last collection
+    /// (`reclaim::due`), in a transaction of its own that commits at once.
+    pub fn reclaim_if_due(&self) -> Result<Option<crate::reclaim::ReclaimReport>> {
+        if self.readonly {
+            return Ok(None);
+        }
+        self.with_commit("reclaim", End::Commit, |db, _| {
+            crate::reclaim::reclaim_if_due(db)
+        })
+    }
+
+    /// A collection whether due or not (at unmount).
+    pub fn reclaim_now(&self) -> Result<crate::reclaim::ReclaimReport> {
+        self.with_commit("reclaim", End::Commit, |db, _| crate::reclaim::reclaim(db))
+    }
+}
