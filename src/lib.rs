@@ -6,6 +6,7 @@ pub mod error;
 pub mod exec;
 pub mod mcp;
 pub mod merge;
+pub mod names;
 pub mod registry;
 pub mod search;
 pub mod store;

@@ -44,7 +44,7 @@ pub fn parse_since(s: &str) -> Result<i64> {
 }
 
 pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
-    let (_, mut store) = ctx.open()?;
+    let (_, mut store) = ctx.open_read()?;
     if let Some(AuditCmd::Verify) = a.cmd {
         let report = store.read(audit::verify)?;
         ctx.out.emit(&report, || {

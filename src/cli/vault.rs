@@ -95,7 +95,7 @@ fn describe(all: &[VaultRef], v: &VaultRef, current: Option<&str>) -> VaultJson 
         created_at: None,
         error: None,
     };
-    let info = Store::open(&v.path)
+    let info = Store::open_read(&v.path)
         .and_then(|mut s| s.read(|db| crate::workspace::find_workspace(db, &v.workspace)));
     match info {
         Ok(Some(w)) => {
@@ -199,7 +199,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             };
             let (reg, v) = ctx2.target()?;
             let all = reg.list()?;
-            let mut store = Store::open(&v.path)?;
+            let mut store = Store::open_read(&v.path)?;
             let (checkpoints, forks, head) = store.read(|db| {
                 let ws = Workspace::open(db, &v.workspace)?;
                 let cps = ws.checkpoints()?.len();
@@ -367,8 +367,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 Some(n) => reg.resolve(Some(&n))?.ok_or(Error::NoSuchVault(n))?,
                 None => ctx.target()?.1,
             };
-            let mut store = Store::open(&v.path)?;
-            let report = store.read(crate::maintenance::verify)?;
+            let report = crate::maintenance::verify_file(&v.path)?;
             ctx.out.emit(
                 &json!({"vault": v.name, "path": v.path, "report": report}),
                 || {
@@ -395,7 +394,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
     if v.workspace != MAIN {
         // A fork whose earlier delete was killed after the vault-file commit: only the
         // name is left.
-        let gone = Store::open(&v.path)
+        let gone = Store::open_read(&v.path)
             .and_then(|mut s| s.read(|db| crate::workspace::find_workspace(db, &v.workspace)))
             .map(|w| w.is_none())
             .unwrap_or(false);
@@ -406,19 +405,18 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             return Ok(0);
         }
     }
-    let opened = Store::open(&v.path);
-    let children: Vec<String> = match &opened {
-        Ok(_) => {
-            let mut s = Store::open(&v.path)?;
-            s.read(list_workspaces)?
-                .into_iter()
-                .filter(|w| {
-                    w.parent.as_deref() == Some(v.workspace.as_str())
-                        || (v.workspace == MAIN && w.name != MAIN)
-                })
-                .map(|w| w.name)
-                .collect()
-        }
+    let opened = Store::open_read(&v.path);
+    let is_vault = opened.is_ok();
+    let children: Vec<String> = match opened {
+        Ok(mut s) => s
+            .read(list_workspaces)?
+            .into_iter()
+            .filter(|w| {
+                w.parent.as_deref() == Some(v.workspace.as_str())
+                    || (v.workspace == MAIN && w.name != MAIN)
+            })
+            .map(|w| w.name)
+            .collect(),
         Err(_) => vec![],
     };
     if !children.is_empty() && !force {
@@ -459,7 +457,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             }
         }
         // Only delete a file that is really a vault; a foreign file is left alone.
-        if opened.is_ok() {
+        if is_vault {
             for suffix in ["", "-wal", "-shm"] {
                 let mut p = v.path.clone().into_os_string();
                 p.push(suffix);
@@ -467,7 +465,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             }
         }
     } else {
-        let mut store = opened?;
+        let mut store = Store::open(&v.path)?;
         store.write(|db| {
             crate::workspace::delete_workspace(db, &v.workspace)?;
             audit::append(
@@ -495,7 +493,7 @@ pub fn reconcile(reg: &crate::registry::Registry, path: &Path) -> Result<Vec<Str
     // Names first: a fork commits to the file before its name is added, so a name read
     // here always has its workspace in the file read next.
     let names = reg.names_in(path)?;
-    let Ok(mut store) = Store::open(path) else {
+    let Ok(mut store) = Store::open_read(path) else {
         return Ok(vec![]);
     };
     let in_file = store.read(list_workspaces)?;

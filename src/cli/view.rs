@@ -1,0 +1,355 @@
+//! The file reads: ls, cat, tree, stat. They open the vault read-only and read through
+//! `Workspace::peek`, so they leave the vault file exactly as it was, and `ls` streams a
+//! directory of any size, entry by entry, in text and in JSON.
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use clap::Args;
+use serde::Serialize;
+use serde_json::json;
+
+use super::Ctx;
+use super::output::{ListStream, format_mode, human_size};
+use crate::error::{Error, Result};
+use crate::names::escape;
+use crate::store::objects::{self, Kind};
+use crate::util::rfc3339;
+use crate::workspace::flush::entry_at;
+use crate::workspace::path::{display, parse};
+use crate::workspace::{Node, Peek};
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// Long listing: mode, links, owner, size, time.
+    #[arg(short = 'l')]
+    long: bool,
+    /// Show names that start with '.'.
+    #[arg(short = 'a')]
+    all: bool,
+    #[arg(default_value = "/")]
+    path: OsString,
+}
+
+#[derive(Args, Debug)]
+pub struct CatArgs {
+    path: OsString,
+    /// Print the file as it was at this checkpoint.
+    #[arg(long, value_name = "CHECKPOINT")]
+    at: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct TreeArgs {
+    /// Descend at most N levels.
+    #[arg(short = 'L', value_name = "N")]
+    level: Option<usize>,
+    /// Show names that start with '.'.
+    #[arg(short = 'a')]
+    all: bool,
+    #[arg(default_value = "/")]
+    path: OsString,
+}
+
+#[derive(Args, Debug)]
+pub struct StatArgs {
+    path: OsString,
+}
+
+/// One file's attributes as shown by `stat` and `ls --json`.
+#[derive(Serialize, Debug)]
+pub struct StatJson {
+    pub path: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub mode: String,
+    pub size: u64,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: String,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    /// `None` for an entry the live layer has not loaded (it has no inode number yet).
+    pub ino: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+}
+
+fn stat_json(p: &Peek, path: String, name: &[u8], n: &Node) -> Result<StatJson> {
+    Ok(StatJson {
+        path,
+        name: escape(name),
+        kind: n.kind().name(),
+        mode: format!("{:04o}", n.mode()),
+        size: n.size(),
+        nlink: p.nlink(n)?,
+        uid: n.uid(),
+        gid: n.gid(),
+        mtime: rfc3339(n.mtime_ns()),
+        mtime_ns: n.mtime_ns(),
+        ctime_ns: n.ctime_ns(),
+        ino: n.ino(),
+        target: n.target().map(escape),
+        content_hash: if n.kind() == Kind::File {
+            n.hash().map(|h| h.to_hex())
+        } else {
+            None
+        },
+    })
+}
+
+fn long_line(s: &StatJson) -> String {
+    let st_mode = kind_of(s.kind).ifmt() | u32::from_str_radix(&s.mode, 8).unwrap_or(0);
+    let mut line = format!(
+        "{} {:>3} {:>5} {:>5} {:>10} {} {}",
+        format_mode(st_mode),
+        s.nlink,
+        s.uid,
+        s.gid,
+        s.size,
+        &s.mtime[..19].replace('T', " "),
+        s.name
+    );
+    if let Some(t) = &s.target {
+        line.push_str(" -> ");
+        line.push_str(t);
+    }
+    line
+}
+
+fn kind_of(name: &str) -> Kind {
+    match name {
+        "dir" => Kind::Dir,
+        "symlink" => Kind::Symlink,
+        "fifo" => Kind::Fifo,
+        "socket" => Kind::Socket,
+        "char_device" => Kind::CharDev,
+        "block_device" => Kind::BlockDev,
+        _ => Kind::File,
+    }
+}
+
+type StdoutBuf = std::io::BufWriter<std::io::StdoutLock<'static>>;
+
+pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
+    let comps = parse(&a.path)?;
+    let shown = display(&comps);
+    let mut list = ListStream::new(
+        std::io::BufWriter::new(std::io::stdout().lock()),
+        ctx.out.json,
+        "entries",
+    );
+    let r = ctx.view(|ws| {
+        let p = ws.peek();
+        let node = p.resolve_existing(&comps, true)?;
+        let show = |s: StatJson, list: &mut ListStream<StdoutBuf>| {
+            list.item(&s, |w: &mut StdoutBuf| {
+                if a.long {
+                    writeln!(w, "{}", long_line(&s))
+                } else if s.kind == "dir" {
+                    writeln!(w, "{}/", s.name)
+                } else {
+                    writeln!(w, "{}", s.name)
+                }
+            })
+        };
+        if !node.is_dir() {
+            let name = comps.last().cloned().unwrap_or_default();
+            return show(stat_json(&p, shown.clone(), &name, &node)?, &mut list);
+        }
+        let mut path = comps.clone();
+        p.list(&node, &mut |name, n| {
+            if !a.all && name.starts_with(b".") {
+                return Ok(true);
+            }
+            path.push(name.to_vec());
+            let s = stat_json(&p, display(&path), name, &n)?;
+            path.pop();
+            show(s, &mut list)?;
+            Ok(true)
+        })
+    });
+    match r {
+        Ok(()) => {
+            list.finish(&[("path", json!(shown))])?;
+            Ok(0)
+        }
+        // An error after entries went out still ends in one JSON document.
+        Err(e) => list.fail(e, &[("path", json!(shown))]),
+    }
+}
+
+pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
+    let comps = parse(&a.path)?;
+    let data = ctx.view(|ws| match &a.at {
+        Some(cp) => {
+            let cp = ws.find_checkpoint(cp)?;
+            let e = entry_at(ws.db, &cp.root, &comps)?.ok_or_else(|| {
+                Error::NotFound(format!("{} (at checkpoint {})", display(&comps), cp.name))
+            })?;
+            match e.kind {
+                Kind::File => objects::read_all(ws.db, e.hash.as_ref().unwrap(), e.size),
+                Kind::Dir => Err(Error::IsADirectory(display(&comps))),
+                _ => Err(Error::InvalidArgument(
+                    display(&comps),
+                    format!("is a {}, not a file", e.kind.name()),
+                )),
+            }
+        }
+        None => {
+            let p = ws.peek();
+            let node = p.resolve_existing(&comps, true)?;
+            match node.kind() {
+                Kind::File => p.read(&node, 0, node.size() as usize),
+                Kind::Dir => Err(Error::IsADirectory(display(&comps))),
+                _ => Err(Error::InvalidArgument(
+                    display(&comps),
+                    "not a regular file".into(),
+                )),
+            }
+        }
+    })?;
+    if ctx.out.json {
+        let v = match std::str::from_utf8(&data) {
+            Ok(s) => {
+                json!({"path": display(&comps), "size": data.len(), "encoding": "utf-8", "content": s})
+            }
+            Err(_) => json!({"path": display(&comps), "size": data.len(), "encoding": "hex",
+                "content": data.iter().map(|b| format!("{b:02x}")).collect::<String>()}),
+        };
+        ctx.out.emit(&v, || {});
+    } else {
+        std::io::stdout()
+            .write_all(&data)
+            .map_err(|e| Error::host("stdout", e))?;
+    }
+    Ok(0)
+}
+
+#[derive(Serialize)]
+struct TreeNode {
+    name: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    children: Option<Vec<TreeNode>>,
+}
+
+fn tree_of(
+    p: &Peek,
+    node: &Node,
+    name: String,
+    depth: usize,
+    max: Option<usize>,
+    all: bool,
+) -> Result<TreeNode> {
+    let children = if node.is_dir() && max.is_none_or(|m| depth < m) {
+        let mut v = Vec::new();
+        let mut kids = Vec::new();
+        p.list(node, &mut |n, c| {
+            if all || !n.starts_with(b".") {
+                kids.push((escape(n), c));
+            }
+            Ok(true)
+        })?;
+        for (n, c) in kids {
+            v.push(tree_of(p, &c, n, depth + 1, max, all)?);
+        }
+        Some(v)
+    } else {
+        None
+    };
+    Ok(TreeNode {
+        name,
+        kind: node.kind().name(),
+        size: node.size(),
+        children,
+    })
+}
+
+fn print_tree(t: &TreeNode, prefix: &str, counts: &mut (usize, usize)) {
+    let Some(children) = &t.children else { return };
+    for (i, c) in children.iter().enumerate() {
+        let last = i + 1 == children.len();
+        let suffix = if c.kind == "dir" { "/" } else { "" };
+        println!(
+            "{prefix}{}{}{suffix}",
+            if last { "└── " } else { "├── " },
+            c.name
+        );
+        if c.kind == "dir" {
+            counts.0 += 1;
+        } else {
+            counts.1 += 1;
+        }
+        print_tree(
+            c,
+            &format!("{prefix}{}", if last { "    " } else { "│   " }),
+            counts,
+        );
+    }
+}
+
+pub fn tree(ctx: &Ctx, a: TreeArgs) -> Result<i32> {
+    let comps = parse(&a.path)?;
+    let t = ctx.view(|ws| {
+        let p = ws.peek();
+        let node = p.resolve_existing(&comps, true)?;
+        tree_of(&p, &node, display(&comps), 0, a.level, a.all)
+    })?;
+    ctx.out.emit(&t, || {
+        println!("{}", t.name);
+        let mut counts = (0, 0);
+        print_tree(&t, "", &mut counts);
+        println!("\n{} directories, {} files", counts.0, counts.1);
+    });
+    Ok(0)
+}
+
+pub fn stat(ctx: &Ctx, a: StatArgs) -> Result<i32> {
+    let comps = parse(&a.path)?;
+    let s = ctx.view(|ws| {
+        let p = ws.peek();
+        let node = p.resolve_existing(&comps, false)?;
+        stat_json(
+            &p,
+            display(&comps),
+            comps.last().map(|c| c.as_slice()).unwrap_or(b"/"),
+            &node,
+        )
+    })?;
+    ctx.out.emit(&s, || {
+        println!("  Path: {}", s.path);
+        println!(
+            "  Type: {}{}",
+            s.kind,
+            s.target
+                .as_ref()
+                .map(|t| format!(" -> {t}"))
+                .unwrap_or_default()
+        );
+        println!("  Size: {} ({})", s.size, human_size(s.size));
+        println!(
+            "  Mode: {} ({})",
+            s.mode,
+            format_mode(kind_of(s.kind).ifmt() | u32::from_str_radix(&s.mode, 8).unwrap_or(0))
+        );
+        println!(
+            " Links: {}   Inode: {}   Uid: {}   Gid: {}",
+            s.nlink,
+            s.ino.map_or("-".to_string(), |i| i.to_string()),
+            s.uid,
+            s.gid
+        );
+        println!("Modify: {}", s.mtime);
+        if let Some(h) = &s.content_hash {
+            println!("  Hash: {h}");
+        }
+    });
+    Ok(0)
+}
