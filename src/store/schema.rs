@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 4;
+pub const FORMAT_VERSION: i64 = 5;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -162,4 +162,13 @@ CREATE TABLE search_doc (
 ) WITHOUT ROWID;
 CREATE INDEX search_doc_by_text ON search_doc (text);
 CREATE TABLE search_state (workspace INTEGER PRIMARY KEY, root BLOB NOT NULL);
+"#;
+
+/// Format 5: each workspace row and checkpoint records the audit row it was written after
+/// (`audit_head`, the id of the newest audit row then), so cutting rows off the end of
+/// the audit log is caught by `audit verify` even when `meta.audit_head` is set to match.
+/// NULL where unknown (rows written by older formats).
+const V5: &str = r#"
+ALTER TABLE workspace ADD COLUMN audit_head INTEGER;
+ALTER TABLE checkpoint ADD COLUMN audit_head INTEGER;
 "#;
