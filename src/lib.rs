@@ -7,6 +7,7 @@ pub mod exec;
 pub mod mcp;
 pub mod merge;
 pub mod names;
+pub mod recover;
 pub mod registry;
 pub mod search;
 pub mod store;

@@ -56,8 +56,17 @@ pub enum VaultCmd {
     Export { name: String, file: PathBuf },
     /// Register an existing .avfs file under a name (default: the file's stem).
     Import { file: PathBuf, name: Option<String> },
-    /// Re-hash all content and check every reference.
+    /// Check the whole vault: its schema, SQLite's pages, every object's hash, every
+    /// reference and the audit chain. Reads only: the file is left as it was.
     Verify { name: Option<String> },
+    /// Copy every checkpoint and workspace of a damaged vault whose objects are all
+    /// intact into a new vault file, and list what was lost. The damaged file is only read.
+    Recover {
+        /// The damaged vault: a registered name or a path to a .avfs file.
+        name: String,
+        /// The new vault file to write (must not exist); register it with `vault import`.
+        file: PathBuf,
+    },
     /// Merge a fork back: take what it changed since it was forked, report conflicts, and
     /// save the result as a checkpoint of the target.
     Merge(super::merge::MergeArgs),
@@ -360,6 +369,33 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                     println!("registered {} as {name}", file.display());
                 },
             );
+        }
+        VaultCmd::Recover { name, file } => {
+            let reg = ctx.registry()?;
+            let v = reg
+                .resolve(Some(&name))?
+                .ok_or_else(|| Error::NoSuchVault(name.clone()))?;
+            let file = std::path::absolute(&file).map_err(|e| Error::host(file.display(), e))?;
+            let report = crate::recover::recover(&v.path, &file)?;
+            ctx.out.emit(
+                &json!({"vault": v.name, "path": v.path, "file": file, "report": report}),
+                || {
+                    for r in &report.recovered {
+                        println!("recovered {r}");
+                    }
+                    for l in &report.lost {
+                        println!("LOST {}: {}", l.what, l.reason);
+                    }
+                    println!(
+                        "wrote {} ({} recovered, {} lost); register it with `avfs vault import {}`",
+                        file.display(),
+                        report.recovered.len(),
+                        report.lost.len(),
+                        file.display()
+                    );
+                },
+            );
+            return Ok(if report.lost.is_empty() { 0 } else { 1 });
         }
         VaultCmd::Verify { name } => {
             let reg = ctx.registry()?;
