@@ -108,7 +108,7 @@ impl Node {
 /// Read-only access to a workspace (see the module documentation).
 pub struct Peek<'w, 'a> {
     ws: &'w Workspace<'a>,
-    /// Names per link group in the base tree, counted on first need.
+    /// Names per link group in the live state's tree, counted on first need.
     links: RefCell<Option<HashMap<u64, u32>>>,
 }
 
@@ -280,8 +280,7 @@ impl Peek<'_, '_> {
     }
 
     /// The number of names of `n`. A stored member of a link group has as many as its
-    /// group has members in the base tree (no name of it was touched, or the live layer
-    /// would hold them all).
+    /// group has members in the live state's tree (hashed once, without writing).
     pub fn nlink(&self, n: &Node) -> Result<u32> {
         match n {
             Node::Live(i) => Ok(i.nlink),
@@ -289,7 +288,7 @@ impl Peek<'_, '_> {
             Node::Stored(e) => {
                 if self.links.borrow().is_none() {
                     let mut counts = HashMap::new();
-                    count_links(self.ws.db, &self.ws.info.base_root, &mut counts)?;
+                    count_links(self.ws.db, &self.ws.live_root()?, &mut counts)?;
                     *self.links.borrow_mut() = Some(counts);
                 }
                 Ok(self

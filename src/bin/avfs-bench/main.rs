@@ -36,7 +36,7 @@ use serde_json::json;
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const USAGE: &str =
-    "usage: avfs-bench [--groups vault,mount,exec] [--dir DIR] [--keep] [--avfs PATH]
+    "usage: avfs-bench [--groups vault,mount,exec,integrity] [--dir DIR] [--keep] [--avfs PATH]
                   [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
                   [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
@@ -70,13 +70,17 @@ const USAGE: &str =
 
  exec group:
   --exec-files       files in the workspace (default 100000; reuses the vault group's one
-                     of that size when it ran)";
+                     of that size when it ran)
+
+ integrity group (not in the default groups; in `all`):
+  --bigdir-sizes     entries of the one big directory listed (default 100000,1000000)";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
     Vault,
     Mount,
     Exec,
+    Integrity,
 }
 
 struct Args {
@@ -95,6 +99,7 @@ struct Args {
     cargo_release: bool,
     cargo_src: Option<PathBuf>,
     exec_files: usize,
+    bigdir_sizes: Vec<usize>,
 }
 
 fn list(v: &str) -> Vec<String> {
@@ -121,6 +126,7 @@ fn parse_args() -> BoxResult<Args> {
         cargo_release: false,
         cargo_src: None,
         exec_files: 100_000,
+        bigdir_sizes: vec![100_000, 1_000_000],
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -143,8 +149,9 @@ fn parse_args() -> BoxResult<Args> {
                         "vault" => Group::Vault,
                         "mount" => Group::Mount,
                         "exec" => Group::Exec,
+                        "integrity" => Group::Integrity,
                         "all" => {
-                            g.extend([Group::Vault, Group::Mount, Group::Exec]);
+                            g.extend([Group::Vault, Group::Mount, Group::Exec, Group::Integrity]);
                             continue;
                         }
                         other => return Err(format!("--groups: unknown group {other:?}").into()),
@@ -160,6 +167,12 @@ fn parse_args() -> BoxResult<Args> {
                 if a.groups.is_empty() {
                     return Err("--groups: name at least one group".into());
                 }
+            }
+            "--bigdir-sizes" => {
+                a.bigdir_sizes = list(&value("--bigdir-sizes")?)
+                    .into_iter()
+                    .map(count)
+                    .collect::<Result<_, _>>()?;
             }
             "--sizes" => {
                 a.sizes = list(&value("--sizes")?)
@@ -916,10 +929,12 @@ fn dir_bytes(path: &Path) -> u64 {
 }
 
 mod group_exec;
+mod group_integrity;
 mod group_mount;
 mod group_vault;
 
 use group_exec::*;
+use group_integrity::*;
 use group_mount::*;
 use group_vault::*;
 
@@ -1062,6 +1077,7 @@ fn real_main() -> BoxResult<()> {
     let mut forks: Vec<(usize, f64, f64)> = Vec::new();
     let mut mount_result = None;
     let mut exec_result = None;
+    let mut integrity_result = None;
     let result = (|| -> BoxResult<()> {
         let mut reuse = None;
         if has(Group::Vault) {
@@ -1082,6 +1098,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Mount) {
             mount_result = Some(bench_mount(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Integrity) {
+            integrity_result = Some(bench_integrity(&args, &avfs, &base, t0)?);
         }
         Ok(())
     })();
@@ -1143,6 +1162,20 @@ fn real_main() -> BoxResult<()> {
         println!();
         println!(
             "each workload runs in a FUSE mount of a fresh vault (`avfs mount`, release build unless --avfs says otherwise) and in a plain directory on the same disk, alternating native and mount runs; warm workloads had one or two untimed runs on each side first. The tree is the tarball's, committed to git by the git workload (so find, ls -lR and rm -rf include its .git). Sequential I/O: one file written with 1 MiB write() calls (incompressible data, timed until close() returned, no fsync), then read back through a new open with 1 MiB reads; page caches are not dropped (not possible for the mount), so the read is warm on both sides."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
+    }
+    if let Some(r) = &integrity_result {
+        println!();
+        println!("## integrity: big directories, checked reads");
+        println!();
+        print_table(["operation", "entries", "avfs"], &r.rows, &[]);
+        println!();
+        println!(
+            "native analogues: `ls -1` / `ls -l` of the host directory the vault's was imported from (same disk); `/bin/cat` of the same 64 MiB file. avfs runs are whole processes, output to /dev/null."
         );
         println!();
         for n in &r.notes {
