@@ -130,7 +130,7 @@ pub(crate) fn bench_integrity(
     for _ in 0..args.reps.max(3) {
         let (d, _) = run_rss(&mut env.avfs(["--vault", "blob", "cat", "/w/big.bin"]))?;
         s.push(d);
-        let (d, _) = run_rss(cmd("cat", [file.as_os_str()]))?;
+        let (d, _) = run_rss(&mut cmd("cat", [file.as_os_str()]))?;
         nat.push(d);
         let t = Instant::now();
         for c in data.chunks(64 * 1024) {
