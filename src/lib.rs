@@ -1,7 +1,10 @@
 //! agentvfs: versioned, forkable workspaces in one SQLite file.
 
+pub mod boundary;
 pub mod cli;
+pub mod context;
 pub mod diff;
+pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod mcp;
@@ -9,6 +12,7 @@ pub mod merge;
 pub mod names;
 pub mod recover;
 pub mod registry;
+pub mod sandbox;
 pub mod search;
 pub mod store;
 pub mod tags;

@@ -212,16 +212,15 @@ impl<W: std::io::Write> ListStream<W> {
         }
     }
 
-    /// One item: its JSON, or the text `human` writes.
+    /// One item: its JSON, or the text `human` writes. `T` must serialize its keys in
+    /// sorted order (as `emit` prints every object), or go through a `serde_json::Value`.
     pub fn item<T: Serialize>(
         &mut self,
         v: &T,
         human: impl FnOnce(&mut W) -> std::io::Result<()>,
     ) -> crate::error::Result<()> {
         let r = if self.json {
-            // Through a Value, so keys come out sorted as `emit` prints them.
-            let text = serde_json::to_value(v)
-                .and_then(|v| serde_json::to_string_pretty(&v))
+            let text = serde_json::to_string_pretty(v)
                 .map_err(|e| Error::Internal(format!("cannot print JSON: {e}")))?;
             let sep = if self.items == 0 {
                 format!(

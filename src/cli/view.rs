@@ -56,27 +56,41 @@ pub struct StatArgs {
     path: OsString,
 }
 
-/// One file's attributes as shown by `stat` and `ls --json`.
+/// One file's attributes as shown by `stat` and `ls --json`. Fields are in the order of
+/// their JSON keys, sorted, as every document prints them: `ls` streams this struct
+/// without going through a sorted map.
 #[derive(Serialize, Debug)]
 pub struct StatJson {
-    pub path: String,
-    pub name: String,
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub mode: String,
-    pub size: u64,
-    pub nlink: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub mtime: String,
-    pub mtime_ns: i64,
-    pub ctime_ns: i64,
-    /// `None` for an entry the live layer has not loaded (it has no inode number yet).
-    pub ino: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_hash: Option<String>,
+    pub ctime_ns: i64,
+    pub gid: u32,
+    /// `None` for an entry the live layer has not loaded (it has no inode number yet).
+    pub ino: Option<u64>,
+    pub mode: String,
+    pub mtime: String,
+    pub mtime_ns: i64,
+    pub name: String,
+    pub nlink: u32,
+    pub path: String,
+    pub size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub uid: u32,
+}
+
+/// Lowercase hex, without a `format!` per byte (`ls` of a million files prints a million
+/// content hashes).
+fn hex(h: &crate::store::objects::Hash) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(64);
+    for b in h.0 {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
 }
 
 fn stat_json(p: &Peek, path: String, name: &[u8], n: &Node) -> Result<StatJson> {
@@ -95,7 +109,7 @@ fn stat_json(p: &Peek, path: String, name: &[u8], n: &Node) -> Result<StatJson> 
         ino: n.ino(),
         target: n.target().map(escape),
         content_hash: if n.kind() == Kind::File {
-            n.hash().map(|h| h.to_hex())
+            n.hash().map(|h| hex(&h))
         } else {
             None
         },
@@ -162,8 +176,17 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
             return show(stat_json(&p, shown.clone(), &name, &node)?, &mut list);
         }
         let mut path = comps.clone();
+        let names_only = !a.long && !ctx.out.json;
         p.list(&node, &mut |name, n| {
             if !a.all && name.starts_with(b".") {
+                return Ok(true);
+            }
+            if names_only {
+                // Plain `ls` prints names only: no attributes to work out.
+                let dir = if n.is_dir() { "/" } else { "" };
+                list.item(&(), |w: &mut StdoutBuf| {
+                    writeln!(w, "{}{dir}", escape(name))
+                })?;
                 return Ok(true);
             }
             path.push(name.to_vec());
