@@ -633,3 +633,52 @@ fn all_single_byte_names_round_trip() {
         .collect();
     assert_eq!(back, names);
 }
+
+/// Through a mount, names are the bytes themselves: every single-byte name made in the
+/// mount lists in the CLI's escaped form, and every name the CLI makes from that form
+/// shows in the mount as its bytes.
+#[test]
+fn single_byte_names_round_trip_through_the_mount() {
+    let Some(mut m) = fuse::Mount::new("single_byte_names_round_trip_through_the_mount") else {
+        return;
+    };
+    std::fs::create_dir(m.mp.join("d")).unwrap();
+    let mut made: Vec<Vec<u8>> = Vec::new();
+    for b in 1..=255u8 {
+        if b == b'/' || b == b'.' {
+            continue;
+        }
+        std::fs::write(m.mp.join("d").join(OsStr::from_bytes(&[b])), [b]).unwrap();
+        made.push(vec![b]);
+    }
+    made.sort();
+    let ls = m.env.json(&["--vault", "t", "ls", "-a", "/d"]);
+    let names: Vec<String> = ls["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect();
+    let got: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| agentvfs::names::unescape(n.as_bytes()))
+        .collect();
+    assert_eq!(got, made, "the CLI lists the mount's names exactly");
+    // Made by the CLI from the printed form, seen in the mount as bytes.
+    m.env.ok(&["--vault", "t", "mkdir", "/e"]);
+    for n in &names {
+        m.env
+            .ok(&["--vault", "t", "write", "--", &format!("/e/{n}"), "cli"]);
+    }
+    let mut seen: Vec<Vec<u8>> = std::fs::read_dir(m.mp.join("e"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_vec())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, made, "the mount shows the CLI's names as their bytes");
+    assert_eq!(
+        std::fs::read(m.mp.join("e").join(OsStr::from_bytes(b"\xff"))).unwrap(),
+        b"cli"
+    );
+    m.unmount();
+}
