@@ -1063,7 +1063,6 @@ fn timeout_ends_a_process_that_ignores_sigterm() {
     );
 }
 
-
 /// A daemon that leaves the command's process group (setsid, with or without its
 /// environment) is ended when the command exits or times out, and reported.
 #[test]

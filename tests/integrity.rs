@@ -4,7 +4,7 @@
 //! binary.
 
 mod common;
-#[allow(unused_macros, unused_imports, dead_code)]
+#[allow(unused_macros, unused_imports)]
 #[macro_use]
 #[path = "common/fuse.rs"]
 mod fuse;

@@ -162,7 +162,13 @@ fn parse_args() -> BoxResult<Args> {
                         "engines" => Group::Engines,
                         "integrity" => Group::Integrity,
                         "all" => {
-                            g.extend([Group::Vault, Group::Mount, Group::Exec, Group::Engines, Group::Integrity]);
+                            g.extend([
+                                Group::Vault,
+                                Group::Mount,
+                                Group::Exec,
+                                Group::Engines,
+                                Group::Integrity,
+                            ]);
                             continue;
                         }
                         other => return Err(format!("--groups: unknown group {other:?}").into()),
