@@ -11,7 +11,7 @@
 #   options: --release (test the release build), --no-docs (do not touch the docs),
 #            --fuzz-secs N (seconds per fuzz target in --long, default 60)
 #
-# Tests: tests/concurrency.rs, tests/crash_cli.rs, tests/hostile_input.rs, limits_cli.rs,
+# Tests: tests/concurrency.rs, tests/crash_cli.rs, tests/hostile_input.rs, integrity.rs, limits_cli.rs,
 # exec_cli.rs and mount_crash.rs. Tests print `RELIABILITY|suite|area|what|count|held`
 # lines; this script collects them (and every test's pass/fail) into the table between
 # the markers in docs/reliability.md. It exits non-zero when a test failed (the table is
@@ -49,6 +49,7 @@ if [ "$long" = 1 ]; then
   export AVFS_CONC_UNMOUNT_ROUNDS="${AVFS_CONC_UNMOUNT_ROUNDS:-50}"
   export AVFS_FUZZ_ITERS="${AVFS_FUZZ_ITERS:-100000}"
   export AVFS_FSX_OPS="${AVFS_FSX_OPS:-125000}"
+  export AVFS_INTEGRITY_ROUNDS="${AVFS_INTEGRITY_ROUNDS:-300}"
   ignored=(--include-ignored)
 else
   mode="ci"
@@ -62,7 +63,7 @@ mkdir -p "$out_dir"
 log="$out_dir/$mode.log"
 : > "$log"
 
-suites=(concurrency crash_cli hostile_input limits_cli exec_cli)
+suites=(concurrency crash_cli hostile_input integrity limits_cli exec_cli)
 [ -f tests/mount_crash.rs ] && suites+=(mount_crash)
 [ -f tests/mountfs.rs ] && suites+=(mountfs)
 

@@ -8,7 +8,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     #[error("{path}: not an avfs vault ({reason}); nothing was changed")]
     NotAVault { path: PathBuf, reason: String },
-    #[error("{path}: vault is corrupt ({reason}); run `avfs vault verify` on a copy to see more")]
+    #[error(
+        "{}vault is corrupt ({reason}); nothing was written to it. `avfs vault verify` lists the damage; `avfs vault recover` copies what is intact into a new vault",
+        path_prefix(.path)
+    )]
     Corrupt { path: PathBuf, reason: String },
     #[error(
         "{path}: vault format {found} is newer than this avfs understands ({supported}); upgrade avfs"
@@ -69,6 +72,15 @@ pub enum Error {
     SandboxUnavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// `PATH: `, or nothing when the path is not known (yet).
+fn path_prefix(p: &std::path::Path) -> String {
+    if p.as_os_str().is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", p.display())
+    }
 }
 
 impl Error {
@@ -134,6 +146,32 @@ impl Error {
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
+        // Damage SQLite finds in its pages, and values of a type the schema rules out
+        // (a text where an integer belongs), are a corrupt vault, not a bug of avfs.
+        // The path is filled in by the store that ran the statement.
+        let corrupt = |reason: String| Error::Corrupt {
+            path: PathBuf::new(),
+            reason,
+        };
+        match &e {
+            rusqlite::Error::SqliteFailure(f, _)
+                if matches!(
+                    f.code,
+                    rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+                ) =>
+            {
+                return corrupt(e.to_string());
+            }
+            rusqlite::Error::SqliteFailure(_, Some(msg)) if msg.contains("malformed") => {
+                return corrupt(msg.clone());
+            }
+            rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..) => {
+                return corrupt(format!("a stored value has the wrong type: {e}"));
+            }
+            _ => {}
+        }
         if let rusqlite::Error::SqliteFailure(f, _) = &e
             && f.code == rusqlite::ErrorCode::DiskFull
         {

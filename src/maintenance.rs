@@ -21,9 +21,9 @@ use rusqlite::{Connection, OptionalExtension, Statement, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::store::audit;
 use crate::store::content;
 use crate::store::objects::{self, CHUNK_SIZE, HOLE, Hash, Kind, Tree};
+use crate::store::{Store, audit};
 
 // ---------------------------------------------------------------------------------------
 // gc
@@ -387,6 +387,14 @@ impl<'a> Verifier<'a> {
 
     fn tree_missing(&self, h: &Hash) -> bool {
         self.trees_complete && !self.trees.contains(h)
+    }
+
+    /// The schema must be the one the file's format defines (`store::schema_check`).
+    fn schema(&mut self) -> Result<()> {
+        for d in Store::schema_differences(self.db)? {
+            self.problem("schema", "vault schema", d);
+        }
+        Ok(())
     }
 
     fn integrity(&mut self) -> Result<()> {
@@ -799,6 +807,13 @@ impl<'a> Verifier<'a> {
     }
 }
 
+/// `verify` of the vault file at `path`, opened read-only (nothing is written to it); a
+/// file whose schema is damaged is still checked as far as it can be read.
+pub fn verify_file(path: &std::path::Path) -> Result<VerifyReport> {
+    let mut store = Store::open_read_unchecked(path)?;
+    store.read(verify)
+}
+
 /// Checks the whole vault and reports every problem found. Only a busy vault is an error;
 /// SQLite errors in the middle of a check become `check_failed` problems.
 pub fn verify(db: &Connection) -> Result<VerifyReport> {
@@ -813,6 +828,7 @@ pub fn verify(db: &Connection) -> Result<VerifyReport> {
         contents_complete: false,
         trees_complete: false,
     };
+    v.run("schema", Verifier::schema)?;
     v.run("sqlite integrity", Verifier::integrity)?;
     v.chunks_complete = v.run("chunks", Verifier::scan_chunks)?;
     v.trees_complete = v.run("tree index", Verifier::scan_tree_hashes)?;

@@ -70,12 +70,50 @@ impl Registry {
         )?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS vault (name TEXT PRIMARY KEY, path TEXT NOT NULL, workspace TEXT NOT NULL, created_at_ns INTEGER NOT NULL);
-             CREATE TABLE IF NOT EXISTS setting (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+             CREATE TABLE IF NOT EXISTS setting (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS stamp (path BLOB PRIMARY KEY, stamp TEXT NOT NULL, at_ns INTEGER NOT NULL);",
         )?;
         Ok(Registry {
             conn,
             home: home.to_path_buf(),
         })
+    }
+
+    /// The stamp avfs recorded when it last finished writing the vault file at `path`
+    /// (see `store::stamp`).
+    pub fn stamp(&self, path: &Path) -> Result<Option<String>> {
+        use std::os::unix::ffi::OsStrExt;
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT stamp FROM stamp WHERE path = ?1",
+                [path.as_os_str().as_bytes()],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Records the stamp `now` takes (or forgets it when `now` has none), inside a write
+    /// transaction so concurrent recorders are ordered by when they took it.
+    pub fn restamp(&self, path: &Path, now: impl FnOnce() -> Option<String>) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let key = path.as_os_str().as_bytes();
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        let r = (|| -> Result<()> {
+            match now() {
+                Some(st) => self.conn.execute(
+                    "INSERT OR REPLACE INTO stamp (path, stamp, at_ns) VALUES (?1, ?2, ?3)",
+                    params![key, st, crate::store::now_ns()],
+                )?,
+                None => self
+                    .conn
+                    .execute("DELETE FROM stamp WHERE path = ?1", [key])?,
+            };
+            Ok(())
+        })();
+        let end = if r.is_ok() { "COMMIT" } else { "ROLLBACK" };
+        let _ = self.conn.execute_batch(end);
+        r
     }
 
     pub fn vault_dir(&self) -> PathBuf {
@@ -207,7 +245,7 @@ pub fn reconcile(reg: &Registry, path: &Path) -> Result<Vec<String>> {
     // Names first: a fork commits to the file before its name is added, so a name read
     // here always has its workspace in the file read next.
     let names = reg.names_in(path)?;
-    let Ok(mut store) = crate::store::Store::open(path) else {
+    let Ok(mut store) = crate::store::Store::open_read(path) else {
         return Ok(vec![]);
     };
     let in_file = store.read(crate::workspace::list_workspaces)?;

@@ -496,15 +496,19 @@ fn search_ranks_snippets_and_updates_incrementally() {
 }
 
 #[test]
-fn old_vaults_migrate_to_format_4_and_newer_ones_are_refused() {
+fn old_vaults_migrate_to_the_current_format_and_newer_ones_are_refused() {
     let env = Env::new();
     env.ok(&["write", "/a.txt", "migrated text\n"]);
     let path = env.home().join("vaults/default.avfs");
     {
-        // Turn the file back into format 3: no search tables.
+        // Turn the file back into format 3: no search tables (format 4), no extents,
+        // access times or reclaim table (format 5), no audit heads (format 6). Dropping a column added by ALTER TABLE restores the schema text.
         let db = rusqlite::Connection::open(&path).unwrap();
         db.execute_batch(
             "DROP TABLE search_fts; DROP TABLE search_text; DROP TABLE search_doc; DROP TABLE search_state;
+             ALTER TABLE content DROP COLUMN format; ALTER TABLE inode DROP COLUMN atime_ns;
+             DROP TABLE reclaim_young;
+             ALTER TABLE workspace DROP COLUMN audit_head; ALTER TABLE checkpoint DROP COLUMN audit_head;
              PRAGMA user_version = 3;",
         )
         .unwrap();
@@ -515,8 +519,8 @@ fn old_vaults_migrate_to_format_4_and_newer_ones_are_refused() {
     let version: i64 = db
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
-    db.execute_batch("PRAGMA user_version = 5;").unwrap();
+    assert_eq!(version, 6);
+    db.execute_batch("PRAGMA user_version = 7;").unwrap();
     drop(db);
     let e = env.json_err(&["search", "migrated"], 1);
     assert_eq!(e["kind"], "vault_too_new");

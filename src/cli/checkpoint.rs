@@ -180,7 +180,7 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
 /// The root a diff side names: a checkpoint, or the live state when `None`.
 fn side(ws: &mut Workspace, name: Option<&str>) -> Result<(String, Hash)> {
     match name {
-        Some("live") | None => Ok(("live".into(), ws.flush()?)),
+        Some("live") | None => Ok(("live".into(), ws.live_root()?)),
         Some(n) => {
             let cp = ws.find_checkpoint(n)?;
             Ok((cp.name, cp.root))
@@ -197,7 +197,7 @@ fn base_side(ws: &mut Workspace, name: Option<&str>) -> Result<(String, Hash)> {
         Some(h) => Ok((h.name, h.root)),
         None => {
             let (uid, gid) = crate::workspace::current_uid_gid();
-            let empty = objects::put_tree(ws.db, &objects::empty_root(uid, gid, 0))?;
+            let empty = objects::put_tree_scratch(ws.db, &objects::empty_root(uid, gid, 0))?;
             Ok(("(empty)".into(), empty))
         }
     }
@@ -287,7 +287,7 @@ pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
             .into_iter()
             .map(|c| (c.name, Some(c.created_at_ns), c.root))
             .collect();
-        roots.push(("live".into(), None, ws.flush()?));
+        roots.push(("live".into(), None, ws.live_root()?));
         let mut out: Vec<Version> = Vec::new();
         let mut prev: Option<VersionKey> = None;
         for (name, at, root) in roots {

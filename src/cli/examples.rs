@@ -57,6 +57,11 @@ const EXAMPLES: &[(&str, &str)] = &[
         "  avfs vault verify\n  avfs vault verify task-1",
     ),
     (
+        "vault recover",
+        "  avfs vault recover default /tmp/rescued.avfs   # copy out what is intact
+  avfs vault import /tmp/rescued.avfs rescued     # then use it",
+    ),
+    (
         "vault merge",
         "  avfs vault merge task-1                      # into the vault it was forked from
   avfs vault merge task-1 --dry-run            # what would be taken, what conflicts
@@ -142,7 +147,15 @@ const EXAMPLES: &[(&str, &str)] = &[
   avfs audit --since 2h
   avfs audit verify",
     ),
-    ("audit verify", "  avfs audit verify"),
+    (
+        "audit verify",
+        "  avfs audit verify
+  avfs audit verify --anchor \"$(cat audit-anchor.txt)\"",
+    ),
+    (
+        "audit anchor",
+        "  avfs audit anchor > audit-anchor.txt   # keep it outside the vault",
+    ),
     ("gc", "  avfs gc"),
     ("stats", "  avfs stats\n  avfs --json stats"),
     (

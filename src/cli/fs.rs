@@ -1,43 +1,21 @@
-//! File commands: ls, cat, write, mkdir, rm, mv, cp, tree, stat, ln, chmod, import, export.
+//! File commands that change the workspace: write, mkdir, rm, mv, cp, ln, chmod, import;
+//! and export. The reads (ls, cat, tree, stat) are in `view`.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Serialize;
 use serde_json::json;
 
 use super::Ctx;
-use super::output::{format_mode, human_size};
+use super::output::human_size;
 use crate::error::{Error, Result};
 use crate::store::content;
 use crate::store::objects::Kind;
-use crate::util::rfc3339;
-use crate::workspace::flush::entry_at;
 use crate::workspace::path::{components, display, parse};
 use crate::workspace::{Inode, NewNode, RenameFlags, SetAttr, Workspace};
-
-#[derive(Args, Debug)]
-pub struct LsArgs {
-    /// Long listing: mode, links, owner, size, time.
-    #[arg(short = 'l')]
-    long: bool,
-    /// Show names that start with '.'.
-    #[arg(short = 'a')]
-    all: bool,
-    #[arg(default_value = "/")]
-    path: OsString,
-}
-
-#[derive(Args, Debug)]
-pub struct CatArgs {
-    path: OsString,
-    /// Print the file as it was at this checkpoint.
-    #[arg(long, value_name = "CHECKPOINT")]
-    at: Option<String>,
-}
 
 #[derive(Args, Debug)]
 pub struct WriteArgs {
@@ -89,23 +67,6 @@ pub struct CpArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct TreeArgs {
-    /// Descend at most N levels.
-    #[arg(short = 'L', value_name = "N")]
-    level: Option<usize>,
-    /// Show names that start with '.'.
-    #[arg(short = 'a')]
-    all: bool,
-    #[arg(default_value = "/")]
-    path: OsString,
-}
-
-#[derive(Args, Debug)]
-pub struct StatArgs {
-    path: OsString,
-}
-
-#[derive(Args, Debug)]
 pub struct LnArgs {
     /// Make a symbolic link (the target is stored as given).
     #[arg(short = 's')]
@@ -144,196 +105,7 @@ pub struct ExportArgs {
 }
 
 fn lossy(p: &OsString) -> String {
-    p.to_string_lossy().into_owned()
-}
-
-/// One file's attributes as shown by `stat` and `ls -l --json`.
-#[derive(Serialize, Debug)]
-pub struct StatJson {
-    pub path: String,
-    pub name: String,
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub mode: String,
-    pub size: u64,
-    pub nlink: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub mtime: String,
-    pub mtime_ns: i64,
-    pub ctime_ns: i64,
-    pub ino: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub content_hash: Option<String>,
-}
-
-fn stat_json(path: String, name: &[u8], i: &Inode) -> StatJson {
-    StatJson {
-        path,
-        name: String::from_utf8_lossy(name).into_owned(),
-        kind: i.kind.name(),
-        mode: format!("{:04o}", i.mode),
-        size: i.size,
-        nlink: i.nlink,
-        uid: i.uid,
-        gid: i.gid,
-        mtime: rfc3339(i.mtime_ns),
-        mtime_ns: i.mtime_ns,
-        ctime_ns: i.ctime_ns,
-        ino: i.ino,
-        target: i
-            .target
-            .as_ref()
-            .map(|t| String::from_utf8_lossy(t).into_owned()),
-        content_hash: if i.kind == Kind::File {
-            i.hash.map(|h| h.to_hex())
-        } else {
-            None
-        },
-    }
-}
-
-fn long_line(s: &StatJson) -> String {
-    let st_mode = kind_of(s.kind).ifmt() | u32::from_str_radix(&s.mode, 8).unwrap_or(0);
-    let mut line = format!(
-        "{} {:>3} {:>5} {:>5} {:>10} {} {}",
-        format_mode(st_mode),
-        s.nlink,
-        s.uid,
-        s.gid,
-        s.size,
-        &s.mtime[..19].replace('T', " "),
-        s.name
-    );
-    if let Some(t) = &s.target {
-        line.push_str(" -> ");
-        line.push_str(t);
-    }
-    line
-}
-
-fn kind_of(name: &str) -> Kind {
-    match name {
-        "dir" => Kind::Dir,
-        "symlink" => Kind::Symlink,
-        "fifo" => Kind::Fifo,
-        "socket" => Kind::Socket,
-        "char_device" => Kind::CharDev,
-        "block_device" => Kind::BlockDev,
-        _ => Kind::File,
-    }
-}
-
-pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
-    let comps = parse(&a.path)?;
-    let shown = display(&comps);
-    let entries = ctx.view(|ws| {
-        let node = ws.resolve_existing(&comps, true)?;
-        if node.kind != Kind::Dir {
-            let name = comps.last().cloned().unwrap_or_default();
-            return Ok(vec![stat_json(shown.clone(), &name, &node)]);
-        }
-        let mut out = Vec::new();
-        for (name, i) in ws.readdir(&node)? {
-            if !a.all && name.starts_with(b".") {
-                continue;
-            }
-            let mut p = comps.clone();
-            p.push(name.clone());
-            out.push(stat_json(display(&p), &name, &i));
-        }
-        Ok(out)
-    })?;
-    ctx.out
-        .emit(&json!({"path": shown, "entries": entries}), || {
-            for e in &entries {
-                if a.long {
-                    println!("{}", long_line(e));
-                } else if e.kind == "dir" {
-                    println!("{}/", e.name);
-                } else {
-                    println!("{}", e.name);
-                }
-            }
-        });
-    Ok(0)
-}
-
-/// The largest file `cat --json` puts into its document; larger files stream as bytes.
-const CAT_JSON_MAX: u64 = 64 << 20;
-
-pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
-    let comps = parse(&a.path)?;
-    let json = ctx.out.json;
-    let data = ctx.view(|ws| {
-        let (hash, size) = match &a.at {
-            Some(cp) => {
-                let cp = ws.find_checkpoint(cp)?;
-                let e = entry_at(ws.db, &cp.root, &comps)?.ok_or_else(|| {
-                    Error::NotFound(format!("{} (at checkpoint {})", display(&comps), cp.name))
-                })?;
-                match e.kind {
-                    Kind::File => (e.hash.unwrap_or(crate::store::objects::HOLE), e.size),
-                    Kind::Dir => return Err(Error::IsADirectory(display(&comps))),
-                    _ => {
-                        return Err(Error::InvalidArgument(
-                            display(&comps),
-                            format!("is a {}, not a file", e.kind.name()),
-                        ));
-                    }
-                }
-            }
-            None => {
-                let node = ws.resolve_existing(&comps, true)?;
-                match node.kind {
-                    Kind::File => (node.hash.unwrap_or(crate::store::objects::HOLE), node.size),
-                    Kind::Dir => return Err(Error::IsADirectory(display(&comps))),
-                    _ => {
-                        return Err(Error::InvalidArgument(
-                            display(&comps),
-                            "not a regular file".into(),
-                        ));
-                    }
-                }
-            }
-        };
-        if json {
-            if size > CAT_JSON_MAX {
-                return Err(Error::InvalidArgument(
-                    display(&comps),
-                    format!(
-                        "{size} bytes is more than --json prints ({CAT_JSON_MAX}); run `avfs cat` without --json, or `avfs export`"
-                    ),
-                ));
-            }
-            return content::read_all(ws.db, &hash, size);
-        }
-        // Streamed one block at a time: memory stays small whatever the size.
-        let stdout = std::io::stdout();
-        let mut out = std::io::BufWriter::new(stdout.lock());
-        content::copy_to(ws.db, &hash, size, &mut out).map_err(|e| match e {
-            Error::Host { message, .. } => Error::Host {
-                what: "stdout".into(),
-                message,
-            },
-            other => other,
-        })?;
-        out.flush().map_err(|e| Error::host("stdout", e))?;
-        Ok(vec![])
-    })?;
-    if json {
-        let v = match std::str::from_utf8(&data) {
-            Ok(s) => {
-                json!({"path": display(&comps), "size": data.len(), "encoding": "utf-8", "content": s})
-            }
-            Err(_) => json!({"path": display(&comps), "size": data.len(), "encoding": "hex",
-                "content": data.iter().map(|b| format!("{b:02x}")).collect::<String>()}),
-        };
-        ctx.out.emit(&v, || {});
-    }
-    Ok(0)
+    crate::names::escape(p.as_bytes())
 }
 
 /// Walks to the parent directory of `comps`, creating missing directories when asked.
@@ -537,120 +309,6 @@ pub fn cp(ctx: &Ctx, a: CpArgs) -> Result<i32> {
     Ok(0)
 }
 
-#[derive(Serialize)]
-struct TreeNode {
-    name: String,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    size: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    children: Option<Vec<TreeNode>>,
-}
-
-fn tree_of(
-    ws: &Workspace,
-    node: &Inode,
-    name: &[u8],
-    depth: usize,
-    max: Option<usize>,
-    all: bool,
-) -> Result<TreeNode> {
-    let children = if node.kind == Kind::Dir && max.is_none_or(|m| depth < m) {
-        let mut v = Vec::new();
-        for (n, c) in ws.readdir(node)? {
-            if !all && n.starts_with(b".") {
-                continue;
-            }
-            v.push(tree_of(ws, &c, &n, depth + 1, max, all)?);
-        }
-        Some(v)
-    } else {
-        None
-    };
-    Ok(TreeNode {
-        name: String::from_utf8_lossy(name).into_owned(),
-        kind: node.kind.name(),
-        size: node.size,
-        children,
-    })
-}
-
-fn print_tree(t: &TreeNode, prefix: &str, counts: &mut (usize, usize)) {
-    let Some(children) = &t.children else { return };
-    for (i, c) in children.iter().enumerate() {
-        let last = i + 1 == children.len();
-        let suffix = if c.kind == "dir" { "/" } else { "" };
-        println!(
-            "{prefix}{}{}{suffix}",
-            if last { "└── " } else { "├── " },
-            c.name
-        );
-        if c.kind == "dir" {
-            counts.0 += 1;
-        } else {
-            counts.1 += 1;
-        }
-        print_tree(
-            c,
-            &format!("{prefix}{}", if last { "    " } else { "│   " }),
-            counts,
-        );
-    }
-}
-
-pub fn tree(ctx: &Ctx, a: TreeArgs) -> Result<i32> {
-    let comps = parse(&a.path)?;
-    let t = ctx.view(|ws| {
-        let node = ws.resolve_existing(&comps, true)?;
-        tree_of(ws, &node, display(&comps).as_bytes(), 0, a.level, a.all)
-    })?;
-    ctx.out.emit(&t, || {
-        println!("{}", t.name);
-        let mut counts = (0, 0);
-        print_tree(&t, "", &mut counts);
-        println!("\n{} directories, {} files", counts.0, counts.1);
-    });
-    Ok(0)
-}
-
-pub fn stat(ctx: &Ctx, a: StatArgs) -> Result<i32> {
-    let comps = parse(&a.path)?;
-    let s = ctx.view(|ws| {
-        let node = ws.resolve_existing(&comps, false)?;
-        Ok(stat_json(
-            display(&comps),
-            comps.last().map(|c| c.as_slice()).unwrap_or(b"/"),
-            &node,
-        ))
-    })?;
-    ctx.out.emit(&s, || {
-        println!("  Path: {}", s.path);
-        println!(
-            "  Type: {}{}",
-            s.kind,
-            s.target
-                .as_ref()
-                .map(|t| format!(" -> {t}"))
-                .unwrap_or_default()
-        );
-        println!("  Size: {} ({})", s.size, human_size(s.size));
-        println!(
-            "  Mode: {} ({})",
-            s.mode,
-            format_mode(kind_of(s.kind).ifmt() | u32::from_str_radix(&s.mode, 8).unwrap_or(0))
-        );
-        println!(
-            " Links: {}   Inode: {}   Uid: {}   Gid: {}",
-            s.nlink, s.ino, s.uid, s.gid
-        );
-        println!("Modify: {}", s.mtime);
-        if let Some(h) = &s.content_hash {
-            println!("  Hash: {h}");
-        }
-    });
-    Ok(0)
-}
-
 pub fn ln(ctx: &Ctx, a: LnArgs) -> Result<i32> {
     let link = parse(&a.link)?;
     let detail =
@@ -815,7 +473,7 @@ pub fn import(ctx: &Ctx, a: ImportArgs) -> Result<i32> {
 pub fn export(ctx: &Ctx, a: ExportArgs) -> Result<i32> {
     let src = parse(&a.vault_dir)?;
     let pb = progress_bar(ctx, "exporting");
-    let stats = ctx.view(|ws| {
+    let stats = ctx.view_loading(|ws| {
         crate::hostio::export(ws, &src, &a.host_dir, a.force, a.keep_setuid, &|n| {
             if let Some(pb) = &pb {
                 pb.set_position(n)

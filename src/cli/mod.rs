@@ -12,6 +12,7 @@ mod shell;
 mod tools;
 mod upkeep;
 mod vault;
+mod view;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -49,9 +50,9 @@ pub enum Command {
     #[command(subcommand)]
     Vault(vault::VaultCmd),
     /// List a directory.
-    Ls(fs::LsArgs),
+    Ls(view::LsArgs),
     /// Print a file (live, or as it was at a checkpoint).
-    Cat(fs::CatArgs),
+    Cat(view::CatArgs),
     /// Write a file from an argument or stdin.
     Write(fs::WriteArgs),
     /// Create directories.
@@ -63,9 +64,9 @@ pub enum Command {
     /// Copy files or directories (keeps modes and times; O(1) for untouched subtrees).
     Cp(fs::CpArgs),
     /// Show a directory tree.
-    Tree(fs::TreeArgs),
+    Tree(view::TreeArgs),
     /// Show a path's attributes.
-    Stat(fs::StatArgs),
+    Stat(view::StatArgs),
     /// Make a hard link, or a symbolic link with -s.
     Ln(fs::LnArgs),
     /// Change permission bits (octal like 755, or symbolic like u+x,go-w).
@@ -233,6 +234,14 @@ impl Ctx {
         Ok((v, store))
     }
 
+    /// The selected vault, opened read-only (see `Store::open_read`).
+    pub fn open_read(&self) -> Result<(VaultRef, Store)> {
+        let (_, v) = self.target()?;
+        self.sync_mount(&v)?;
+        let store = Store::open_read(&v.path)?;
+        Ok((v, store))
+    }
+
     /// If the workspace is mounted, has the serving process commit its buffered writes.
     pub fn sync_mount(&self, v: &VaultRef) -> Result<()> {
         self.lib().sync_mount(v)
@@ -322,10 +331,20 @@ impl Ctx {
         r.map_err(|e| store.corrupt_if_sqlite(e))
     }
 
-    /// Runs a read-only command on one consistent snapshot. Reads may materialize
-    /// directories, which is a write to the live layer, so this is a write transaction
-    /// that is committed (the view itself never changes).
+    /// Runs a read-only command on one consistent snapshot of a vault opened read-only:
+    /// `f` reads through `Workspace::peek`, `live_root` and the stored trees, which load
+    /// nothing into the live layer, so the vault file is left exactly as it was.
     pub fn view<T>(&self, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
+        let (v, mut store) = self.open_read()?;
+        store.read(|db| {
+            let mut ws = Workspace::open(db, &v.workspace)?;
+            f(&mut ws)
+        })
+    }
+
+    /// A read that still goes through the live layer (loading directories into it, a
+    /// write): `export`, whose walk works on live inodes.
+    pub fn view_loading<T>(&self, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
         let (v, mut store) = self.open()?;
         store.write(|db| {
             let mut ws = Workspace::open(db, &v.workspace)?;
@@ -378,15 +397,15 @@ pub fn main() -> i32 {
 fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
     match cmd {
         Command::Vault(c) => vault::run(ctx, c),
-        Command::Ls(a) => fs::ls(ctx, a),
-        Command::Cat(a) => fs::cat(ctx, a),
+        Command::Ls(a) => view::ls(ctx, a),
+        Command::Cat(a) => view::cat(ctx, a),
         Command::Write(a) => fs::write(ctx, a),
         Command::Mkdir(a) => fs::mkdir(ctx, a),
         Command::Rm(a) => fs::rm(ctx, a),
         Command::Mv(a) => fs::mv(ctx, a),
         Command::Cp(a) => fs::cp(ctx, a),
-        Command::Tree(a) => fs::tree(ctx, a),
-        Command::Stat(a) => fs::stat(ctx, a),
+        Command::Tree(a) => view::tree(ctx, a),
+        Command::Stat(a) => view::stat(ctx, a),
         Command::Ln(a) => fs::ln(ctx, a),
         Command::Chmod(a) => fs::chmod(ctx, a),
         Command::Import(a) => fs::import(ctx, a),

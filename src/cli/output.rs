@@ -189,3 +189,118 @@ impl Paint {
         }
     }
 }
+
+/// Prints a list as it is produced, one item at a time, for listings too large to hold
+/// (`ls` of a million entries): text lines, or with `--json` the document `emit` would
+/// print for `{KEY: [items...], other fields...}`, byte for byte, written as it goes.
+/// Keys are printed in sorted order as `emit` prints them, so the other fields must sort
+/// after `KEY`.
+pub struct ListStream<W: std::io::Write> {
+    out: W,
+    json: bool,
+    key: &'static str,
+    items: u64,
+}
+
+impl<W: std::io::Write> ListStream<W> {
+    pub fn new(out: W, json: bool, key: &'static str) -> ListStream<W> {
+        ListStream {
+            out,
+            json,
+            key,
+            items: 0,
+        }
+    }
+
+    /// One item: its JSON, or the text `human` writes. `T` must serialize its keys in
+    /// sorted order (as `emit` prints every object), or go through a `serde_json::Value`.
+    pub fn item<T: Serialize>(
+        &mut self,
+        v: &T,
+        human: impl FnOnce(&mut W) -> std::io::Result<()>,
+    ) -> crate::error::Result<()> {
+        let r = if self.json {
+            let text = serde_json::to_string_pretty(v)
+                .map_err(|e| Error::Internal(format!("cannot print JSON: {e}")))?;
+            let sep = if self.items == 0 {
+                format!(
+                    "{{\n  {}: [\n",
+                    serde_json::to_string(self.key).unwrap_or_default()
+                )
+            } else {
+                ",\n".to_string()
+            };
+            self.out
+                .write_all(sep.as_bytes())
+                .and_then(|_| self.out.write_all(b"    "))
+                .and_then(|_| self.out.write_all(text.replace('\n', "\n    ").as_bytes()))
+        } else {
+            human(&mut self.out)
+        };
+        self.items += 1;
+        r.map_err(|e| Error::host("stdout", e))
+    }
+
+    fn close_list(&mut self) -> std::io::Result<()> {
+        if !self.json {
+            return Ok(());
+        }
+        let key = serde_json::to_string(self.key).unwrap_or_default();
+        if self.items == 0 {
+            write!(self.out, "{{\n  {key}: []")
+        } else {
+            write!(self.out, "\n  ]")
+        }
+    }
+
+    fn tail(&mut self, fields: &[(&str, serde_json::Value)]) -> std::io::Result<()> {
+        for (k, v) in fields {
+            let text = serde_json::to_string_pretty(v).unwrap_or_default();
+            write!(
+                self.out,
+                ",\n  {}: {}",
+                serde_json::to_string(k).unwrap_or_default(),
+                text.replace('\n', "\n  ")
+            )?;
+        }
+        writeln!(self.out, "\n}}")
+    }
+
+    /// Ends the list and prints the other fields.
+    pub fn finish(mut self, fields: &[(&str, serde_json::Value)]) -> crate::error::Result<()> {
+        let r = (|| {
+            self.close_list()?;
+            if self.json {
+                self.tail(fields)?;
+            }
+            self.out.flush()
+        })();
+        r.map_err(|e| Error::host("stdout", e))
+    }
+
+    /// Ends the list with an error. Before any item this is the usual error document (the
+    /// error is returned for the caller to print); after one, the items printed are
+    /// followed by the error, as `"error": {"kind", "message", "exit_code"}` in the same
+    /// document, and the exit code is returned.
+    pub fn fail(
+        mut self,
+        e: Error,
+        fields: &[(&str, serde_json::Value)],
+    ) -> crate::error::Result<i32> {
+        if self.items == 0 {
+            return Err(e);
+        }
+        let _ = self.out.flush();
+        if !self.json {
+            eprintln!("avfs: error: {e}");
+            return Ok(EXIT_ERROR);
+        }
+        let err = serde_json::json!({"kind": e.kind(), "message": e.to_string(), "exit_code": EXIT_ERROR});
+        let mut all: Vec<(&str, serde_json::Value)> = vec![("error", err)];
+        all.extend(fields.iter().cloned());
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        let _ = self.close_list().and_then(|_| self.tail(&all));
+        let _ = self.out.flush();
+        Ok(EXIT_ERROR)
+    }
+}

@@ -161,18 +161,18 @@ struct Snapshot {
     newer: Option<Hash>,
 }
 
-/// A checkpoint's tree read literally, or the live state (flushed in a short write
-/// transaction) with symlinks on the way to `comps` resolved. The walk itself then reads
-/// immutable trees in a read transaction, so a mount of the workspace is not held up.
+/// A checkpoint's tree read literally, or the live state (hashed without writing, see
+/// `Workspace::live_root`) with symlinks on the way to `comps` resolved. The vault is
+/// opened read-only; the walk then reads immutable trees.
 fn snapshot(
     ctx: &Ctx,
     comps: &[Vec<u8>],
     at: Option<&str>,
     newer: Option<&str>,
 ) -> Result<Snapshot> {
-    let (v, mut store) = ctx.open()?;
-    let (root, start, newer) = store.write(|db| {
-        let mut ws = Workspace::open(db, &v.workspace)?;
+    let (v, mut store) = ctx.open_read()?;
+    let (root, start, newer) = store.read(|db| {
+        let ws = Workspace::open(db, &v.workspace)?;
         let newer = newer
             .map(|n| ws.find_checkpoint(n).map(|c| c.root))
             .transpose()?;
@@ -180,9 +180,10 @@ fn snapshot(
             Some(cp) => Ok((ws.find_checkpoint(cp)?.root, comps.to_vec(), newer)),
             None => {
                 let (_, real) = ws
+                    .peek()
                     .resolve_full(comps, true)?
                     .ok_or_else(|| Error::NotFound(display(comps)))?;
-                Ok((ws.flush()?, real, newer))
+                Ok((ws.live_root()?, real, newer))
             }
         }
     })?;
@@ -647,8 +648,9 @@ pub fn meta(ctx: &Ctx, a: MetaArgs) -> Result<i32> {
     match (&a.key, &a.value, a.unset) {
         (None, _, _) => {
             let x = ctx.view(|ws| {
-                let node = ws.resolve_existing(&comps, true)?;
-                ws.xattrs(node.ino)
+                let p = ws.peek();
+                let node = p.resolve_existing(&comps, true)?;
+                p.xattrs(&node)
             })?;
             let (tags, meta) = (tags_of(&x), meta_of(&x));
             ctx.out
@@ -664,9 +666,9 @@ pub fn meta(ctx: &Ctx, a: MetaArgs) -> Result<i32> {
         (Some(key), None, false) => {
             let attr = meta_attr(key)?;
             let value = ctx.view(|ws| {
-                let node = ws.resolve_existing(&comps, true)?;
-                Ok(ws
-                    .xattrs(node.ino)?
+                let p = ws.peek();
+                let node = p.resolve_existing(&comps, true)?;
+                Ok(p.xattrs(&node)?
                     .into_iter()
                     .find(|(n, _)| *n == attr)
                     .map(|(_, v)| v))

@@ -23,8 +23,18 @@ pub struct AuditArgs {
 
 #[derive(Subcommand, Debug)]
 enum AuditCmd {
-    /// Check the hash chain: detects edited, inserted or removed rows.
-    Verify,
+    /// Check the hash chain: detects edited, inserted or removed rows, and rows cut off
+    /// the end (workspaces and checkpoints record the row they were written after).
+    Verify {
+        /// Also check an anchor line printed earlier by `avfs audit anchor` (and kept
+        /// outside the vault): its row must still be there with the same hash.
+        #[arg(long, value_name = "LINE")]
+        anchor: Option<String>,
+    },
+    /// Print a line naming the newest audit row and its hash. Keep it outside the vault
+    /// (a ticket, a commit message, another machine); `audit verify --anchor LINE` then
+    /// proves the log up to that row was neither cut nor rewritten.
+    Anchor,
 }
 
 pub fn parse_since(s: &str) -> Result<i64> {
@@ -44,9 +54,30 @@ pub fn parse_since(s: &str) -> Result<i64> {
 }
 
 pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
-    let (_, mut store) = ctx.open()?;
-    if let Some(AuditCmd::Verify) = a.cmd {
-        let report = store.read(audit::verify)?;
+    let (_, mut store) = ctx.open_read()?;
+    if let Some(AuditCmd::Anchor) = a.cmd {
+        let (row, hash) = store
+            .read(audit::head)?
+            .ok_or_else(|| Error::NotFound("the audit log is empty: nothing to anchor".into()))?;
+        let line = audit::anchor_line(row, &hash);
+        ctx.out
+            .emit(&json!({"anchor": line, "row": row, "hash": hash}), || {
+                println!("{line}")
+            });
+        return Ok(0);
+    }
+    if let Some(AuditCmd::Verify { anchor }) = a.cmd {
+        let anchor = anchor
+            .map(|l| {
+                audit::parse_anchor(&l).ok_or_else(|| {
+                    Error::InvalidArgument(
+                        l.clone(),
+                        "not an anchor line (expected what `avfs audit anchor` prints)".into(),
+                    )
+                })
+            })
+            .transpose()?;
+        let report = store.read(|db| audit::verify_anchored(db, anchor))?;
         ctx.out.emit(&report, || {
             if report.ok {
                 println!("audit log ok: {} rows, hash chain intact", report.rows);

@@ -68,8 +68,17 @@ pub enum VaultCmd {
     Export { name: String, file: PathBuf },
     /// Register an existing .avfs file under a name (default: the file's stem).
     Import { file: PathBuf, name: Option<String> },
-    /// Re-hash all content and check every reference.
+    /// Check the whole vault: its schema, SQLite's pages, every object's hash, every
+    /// reference and the audit chain. Reads only: the file is left as it was.
     Verify { name: Option<String> },
+    /// Copy every checkpoint and workspace of a damaged vault whose objects are all
+    /// intact into a new vault file, and list what was lost. The damaged file is only read.
+    Recover {
+        /// The damaged vault: a registered name or a path to a .avfs file.
+        name: String,
+        /// The new vault file to write (must not exist); register it with `vault import`.
+        file: PathBuf,
+    },
     /// Merge a fork back: take what it changed since it was forked, report conflicts, and
     /// save the result as a checkpoint of the target.
     Merge(super::merge::MergeArgs),
@@ -107,7 +116,7 @@ fn describe(all: &[VaultRef], v: &VaultRef, current: Option<&str>) -> VaultJson 
         created_at: None,
         error: None,
     };
-    let info = Store::open(&v.path)
+    let info = Store::open_read(&v.path)
         .and_then(|mut s| s.read(|db| crate::workspace::find_workspace(db, &v.workspace)));
     match info {
         Ok(Some(w)) => {
@@ -248,7 +257,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             };
             let (reg, v) = ctx2.target()?;
             let all = reg.list()?;
-            let mut store = Store::open(&v.path)?;
+            let mut store = Store::open_read(&v.path)?;
             let (checkpoints, forks, head, wpath) = store.read(|db| {
                 let ws = Workspace::open(db, &v.workspace)?;
                 let cps = ws.checkpoints()?.len();
@@ -413,14 +422,40 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 },
             );
         }
+        VaultCmd::Recover { name, file } => {
+            let reg = ctx.registry()?;
+            let v = reg
+                .resolve(Some(&name))?
+                .ok_or_else(|| Error::NoSuchVault(name.clone()))?;
+            let file = std::path::absolute(&file).map_err(|e| Error::host(file.display(), e))?;
+            let report = crate::recover::recover(&v.path, &file)?;
+            ctx.out.emit(
+                &json!({"vault": v.name, "path": v.path, "file": file, "report": report}),
+                || {
+                    for r in &report.recovered {
+                        println!("recovered {r}");
+                    }
+                    for l in &report.lost {
+                        println!("LOST {}: {}", l.what, l.reason);
+                    }
+                    println!(
+                        "wrote {} ({} recovered, {} lost); register it with `avfs vault import {}`",
+                        file.display(),
+                        report.recovered.len(),
+                        report.lost.len(),
+                        file.display()
+                    );
+                },
+            );
+            return Ok(if report.lost.is_empty() { 0 } else { 1 });
+        }
         VaultCmd::Verify { name } => {
             let reg = ctx.registry()?;
             let v = match name.or_else(|| ctx.vault_sel.clone()) {
                 Some(n) => reg.resolve(Some(&n))?.ok_or(Error::NoSuchVault(n))?,
                 None => ctx.target()?.1,
             };
-            let mut store = Store::open(&v.path)?;
-            let report = store.read(crate::maintenance::verify)?;
+            let report = crate::maintenance::verify_file(&v.path)?;
             ctx.out.emit(
                 &json!({"vault": v.name, "path": v.path, "report": report}),
                 || {
@@ -447,7 +482,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
     if v.workspace != MAIN {
         // A fork whose earlier delete was killed after the vault-file commit: only the
         // name is left.
-        let gone = Store::open(&v.path)
+        let gone = Store::open_read(&v.path)
             .and_then(|mut s| s.read(|db| crate::workspace::find_workspace(db, &v.workspace)))
             .map(|w| w.is_none())
             .unwrap_or(false);
@@ -458,19 +493,18 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             return Ok(0);
         }
     }
-    let opened = Store::open(&v.path);
-    let children: Vec<String> = match &opened {
-        Ok(_) => {
-            let mut s = Store::open(&v.path)?;
-            s.read(list_workspaces)?
-                .into_iter()
-                .filter(|w| {
-                    w.parent.as_deref() == Some(v.workspace.as_str())
-                        || (v.workspace == MAIN && w.name != MAIN)
-                })
-                .map(|w| w.name)
-                .collect()
-        }
+    let opened = Store::open_read(&v.path);
+    let is_vault = opened.is_ok();
+    let children: Vec<String> = match opened {
+        Ok(mut s) => s
+            .read(list_workspaces)?
+            .into_iter()
+            .filter(|w| {
+                w.parent.as_deref() == Some(v.workspace.as_str())
+                    || (v.workspace == MAIN && w.name != MAIN)
+            })
+            .map(|w| w.name)
+            .collect(),
         Err(_) => vec![],
     };
     if !children.is_empty() && !force {
@@ -511,7 +545,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             }
         }
         // Only delete a file that is really a vault; a foreign file is left alone.
-        if opened.is_ok() {
+        if is_vault {
             for suffix in ["", "-wal", "-shm"] {
                 let mut p = v.path.clone().into_os_string();
                 p.push(suffix);
@@ -519,7 +553,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             }
         }
     } else {
-        let mut store = opened?;
+        let mut store = Store::open(&v.path)?;
         store.write(|db| {
             crate::workspace::delete_workspace(db, &v.workspace)?;
             audit::append(

@@ -1,10 +1,15 @@
 //! The append-only audit log. Each row carries `hash = BLAKE3(prev_hash || row)`, and the
 //! id of the newest row is kept in `meta`, so an edited, inserted or removed row is detected.
+//! Rows cut off the end with `meta` set to match are caught too: every workspace row
+//! records the audit row written with its last change and every checkpoint the one before
+//! it (`audit_head`, format 6), and none may point past the end of the log. Someone who
+//! rewrites all of those as well is caught by an anchor kept outside the vault
+//! (`avfs audit anchor`, checked by `audit verify --anchor`).
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use super::{meta_get, meta_set, now_ns};
+use super::{meta_set, now_ns};
 use crate::error::Result;
 
 #[derive(Debug, Clone, Serialize)]
@@ -81,7 +86,49 @@ pub fn append(
     )?
     .execute(params![id, ts, workspace, actor, action, detail, prev, &hash[..]])?;
     meta_set(db, "audit_head", id)?;
+    if let Some(ws) = workspace {
+        db.prepare_cached("UPDATE workspace SET audit_head = ?1 WHERE name = ?2")?
+            .execute(params![id, ws])?;
+    }
     Ok(id)
+}
+
+/// The newest audit row: its id and hash (`None` for an empty log).
+pub fn head(db: &Connection) -> Result<Option<(i64, String)>> {
+    Ok(db
+        .prepare_cached("SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1")?
+        .query_row([], |r| {
+            let h: Vec<u8> = r.get(1)?;
+            Ok((r.get(0)?, hex(&h)))
+        })
+        .optional()?)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The line `avfs audit anchor` prints for the newest row, to keep outside the vault.
+pub fn anchor_line(id: i64, hash: &str) -> String {
+    format!("avfs-audit-anchor v1 row={id} hash={hash}")
+}
+
+/// Reads an anchor line back: (row, hash).
+pub fn parse_anchor(line: &str) -> Option<(i64, String)> {
+    let mut row = None;
+    let mut hash = None;
+    let mut words = line.split_whitespace();
+    if words.next()? != "avfs-audit-anchor" || words.next()? != "v1" {
+        return None;
+    }
+    for w in words {
+        if let Some(v) = w.strip_prefix("row=") {
+            row = v.parse().ok();
+        } else if let Some(v) = w.strip_prefix("hash=") {
+            hash = Some(v.to_ascii_lowercase()).filter(|h| h.len() == 64);
+        }
+    }
+    Some((row?, hash?))
 }
 
 pub fn list(db: &Connection, limit: Option<usize>, since_ns: Option<i64>) -> Result<Vec<AuditRow>> {
@@ -123,6 +170,81 @@ pub struct AuditReport {
     pub rows: i64,
     pub ok: bool,
     pub problems: Vec<AuditProblem>,
+    /// The anchor checked (`audit verify --anchor`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchor: Option<AnchorCheck>,
+}
+
+/// What an anchor check found.
+#[derive(Debug, Clone, Serialize)]
+pub struct AnchorCheck {
+    pub row: i64,
+    pub hash: String,
+    pub ok: bool,
+}
+
+/// `verify`, and the anchor `(row, hash)` must name a row of the log with that hash.
+pub fn verify_anchored(db: &Connection, anchor: Option<(i64, String)>) -> Result<AuditReport> {
+    let mut report = verify(db)?;
+    if let Some((row, hash)) = anchor {
+        let stored: Option<Vec<u8>> = db
+            .prepare_cached("SELECT hash FROM audit WHERE id = ?1")?
+            .query_row([row], |r| r.get(0))
+            .optional()?;
+        let problem = match stored {
+            None => Some(format!(
+                "the anchored row {row} is missing: the log was cut short"
+            )),
+            Some(h) if hex(&h) != hash => Some(format!(
+                "row {row} does not have the anchored hash: the log was rewritten"
+            )),
+            Some(_) => None,
+        };
+        report.anchor = Some(AnchorCheck {
+            row,
+            hash,
+            ok: problem.is_none(),
+        });
+        if let Some(p) = problem {
+            report.problems.push(AuditProblem {
+                id: row,
+                problem: p,
+            });
+            report.ok = false;
+        }
+    }
+    Ok(report)
+}
+
+/// Rows that say the log reached further than it does: workspaces and checkpoints whose
+/// `audit_head` is past the last row.
+fn heads_past(db: &Connection, last: i64) -> Result<Vec<AuditProblem>> {
+    let version: i64 = db.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version < 5 {
+        return Ok(vec![]);
+    }
+    let mut out = Vec::new();
+    let mut stmt = db.prepare(
+        "SELECT 'workspace ' || name, audit_head FROM workspace WHERE audit_head > ?1
+         UNION ALL
+         SELECT 'checkpoint ' || (SELECT w.name FROM workspace w WHERE w.id = c.workspace) || '/' || c.name,
+                audit_head FROM checkpoint c WHERE audit_head > ?1",
+    )?;
+    let mut rows = stmt.query([last])?;
+    while let Some(r) = rows.next()? {
+        let what: String = r.get::<_, Option<String>>(0)?.unwrap_or_default();
+        let head: i64 = match r.get_ref(1)? {
+            rusqlite::types::ValueRef::Integer(i) => i,
+            _ => continue,
+        };
+        out.push(AuditProblem {
+            id: head,
+            problem: format!(
+                "{what} was written after audit row {head}, but the log ends at row {last} (rows removed from the end)"
+            ),
+        });
+    }
+    Ok(out)
 }
 
 pub fn verify(db: &Connection) -> Result<AuditReport> {
@@ -172,19 +294,33 @@ pub fn verify(db: &Connection) -> Result<AuditReport> {
         prev = stored;
         expect_id = id + 1;
     }
-    let head = meta_get(db, "audit_head")?.unwrap_or(0);
-    if head != expect_id - 1 {
-        problems.push(AuditProblem {
-            id: head,
-            problem: format!(
-                "log ends at row {} but row {head} was written (rows removed from the end)",
-                expect_id - 1
-            ),
-        });
+    let last = expect_id - 1;
+    let stored_head = db
+        .prepare_cached("SELECT value FROM meta WHERE key = 'audit_head'")?
+        .query_row([], |r| Ok(r.get_ref(0)?.as_i64().ok()))
+        .optional()?;
+    match stored_head {
+        Some(None) => problems.push(AuditProblem {
+            id: last,
+            problem: "meta.audit_head is not an integer (the vault was edited)".into(),
+        }),
+        other => {
+            let head = other.flatten().unwrap_or(0);
+            if head != last {
+                problems.push(AuditProblem {
+                    id: head,
+                    problem: format!(
+                        "log ends at row {last} but row {head} was written (rows removed from the end)"
+                    ),
+                });
+            }
+        }
     }
+    problems.extend(heads_past(db, last)?);
     Ok(AuditReport {
         rows: count,
         ok: problems.is_empty(),
         problems,
+        anchor: None,
     })
 }

@@ -7,6 +7,9 @@ pub mod content;
 pub mod objects;
 pub mod quota;
 pub mod schema;
+mod schema_check;
+pub mod scratch;
+pub mod stamp;
 mod treecodec;
 
 use std::io::Read;
@@ -22,6 +25,10 @@ use schema::{APPLICATION_ID, FORMAT_VERSION, MIGRATIONS};
 pub struct Store {
     pub conn: Connection,
     pub path: PathBuf,
+    /// Declared after `conn`, so it is dropped after the connection closed (and SQLite's
+    /// last checkpoint wrote the file): it then records the file's stamp. `None` for a
+    /// read-only open, which never writes.
+    _guard: Option<stamp::Guard>,
 }
 
 fn not_a_vault(path: &Path, reason: impl Into<String>) -> Error {
@@ -116,7 +123,62 @@ fn map_open_err(path: &Path, e: rusqlite::Error) -> Error {
             _ => {}
         }
     }
-    Error::from(e)
+    match Error::from(e) {
+        Error::Corrupt { reason, .. } => Error::Corrupt {
+            path: path.into(),
+            reason,
+        },
+        other => other,
+    }
+}
+
+/// Percent-encodes a path for an SQLite `file:` URI.
+fn uri_of(path: &Path, query: &str) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut s = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s.push('?');
+    s.push_str(query);
+    s
+}
+
+/// Whether this process may write `path` (false on a read-only file system too).
+fn writable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// The check a file gets before its first write when avfs did not close it cleanly last:
+/// everything `avfs vault verify` checks. Any problem refuses the write.
+fn full_check(path: &Path) -> Result<()> {
+    let mut store = Store::open_read(path)?;
+    let report = store.read(crate::maintenance::verify)?;
+    if report.ok {
+        return Ok(());
+    }
+    let mut shown: Vec<String> = report
+        .problems
+        .iter()
+        .take(3)
+        .map(|p| format!("{}: {}", p.object, p.message))
+        .collect();
+    if report.problems.len() > 3 {
+        shown.push(format!("{} more", report.problems.len() - 3));
+    }
+    Err(Error::Corrupt {
+        path: path.into(),
+        reason: shown.join("; "),
+    })
 }
 
 impl Store {
@@ -142,19 +204,37 @@ impl Store {
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         conn.pragma_update(None, "application_id", APPLICATION_ID as i64)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
+        // A file this process just made needs no check.
+        let guard = stamp::Guard::take(path, || Ok(()))?;
         let mut store = Store {
             conn,
             path: path.to_path_buf(),
+            _guard: Some(guard),
         };
         store.configure()?;
         store.migrate()?;
         Ok(store)
     }
 
-    /// Opens an existing vault. A file that is not a vault, is truncated or corrupt, or is
-    /// of a newer format is refused with a clear error and left untouched.
+    /// Opens an existing vault for writing. A file that is not a vault, is truncated or
+    /// corrupt, or is of a newer format is refused with a clear error and left untouched.
+    /// Before anything is written the file is established to be sound: at once when avfs
+    /// closed it cleanly last (its stamp, see `stamp`), by a full check otherwise.
     pub fn open(path: &Path) -> Result<Store> {
         check_header(path)?;
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if !writable(path) || !writable(dir) {
+            return Err(Error::Host {
+                what: path.display().to_string(),
+                message: "the vault file or its directory is read-only: commands that read \
+                          work, this one writes (copy the file somewhere writable)"
+                    .into(),
+            });
+        }
+        let guard = stamp::Guard::take(path, || full_check(path))?;
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -163,23 +243,159 @@ impl Store {
         let mut store = Store {
             conn,
             path: path.to_path_buf(),
+            _guard: Some(guard),
         };
         store.configure().map_err(|e| store.corrupt_if_sqlite(e))?;
-        let version: i64 = store
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| map_open_err(path, e))?;
-        if version > FORMAT_VERSION {
-            return Err(Error::TooNew {
-                path: path.into(),
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
+        let version = store.format_version()?;
         if version < FORMAT_VERSION {
             store.migrate()?;
         }
         Ok(store)
+    }
+
+    /// Opens an existing vault for reading only: nothing is written to the file, no
+    /// `-wal` or `-shm` file is made next to it, and it works on a read-only file, in a
+    /// read-only directory or on read-only media. The schema is checked against the one
+    /// its format defines; objects are checked against their hashes as they are read.
+    ///
+    /// How: when the file has a `-wal` and `-shm` this process may write (a vault avfs
+    /// uses keeps both), it is opened read-only the usual way, so writers in other
+    /// processes are seen consistently. Otherwise, with no pending `-wal` content, the
+    /// file alone is the whole database and is opened `immutable` (no locks, no
+    /// side files). A pending `-wal` that cannot be shared is read through SQLite's
+    /// read-only WAL support, or refused with a clear error.
+    pub fn open_read(path: &Path) -> Result<Store> {
+        Self::open_read_inner(path, true)
+    }
+
+    /// `open_read` without refusing a damaged schema: for `vault verify` and `vault
+    /// recover`, which report the damage and read what they still can.
+    pub fn open_read_unchecked(path: &Path) -> Result<Store> {
+        Self::open_read_inner(path, false)
+    }
+
+    fn open_read_inner(path: &Path, check_schema: bool) -> Result<Store> {
+        check_header(path)?;
+        let wal = stamp::sidecar(path, "-wal");
+        let shm = stamp::sidecar(path, "-shm");
+        let wal_len = std::fs::metadata(&wal).map(|m| m.len()).ok();
+        let shared = wal_len.is_some() && shm.exists() && writable(&wal) && writable(&shm);
+        let query = if shared || wal_len.unwrap_or(0) > 0 {
+            "mode=ro"
+        } else {
+            "mode=ro&immutable=1"
+        };
+        let conn = Connection::open_with_flags(
+            uri_of(path, query),
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| map_open_err(path, e))?;
+        let store = Store {
+            conn,
+            path: path.to_path_buf(),
+            _guard: None,
+        };
+        store
+            .configure_read()
+            .map_err(|e| store.corrupt_if_sqlite(e))?;
+        let version = if check_schema {
+            store.format_version()?
+        } else {
+            store
+                .conn
+                .pragma_query_value(None, "user_version", |r| r.get(0))
+                .map_err(|e| map_open_err(path, e))?
+        };
+        // A damaged schema may not take the views: `verify` and `recover` read what they can.
+        if let Err(e) = store.read_as_current_format(version)
+            && check_schema
+        {
+            return Err(store.corrupt_if_sqlite(e));
+        }
+        Ok(store)
+    }
+
+    /// Lets the queries of the current format read an older file that a read must not
+    /// upgrade: temporary views (in the connection's memory, never in the file) that
+    /// shadow the older tables and give the columns added since their old-format
+    /// values. The first command that writes upgrades the file for real (`migrate`).
+    fn read_as_current_format(&self, version: i64) -> Result<()> {
+        let mut views = Vec::new();
+        if version < 5 {
+            // Format 5: dense chunk lists are content format 0; no access time set.
+            views.push("CREATE TEMP VIEW content AS SELECT *, 0 AS format FROM main.content;");
+            views.push("CREATE TEMP VIEW inode AS SELECT *, NULL AS atime_ns FROM main.inode;");
+        }
+        if version < 6 {
+            // Format 6: no audit head recorded.
+            views.push(
+                "CREATE TEMP VIEW workspace AS SELECT *, NULL AS audit_head FROM main.workspace;",
+            );
+            views.push(
+                "CREATE TEMP VIEW checkpoint AS SELECT *, NULL AS audit_head FROM main.checkpoint;",
+            );
+        }
+        if !views.is_empty() {
+            self.conn.execute_batch(&views.concat())?;
+        }
+        Ok(())
+    }
+
+    /// The file's format version, after checking that its schema is the one that format
+    /// defines (a damaged schema fails every later query in confusing ways).
+    fn format_version(&self) -> Result<i64> {
+        let app: i64 = self
+            .conn
+            .pragma_query_value(None, "application_id", |r| r.get(0))
+            .map_err(|e| map_open_err(&self.path, e))?;
+        if app as u32 != APPLICATION_ID {
+            return Err(not_a_vault(
+                &self.path,
+                "a SQLite database of another program",
+            ));
+        }
+        let version: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| map_open_err(&self.path, e))?;
+        if version > FORMAT_VERSION {
+            return Err(Error::TooNew {
+                path: self.path.clone(),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let diffs = schema_check::differences(&self.conn, version)?;
+        if !diffs.is_empty() {
+            return Err(Error::Corrupt {
+                path: self.path.clone(),
+                reason: format!("its schema is damaged: {}", diffs.join("; ")),
+            });
+        }
+        Ok(version)
+    }
+
+    /// What the file's schema lacks or has beyond what its format defines (for `verify`).
+    pub fn schema_differences(db: &Connection) -> Result<Vec<String>> {
+        let version: i64 = db.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        schema_check::differences(db, version)
+    }
+
+    fn configure_read(&self) -> Result<()> {
+        self.conn.busy_timeout(Duration::from_secs(30))?;
+        self.conn.set_prepared_statement_cache_capacity(256);
+        self.conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
+        // Never remove a -wal file another process keeps.
+        persist_wal(&self.conn);
+        self.conn.pragma_update(None, "cache_size", -32768)?;
+        // Scratch trees (`scratch`) live in memory.
+        self.conn.pragma_update(None, "temp_store", "MEMORY")?;
+        Ok(())
     }
 
     fn configure(&mut self) -> Result<()> {
@@ -266,7 +482,16 @@ impl Store {
     pub fn read<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         Self::exec(&self.conn, "BEGIN DEFERRED")?;
         let r = f(&self.conn);
-        let _ = Self::exec(&self.conn, "ROLLBACK");
+        // A read-only connection can only have written its private temp schema (scratch
+        // trees a later read of this connection may still need): keep that.
+        let end = if self._guard.is_none() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        if Self::exec(&self.conn, end).is_err() {
+            let _ = Self::exec(&self.conn, "ROLLBACK");
+        }
         r.map_err(|e| self.corrupt_if_sqlite(e))
     }
 }

@@ -215,6 +215,16 @@ pub fn empty_root(uid: u32, gid: u32, mtime_ns: i64) -> Tree {
 }
 
 pub fn put_tree(db: &Connection, tree: &Tree) -> Result<Hash> {
+    store_tree(db, tree, false)
+}
+
+/// `put_tree` for a command that must not write the vault: the tree is kept in the
+/// connection's scratch space (`super::scratch`), where `get_tree` finds it too.
+pub fn put_tree_scratch(db: &Connection, tree: &Tree) -> Result<Hash> {
+    store_tree(db, tree, true)
+}
+
+fn store_tree(db: &Connection, tree: &Tree, scratch: bool) -> Result<Hash> {
     let data = tree.encode();
     let hash = Tree::hash_of(&data);
     let (mut files, mut bytes) = (0u64, 0u64);
@@ -231,6 +241,10 @@ pub fn put_tree(db: &Connection, tree: &Tree) -> Result<Hash> {
                 bytes += e.size;
             }
         }
+    }
+    if scratch {
+        super::scratch::put(db, &hash, &data, files, bytes)?;
+        return Ok(hash);
     }
     db.prepare_cached(
         "INSERT OR IGNORE INTO tree (hash, data, files, bytes) VALUES (?1, ?2, ?3, ?4)",
@@ -279,10 +293,13 @@ pub fn tree_usage(db: &Connection, hash: &Hash) -> Result<Usage> {
                 .execute(params![&hash.0[..], u.files as i64, u.bytes as i64])?;
             Ok(u)
         }
-        None => Err(Error::Corrupt {
-            path: Default::default(),
-            reason: format!("missing tree {}", hash.to_hex()),
-        }),
+        None => match super::scratch::get(db, hash)? {
+            Some((_, files, bytes)) => Ok(Usage { files, bytes }),
+            None => Err(Error::Corrupt {
+                path: Default::default(),
+                reason: format!("missing tree {}", hash.to_hex()),
+            }),
+        },
     }
 }
 
@@ -291,10 +308,15 @@ pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {
         .prepare_cached("SELECT data FROM tree WHERE hash = ?1")?
         .query_row([&hash.0[..]], |r| r.get(0))
         .optional()?;
-    let data = data.ok_or_else(|| Error::Corrupt {
-        path: Default::default(),
-        reason: format!("missing tree {}", hash.to_hex()),
-    })?;
+    let data = match data {
+        Some(d) => d,
+        None => super::scratch::get(db, hash)?
+            .map(|(d, _, _)| d)
+            .ok_or_else(|| Error::Corrupt {
+                path: Default::default(),
+                reason: format!("missing tree {}", hash.to_hex()),
+            })?,
+    };
     if Tree::hash_of(&data) != *hash {
         return Err(Error::Corrupt {
             path: Default::default(),
@@ -305,6 +327,59 @@ pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {
         path: Default::default(),
         reason,
     })
+}
+
+/// Calls `f` with each entry of stored tree `hash`, in name order, until it returns false.
+/// The tree's hash is checked before the first entry is given out, and entries are
+/// decoded one at a time (a directory of a million entries never becomes a million
+/// `Entry` values at once).
+pub fn visit_tree(
+    db: &Connection,
+    hash: &Hash,
+    f: &mut dyn FnMut(&mut Entry) -> Result<bool>,
+) -> Result<()> {
+    let data: Option<Vec<u8>> = db
+        .prepare_cached("SELECT data FROM tree WHERE hash = ?1")?
+        .query_row([&hash.0[..]], |r| r.get(0))
+        .optional()?;
+    let data = match data {
+        Some(d) => d,
+        None => super::scratch::get(db, hash)?
+            .map(|(d, _, _)| d)
+            .ok_or_else(|| Error::Corrupt {
+                path: Default::default(),
+                reason: format!("missing tree {}", hash.to_hex()),
+            })?,
+    };
+    let corrupt = |reason: String| Error::Corrupt {
+        path: Default::default(),
+        reason: format!("tree {}: {reason}", hash.to_hex()),
+    };
+    if Tree::hash_of(&data) != *hash {
+        return Err(corrupt("fails its hash".into()));
+    }
+    let mut prev: Vec<u8> = Vec::new();
+    let mut failed: Option<Error> = None;
+    super::treecodec::for_each_entry(&data, &mut |e| {
+        validate_name(&e.name).map_err(|why| format!("bad entry name: {why}"))?;
+        if !prev.is_empty() && prev.as_slice() >= e.name.as_slice() {
+            return Err("entries not sorted or duplicated".into());
+        }
+        prev.clear();
+        prev.extend_from_slice(&e.name);
+        match f(e) {
+            Ok(go) => Ok(go),
+            Err(err) => {
+                failed = Some(err);
+                Ok(false)
+            }
+        }
+    })
+    .map_err(corrupt)?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 pub fn put_chunk(db: &Connection, data: &[u8]) -> Result<Hash> {

@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 5;
+pub const FORMAT_VERSION: i64 = 6;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -177,4 +177,13 @@ const V5: &str = r#"
 ALTER TABLE content ADD COLUMN format INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE inode ADD COLUMN atime_ns INTEGER;
 CREATE TABLE reclaim_young (tbl INTEGER NOT NULL, id INTEGER NOT NULL, PRIMARY KEY (tbl, id)) WITHOUT ROWID;
+"#;
+
+/// Format 6: each workspace row and checkpoint records the audit row it was written after
+/// (`audit_head`, the id of the newest audit row then), so cutting rows off the end of
+/// the audit log is caught by `audit verify` even when `meta.audit_head` is set to match.
+/// NULL where unknown (rows written by older formats).
+const V6: &str = r#"
+ALTER TABLE workspace ADD COLUMN audit_head INTEGER;
+ALTER TABLE checkpoint ADD COLUMN audit_head INTEGER;
 "#;

@@ -166,6 +166,35 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Decodes a stored tree one entry at a time: `f` gets each entry (it may take its
+/// fields) and returns whether to go on. Returns whether every entry was read. Checks
+/// structure only, as `decode_tree` does.
+pub fn for_each_entry(
+    data: &[u8],
+    f: &mut dyn FnMut(&mut Entry) -> std::result::Result<bool, String>,
+) -> std::result::Result<bool, String> {
+    let mut r = Reader { buf: data };
+    let bad = |e: &str| format!("undecodable tree: {e}");
+    if r.option_tag().map_err(bad)? {
+        r.u32().map_err(bad)?;
+        r.u32().map_err(bad)?;
+        r.u32().map_err(bad)?;
+        r.i64().map_err(bad)?;
+        r.xattrs().map_err(bad)?;
+    }
+    let n = r.len().map_err(bad)?;
+    for _ in 0..n {
+        let mut e = r.entry().map_err(bad)?;
+        if !f(&mut e)? {
+            return Ok(false);
+        }
+    }
+    if !r.buf.is_empty() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(true)
+}
+
 /// Decodes the bytes of a stored tree (structure only; `Tree::decode` checks the rest).
 pub fn decode_tree(data: &[u8]) -> std::result::Result<Tree, String> {
     let mut r = Reader { buf: data };

@@ -153,7 +153,8 @@ impl Workspace<'_> {
         let changed = head.as_ref().is_none_or(|h| h.root != root);
         self.db
             .prepare_cached(
-                "INSERT INTO checkpoint (workspace, name, root, parent, created_at_ns, origin, message) VALUES (?1,?2,?3,?4,?5,?6,?7)",
+                "INSERT INTO checkpoint (workspace, name, root, parent, created_at_ns, origin, message, audit_head)
+                 VALUES (?1,?2,?3,?4,?5,?6,?7, (SELECT MAX(id) FROM audit))",
             )?
             .execute(params![self.info.id, name, &root.0[..], head.as_ref().map(|h| h.id), now_ns(), origin, message])?;
         let id = self.db.last_insert_rowid();
@@ -177,8 +178,9 @@ impl Workspace<'_> {
         let message = format!("{} as merged into {target}", self.info.name);
         self.db
             .prepare_cached(
-                "INSERT INTO checkpoint (workspace, name, root, parent, created_at_ns, origin, message)
-                 VALUES (?1, ?2, ?3, (SELECT head FROM workspace WHERE id = ?1), ?4, 'merge', ?5)",
+                "INSERT INTO checkpoint (workspace, name, root, parent, created_at_ns, origin, message, audit_head)
+                 VALUES (?1, ?2, ?3, (SELECT head FROM workspace WHERE id = ?1), ?4, 'merge', ?5,
+                         (SELECT MAX(id) FROM audit))",
             )?
             .execute(params![self.info.id, name, &root.0[..], now_ns(), message])?;
         self.own_checkpoint(&name)?

@@ -6,7 +6,9 @@ use rusqlite::params;
 
 use super::{Inode, ROOT_INO, Workspace};
 use crate::error::{Error, Result};
-use crate::store::objects::{DirAttrs, Entry, Hash, Kind, Tree, Xattrs, get_tree, put_tree};
+use crate::store::objects::{
+    DirAttrs, Entry, Hash, Kind, Tree, Xattrs, get_tree, put_tree, put_tree_scratch,
+};
 use crate::store::{counter_take, now_ns};
 
 fn entry_of(
@@ -34,6 +36,17 @@ fn entry_of(
     }
 }
 
+/// Link groups given to hard-linked inodes during one flush.
+#[derive(Default)]
+struct Groups {
+    /// inode -> its group.
+    of: HashMap<u64, u64>,
+    /// A dry run (`live_root`): nothing is written.
+    dry: bool,
+    /// Groups a dry run numbered without taking them from the counter.
+    provisional: u64,
+}
+
 impl Workspace<'_> {
     /// Hashes every dirty directory bottom-up, stores the new trees, marks them clean and
     /// makes the result the workspace's base root. Costs O(dirty directories × entries).
@@ -41,7 +54,7 @@ impl Workspace<'_> {
         let root = self.get(ROOT_INO)?;
         let (hash, _) = match (root.dirty, root.hash) {
             (false, Some(h)) => (h, root.has_links),
-            _ => self.flush_dir(root, &mut HashMap::new())?,
+            _ => self.flush_dir(root, &mut Groups::default())?,
         };
         if hash != self.info.base_root {
             self.db
@@ -52,7 +65,24 @@ impl Workspace<'_> {
         Ok(hash)
     }
 
-    fn flush_dir(&self, dir: Inode, groups: &mut HashMap<u64, u64>) -> Result<(Hash, bool)> {
+    /// The root hash of the live state without writing anything: what `flush` would
+    /// return, with the trees it would store kept in the connection's scratch space
+    /// (`store::scratch`) instead. For reads, which may have the vault open read-only.
+    pub fn live_root(&self) -> Result<Hash> {
+        let root = self.get(ROOT_INO)?;
+        Ok(match (root.dirty, root.hash) {
+            (false, Some(h)) => h,
+            _ => {
+                let mut groups = Groups {
+                    dry: true,
+                    ..Groups::default()
+                };
+                self.flush_dir(root, &mut groups)?.0
+            }
+        })
+    }
+
+    fn flush_dir(&self, dir: Inode, groups: &mut Groups) -> Result<(Hash, bool)> {
         let children = self.children(dir.ino)?;
         let mut xattrs: HashMap<u64, Xattrs> = HashMap::new();
         let lo = children.iter().map(|(_, c)| c.ino).min();
@@ -84,11 +114,18 @@ impl Workspace<'_> {
                 }
                 _ => {
                     let group = if child.nlink > 1 {
-                        match groups.get(&child.ino) {
+                        match groups.of.get(&child.ino) {
                             Some(g) => *g,
                             None => {
                                 let g = if child.link_group != 0 {
                                     child.link_group
+                                } else if groups.dry {
+                                    // The numbers a flush would take, not taken.
+                                    let next = crate::store::meta_get(self.db, "next_link_group")?
+                                        .unwrap_or(1)
+                                        as u64;
+                                    groups.provisional += 1;
+                                    next + groups.provisional - 1
                                 } else {
                                     let g = counter_take(self.db, "next_link_group", 1)? as u64;
                                     self.db
@@ -99,7 +136,7 @@ impl Workspace<'_> {
                                         .execute(params![self.layer(), g as i64, child.ino as i64])?;
                                     g
                                 };
-                                groups.insert(child.ino, g);
+                                groups.of.insert(child.ino, g);
                                 g
                             }
                         }
@@ -123,13 +160,14 @@ impl Workspace<'_> {
         } else {
             None
         };
-        let hash = put_tree(
-            self.db,
-            &Tree {
-                root_attrs,
-                entries,
-            },
-        )?;
+        let tree = Tree {
+            root_attrs,
+            entries,
+        };
+        if groups.dry {
+            return Ok((put_tree_scratch(self.db, &tree)?, any_links));
+        }
+        let hash = put_tree(self.db, &tree)?;
         self.db
             .prepare_cached("UPDATE inode SET hash = ?3, dirty = 0, has_links = ?4 WHERE layer = ?1 AND ino = ?2")?
             .execute(params![self.layer(), dir.ino as i64, &hash.0[..], any_links])?;
@@ -142,7 +180,7 @@ impl Workspace<'_> {
     pub fn graft(&self, parent: &Inode, name: &[u8], entry: &Entry) -> Result<Inode> {
         super::nodes::check_name(name)?;
         if self.lookup(parent, name)?.is_some() {
-            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+            return Err(Error::Exists(crate::names::escape(name)));
         }
         if entry.kind != Kind::Dir {
             self.check_file_size(entry.size)?;
@@ -191,7 +229,7 @@ impl Workspace<'_> {
         if inode.kind == Kind::Dir {
             let (h, links) = match (inode.dirty, inode.hash) {
                 (false, Some(h)) => (h, inode.has_links),
-                _ => self.flush_dir(inode.clone(), &mut HashMap::new())?,
+                _ => self.flush_dir(inode.clone(), &mut Groups::default())?,
             };
             return Ok(entry_of(name.to_vec(), inode, Some(h), 0, links, x));
         }

@@ -72,6 +72,9 @@ macro_rules! inode_cols {
     };
 }
 
+pub mod peek;
+pub use peek::{Node, Peek};
+
 impl Inode {
     fn from_row(r: &Row, at: usize) -> rusqlite::Result<Inode> {
         let hash: Option<Vec<u8>> = r.get(at + 11)?;

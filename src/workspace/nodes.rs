@@ -71,7 +71,7 @@ fn xattr_cost(name: &[u8], value_len: usize) -> u64 {
 
 pub fn check_name(name: &[u8]) -> Result<()> {
     validate_name(name).map_err(|why| {
-        let shown = String::from_utf8_lossy(name).into_owned();
+        let shown = crate::names::escape(name);
         if name.len() > 255 {
             Error::NameTooLong(shown)
         } else {
@@ -96,7 +96,7 @@ impl Workspace<'_> {
     pub fn create(&self, parent: &Inode, name: &[u8], node: NewNode) -> Result<Inode> {
         if self.lookup(parent, name)?.is_some() {
             check_name(name)?;
-            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+            return Err(Error::Exists(crate::names::escape(name)));
         }
         self.create_absent(parent, name, node)
     }
@@ -161,7 +161,7 @@ impl Workspace<'_> {
             ));
         }
         if self.lookup(parent, name)?.is_some() {
-            return Err(Error::Exists(String::from_utf8_lossy(name).into_owned()));
+            return Err(Error::Exists(crate::names::escape(name)));
         }
         // A tree counts every name of a hard-linked file.
         self.charge(1, inode.size as i64)?;
@@ -178,9 +178,9 @@ impl Workspace<'_> {
     pub fn unlink(&self, parent: &Inode, name: &[u8]) -> Result<()> {
         let child = self
             .lookup(parent, name)?
-            .ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into()))?;
+            .ok_or_else(|| Error::NotFound(crate::names::escape(name)))?;
         if child.kind == Kind::Dir {
-            return Err(Error::IsADirectory(String::from_utf8_lossy(name).into()));
+            return Err(Error::IsADirectory(crate::names::escape(name)));
         }
         self.delete_dentry(parent.ino, name)?;
         self.drop_name(child)?;
@@ -219,7 +219,7 @@ impl Workspace<'_> {
     }
 
     pub fn rmdir(&self, parent: &Inode, name: &[u8]) -> Result<()> {
-        let shown = || String::from_utf8_lossy(name).into_owned();
+        let shown = || crate::names::escape(name);
         let child = self
             .lookup(parent, name)?
             .ok_or_else(|| Error::NotFound(shown()))?;
@@ -251,7 +251,7 @@ impl Workspace<'_> {
     pub fn remove_tree(&self, parent: &Inode, name: &[u8]) -> Result<()> {
         let child = self
             .lookup(parent, name)?
-            .ok_or_else(|| Error::NotFound(String::from_utf8_lossy(name).into()))?;
+            .ok_or_else(|| Error::NotFound(crate::names::escape(name)))?;
         if child.kind != Kind::Dir {
             return self.unlink(parent, name);
         }
@@ -312,7 +312,7 @@ impl Workspace<'_> {
         flags: RenameFlags,
     ) -> Result<()> {
         check_name(newname)?;
-        let shown = |n: &[u8]| String::from_utf8_lossy(n).into_owned();
+        let shown = |n: &[u8]| crate::names::escape(n);
         let src = self
             .lookup(parent, name)?
             .ok_or_else(|| Error::NotFound(shown(name)))?;

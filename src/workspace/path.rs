@@ -5,6 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::{Inode, ROOT_INO, Workspace};
 use crate::error::{Error, Result};
+use crate::names::{escape, unescape};
 use crate::store::objects::Kind;
 
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -14,7 +15,7 @@ pub fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
     if path.contains(&0) {
         return Err(Error::InvalidName(format!(
             "{} (contains NUL)",
-            String::from_utf8_lossy(path)
+            escape(path)
         )));
     }
     let mut out: Vec<Vec<u8>> = Vec::new();
@@ -25,7 +26,7 @@ pub fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
                 out.pop();
             }
             c if c.len() > 255 => {
-                return Err(Error::NameTooLong(String::from_utf8_lossy(c).into_owned()));
+                return Err(Error::NameTooLong(escape(c)));
             }
             c => out.push(c.to_vec()),
         }
@@ -33,10 +34,14 @@ pub fn components(path: &[u8]) -> Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
+/// A path argument: raw bytes, or the text form of `crate::names` (`\xHH` for a byte
+/// that is not UTF-8, `\\` for a backslash), as every path avfs prints is written.
 pub fn parse(path: &std::ffi::OsStr) -> Result<Vec<Vec<u8>>> {
-    components(path.as_bytes())
+    components(&unescape(path.as_bytes()))
 }
 
+/// A path as text, exactly: names that are not UTF-8 (or hold a backslash) in the escaped
+/// form of `crate::names`, which `parse` reads back to the same bytes.
 pub fn display(comps: &[Vec<u8>]) -> String {
     if comps.is_empty() {
         return "/".into();
@@ -44,7 +49,7 @@ pub fn display(comps: &[Vec<u8>]) -> String {
     let mut s = String::new();
     for c in comps {
         s.push('/');
-        s.push_str(&String::from_utf8_lossy(c));
+        s.push_str(&escape(c));
     }
     s
 }

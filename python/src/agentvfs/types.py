@@ -210,7 +210,8 @@ class Stat:
     mtime: str
     mtime_ns: int
     ctime_ns: int
-    ino: int
+    ino: Optional[int]
+    """``None`` for an entry the live layer has not loaded yet (reads do not load)."""
     target: Optional[str]
     """The link target, for a symlink."""
     content_hash: Optional[str]
@@ -231,7 +232,7 @@ class Stat:
             mtime=str(d.get("mtime", "")),
             mtime_ns=int(d.get("mtime_ns", 0)),
             ctime_ns=int(d.get("ctime_ns", 0)),
-            ino=int(d.get("ino", 0)),
+            ino=None if d.get("ino") is None else int(d["ino"]),
             target=_opt_str(d.get("target")),
             content_hash=_opt_str(d.get("content_hash")),
             raw=dict(d),

@@ -37,15 +37,15 @@ use serde_json::json;
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const USAGE: &str =
-    "usage: avfs-bench [--groups vault,mount,exec,engines,policy,space] [--dir DIR] [--keep] [--avfs PATH]
+    "usage: avfs-bench [--groups vault,mount,exec,engines,policy,space,integrity] [--dir DIR] [--keep] [--avfs PATH]
                   [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
                   [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
                   [--exec-files N] [--engine-workloads tar,git,...] [--engines overlay,fuse]
-                  [--policy-old-avfs PATH] [--fsx-ops N]
+                  [--policy-old-avfs PATH] [--fsx-ops N] [--bigdir-sizes N,N]
 
-  --groups           which groups to run (default all but space; `all` adds it): vault (vault
-                     operations), mount (real tools in a FUSE mount vs a native directory),
+  --groups           which groups to run (default all but space and integrity; `all` adds
+                     them): vault (vault operations), mount (real tools in a FUSE mount vs a native directory),
                      exec (avfs exec overhead, with and without the sandbox, and the change
                      report), engines (real workloads as whole `avfs exec` runs, overlay and
                      FUSE engines, vs native), policy (decision time for the lines of the
@@ -86,7 +86,10 @@ const USAGE: &str =
   --policy-old-avfs  an older avfs binary whose `policy check` is timed beside this one's
 
  space group:
-  --fsx-ops          operations of the fsx-like workload (default 125000)";
+  --fsx-ops          operations of the fsx-like workload (default 125000)
+
+ integrity group (not in the default groups; in `all`):
+  --bigdir-sizes     entries of the one big directory listed (default 100000,1000000)";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
@@ -94,6 +97,7 @@ enum Group {
     Mount,
     Exec,
     Policy,
+    Integrity,
     Engines,
     Space,
 }
@@ -115,6 +119,7 @@ struct Args {
     cargo_src: Option<PathBuf>,
     exec_files: usize,
     policy_old_avfs: Option<PathBuf>,
+    bigdir_sizes: Vec<usize>,
     engine_workloads: Vec<String>,
     engines: Vec<String>,
     /// Operations of the space group's fsx workload.
@@ -152,6 +157,7 @@ fn parse_args() -> BoxResult<Args> {
         cargo_src: None,
         exec_files: 100_000,
         policy_old_avfs: None,
+        bigdir_sizes: vec![100_000, 1_000_000],
         engine_workloads: ENGINE_WORKLOADS.iter().map(|s| s.to_string()).collect(),
         engines: vec!["overlay".into(), "fuse".into()],
         fsx_ops: 125_000,
@@ -180,6 +186,7 @@ fn parse_args() -> BoxResult<Args> {
                         "engines" => Group::Engines,
                         "policy" => Group::Policy,
                         "space" => Group::Space,
+                        "integrity" => Group::Integrity,
                         "all" => {
                             g.extend([
                                 Group::Vault,
@@ -188,6 +195,7 @@ fn parse_args() -> BoxResult<Args> {
                                 Group::Engines,
                                 Group::Policy,
                                 Group::Space,
+                                Group::Integrity,
                             ]);
                             continue;
                         }
@@ -204,6 +212,12 @@ fn parse_args() -> BoxResult<Args> {
                 if a.groups.is_empty() {
                     return Err("--groups: name at least one group".into());
                 }
+            }
+            "--bigdir-sizes" => {
+                a.bigdir_sizes = list(&value("--bigdir-sizes")?)
+                    .into_iter()
+                    .map(count)
+                    .collect::<Result<_, _>>()?;
             }
             "--sizes" => {
                 a.sizes = list(&value("--sizes")?)
@@ -985,6 +999,7 @@ fn dir_bytes(path: &Path) -> u64 {
 
 mod group_engines;
 mod group_exec;
+mod group_integrity;
 mod group_mount;
 mod group_policy;
 mod group_space;
@@ -992,6 +1007,7 @@ mod group_vault;
 
 use group_engines::*;
 use group_exec::*;
+use group_integrity::*;
 use group_mount::*;
 use group_policy::*;
 use group_vault::*;
@@ -1138,6 +1154,7 @@ fn real_main() -> BoxResult<()> {
     let mut exec_result = None;
     let mut policy_result = None;
     let mut space_result = None;
+    let mut integrity_result = None;
     let result = (|| -> BoxResult<()> {
         let mut reuse = None;
         if has(Group::Vault) {
@@ -1158,6 +1175,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Mount) {
             mount_result = Some(bench_mount(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Integrity) {
+            integrity_result = Some(bench_integrity(&args, &avfs, &base, t0)?);
         }
         if has(Group::Engines) {
             engines_result = Some(bench_engines(&args, &avfs, &base, t0)?);
@@ -1228,6 +1248,20 @@ fn real_main() -> BoxResult<()> {
         println!();
         println!(
             "each workload runs in a FUSE mount of a fresh vault (`avfs mount`, release build unless --avfs says otherwise) and in a plain directory on the same disk, alternating native and mount runs; warm workloads had one or two untimed runs on each side first. The tree is the tarball's, committed to git by the git workload (so find, ls -lR and rm -rf include its .git). Sequential I/O: one file written with 1 MiB write() calls (incompressible data, timed until close() returned, no fsync), then read back through a new open with 1 MiB reads; page caches are not dropped (not possible for the mount), so the read is warm on both sides."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
+    }
+    if let Some(r) = &integrity_result {
+        println!();
+        println!("## integrity: big directories, checked reads");
+        println!();
+        print_table(["operation", "entries", "avfs"], &r.rows, &[]);
+        println!();
+        println!(
+            "native analogues: `ls -1` / `ls -l` of the host directory the vault's was imported from (same disk); `/bin/cat` of the same 64 MiB file. avfs runs are whole processes, output to /dev/null."
         );
         println!();
         for n in &r.notes {

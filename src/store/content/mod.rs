@@ -299,7 +299,13 @@ pub fn extents(db: &Connection, hash: &Hash, size: u64) -> Result<Arc<Extents>> 
             "stored for {stored_size} bytes, the file has {size}"
         )));
     }
-    let ext = Arc::new(decode_row(format, &blob, size).map_err(corrupt)?);
+    let ext = decode_row(format, &blob, size).map_err(corrupt)?;
+    // Content is addressed by the hash of its extent list: a flipped byte in the list
+    // must not send a read to the wrong chunk.
+    if hash_of(&ext) != *hash {
+        return Err(corrupt("fails its hash".into()));
+    }
+    let ext = Arc::new(ext);
     remember(*hash, &ext);
     Ok(ext)
 }
