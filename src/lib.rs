@@ -7,6 +7,7 @@ pub mod exec;
 pub mod mcp;
 pub mod merge;
 pub mod registry;
+pub mod remote;
 pub mod search;
 pub mod store;
 pub mod tags;

@@ -3,6 +3,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod missing;
 pub mod objects;
 pub mod quota;
 pub mod schema;
