@@ -149,6 +149,20 @@ pub fn promised(db: &Connection, hash: &Hash) -> Result<bool> {
         .is_some())
 }
 
+/// Every object some remote promises, with its kind (for `vault verify`).
+pub fn promised_all(db: &Connection) -> Result<Vec<(ObjKind, Hash)>> {
+    let mut st = db.prepare("SELECT DISTINCT kind, hash FROM remote_object")?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, u8>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (k, h) = row?;
+        if let (Some(k), Ok(h)) = (ObjKind::from_u8(k), Hash::from_slice(&h)) {
+            out.push((k, h));
+        }
+    }
+    Ok(out)
+}
+
 /// Where object `hash` of `kind` lies, preferring remote `prefer`.
 pub fn locate(
     db: &Connection,
