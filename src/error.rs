@@ -58,7 +58,9 @@ pub enum Error {
     Quota(String),
     #[error("sandbox unavailable: {0}")]
     SandboxUnavailable(String),
-    #[error("no such remote: {0} (see `avfs remote list`; add one with `avfs remote add NAME URL`)")]
+    #[error(
+        "no such remote: {0} (see `avfs remote list`; add one with `avfs remote add NAME URL`)"
+    )]
     NoSuchRemote(String),
     #[error("remote {remote}: {message}")]
     Remote { remote: String, message: String },
@@ -66,7 +68,9 @@ pub enum Error {
         "push rejected: {remote}'s {workspace} moved since this vault last saw it (someone else pushed); run `avfs pull {remote}` first, then push again"
     )]
     PushRejected { remote: String, workspace: String },
-    #[error("remote {remote}: {what} fails its hash or does not decode ({reason}); it was refused and nothing was stored")]
+    #[error(
+        "remote {remote}: {what} fails its hash or does not decode ({reason}); it was refused and nothing was stored"
+    )]
     RemoteCorrupt {
         remote: String,
         what: String,

@@ -35,9 +35,15 @@ fn project(dir: &Path, files: usize) {
     for i in 0..files {
         let d = dir.join(format!("src/m{}", i % 7));
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join(format!("f{i}.txt")), format!("file {i}\n").repeat(i % 5 + 1)).unwrap();
+        std::fs::write(
+            d.join(format!("f{i}.txt")),
+            format!("file {i}\n").repeat(i % 5 + 1),
+        )
+        .unwrap();
     }
-    let big: Vec<u8> = (0..700_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let big: Vec<u8> = (0..700_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     std::fs::write(dir.join("big.bin"), big).unwrap();
     std::fs::write(dir.join("empty"), b"").unwrap();
     std::os::unix::fs::symlink("src/m1/f1.txt", dir.join("link")).unwrap();
@@ -46,25 +52,47 @@ fn project(dir: &Path, files: usize) {
 fn exported_equals(env: &Env, vault: &str, original: &Path) {
     let out = env.path(&format!("export-{vault}"));
     env.ok(&["--vault", vault, "export", "/", out.to_str().unwrap()]);
-    let d = Command::new("diff").arg("-r").arg("--no-dereference").arg(original).arg(&out).output().unwrap();
-    assert!(d.status.success(), "the clone differs from the original:\n{}", String::from_utf8_lossy(&d.stdout));
+    let d = Command::new("diff")
+        .arg("-r")
+        .arg("--no-dereference")
+        .arg(original)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        d.status.success(),
+        "the clone differs from the original:\n{}",
+        String::from_utf8_lossy(&d.stdout)
+    );
 }
 
 fn stats_chunks(env: &Env, vault: &str) -> u64 {
-    env.json(&["--vault", vault, "stats"])["stats"]["vault"]["chunks"].as_u64().unwrap()
+    env.json(&["--vault", vault, "stats"])["stats"]["vault"]["chunks"]
+        .as_u64()
+        .unwrap()
 }
 
 #[test]
-fn s3_server_refuses_a_second_conditional_create() {
-    // Without this the race test below would prove nothing.
+fn s3_server_refuses_a_second_conditional_write() {
+    // Without this the race test below would prove nothing: a second create with
+    // If-None-Match and an update with a stale If-Match are refused (412), and the
+    // object keeps the first writer's bytes.
     let s3 = S3::start();
-    let key = format!("/{}/cas-probe", s3.bucket);
-    let (first, _) = s3.http("PUT", &key, &[("If-None-Match", "*")], b"one");
-    assert_eq!(first, 200);
-    let (second, _) = s3.http("PUT", &key, &[("If-None-Match", "*")], b"two");
-    assert_ne!(second, 200, "the server accepted a second If-None-Match: * write");
-    let (_, body) = s3.http("GET", &key, &[], b"");
-    assert_eq!(body, b"one");
+    let out = s3.boto3(
+        r#"
+def put(body, **kw):
+    try:
+        return s3.put_object(Bucket=bucket, Key='cas', Body=body, **kw)['ETag']
+    except botocore.exceptions.ClientError as e:
+        return 'refused %s' % e.response['ResponseMetadata']['HTTPStatusCode']
+first = put(b'one', IfNoneMatch='*')
+print(put(b'two', IfNoneMatch='*'))
+second = put(b'three', IfMatch=first)
+print(put(b'four', IfMatch=first))
+print(s3.get_object(Bucket=bucket, Key='cas')['Body'].read().decode())
+"#,
+    );
+    assert_eq!(out, "refused 412\nrefused 412\nthree\n");
 }
 
 #[test]
@@ -96,7 +124,10 @@ fn push_then_lazy_and_full_clone_over_s3() {
     assert_eq!(b.cat(Some("web"), "/src/m3/f3.txt"), "file 3\n".repeat(4));
     assert!(stats_chunks(&b, "web") > 0);
     exported_equals(&b, "web", &src);
-    assert_eq!(b.json(&["--vault", "web", "vault", "verify"])["report"]["ok"], true);
+    assert_eq!(
+        b.json(&["--vault", "web", "vault", "verify"])["report"]["ok"],
+        true
+    );
     b.ok(&["--vault", "web", "gc"]);
     let cps = b.json(&["--vault", "web", "checkpoint", "list"]);
     assert_eq!(cps["checkpoints"][0]["name"], "v1");
@@ -107,7 +138,10 @@ fn push_then_lazy_and_full_clone_over_s3() {
     assert_eq!(c["clone"]["lazy"], false);
     drop(s3);
     exported_equals(&full, "web", &src);
-    assert_eq!(full.json(&["--vault", "web", "vault", "verify"])["report"]["ok"], true);
+    assert_eq!(
+        full.json(&["--vault", "web", "vault", "verify"])["report"]["ok"],
+        true
+    );
     // The lazy clone still reads what it fetched; what it never read is an error that
     // names the remote, not a corrupt vault.
     assert_eq!(b.cat(Some("web"), "/src/m3/f3.txt"), "file 3\n".repeat(4));
@@ -124,7 +158,11 @@ fn incremental_push_after_ten_changes_is_a_handful_of_requests() {
     a.ok(&["remote", "add", "origin", &s3.url("inc")]);
     a.json(&["push"]);
     for i in 0..10 {
-        a.ok(&["write", &format!("/src/m{}/f{i}.txt", i % 7), &format!("changed {i}")]);
+        a.ok(&[
+            "write",
+            &format!("/src/m{}/f{i}.txt", i % 7),
+            &format!("changed {i}"),
+        ]);
     }
     a.ok(&["checkpoint", "save", "v2"]);
     let p = a.json(&["push"]);
@@ -182,7 +220,13 @@ fn two_pushers_at_once_one_wins_the_other_is_told_to_pull() {
         );
         let (loser, lv) = if ca == 0 { (&b, vb) } else { (&a, va) };
         assert_eq!(lv["error"]["kind"], "push_rejected", "{lv}");
-        assert!(lv["error"]["message"].as_str().unwrap().contains("avfs pull"), "{lv}");
+        assert!(
+            lv["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("avfs pull"),
+            "{lv}"
+        );
         // The loser merges and pushes; now both changes are on the remote.
         let pull = loser.json(&["--vault", "w", "pull"]);
         assert_eq!(pull["status"], "merged", "{pull}");
@@ -224,7 +268,12 @@ fn pull_fast_forwards_merges_and_keeps_unsaved_work() {
     a.json(&["push"]);
     let m = b.json(&["--vault", "w", "pull"]);
     assert_eq!(m["status"], "merged", "{m}");
-    assert!(m["before"].as_str().unwrap().starts_with("auto-before-pull"));
+    assert!(
+        m["before"]
+            .as_str()
+            .unwrap()
+            .starts_with("auto-before-pull")
+    );
     assert_eq!(b.cat(Some("w"), "/notes"), "b's notes");
     assert_eq!(b.cat(Some("w"), "/other"), "a's file");
     // The merge has both heads as parents: pushing it is a fast-forward.
@@ -279,14 +328,27 @@ fn credentials_never_reach_the_vault_the_audit_log_or_messages() {
             .env("AVFS_REMOTE_RETRIES", "0")
             .output()
             .unwrap();
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(!text.contains(secret), "{args:?} printed the secret: {text}");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains(secret),
+            "{args:?} printed the secret: {text}"
+        );
         (out.status.code().unwrap(), text)
     };
     with_creds(&["write", "/f", "x"]);
     with_creds(&["checkpoint", "save", "v1"]);
     // Credentials in a URL are refused, and not repeated back.
-    let (code, text) = with_creds(&["--json", "remote", "add", "bad", &format!("s3://{key_id}:{secret}@bucket/x")]);
+    let (code, text) = with_creds(&[
+        "--json",
+        "remote",
+        "add",
+        "bad",
+        &format!("s3://{key_id}:{secret}@bucket/x"),
+    ]);
     assert_eq!(code, 1, "{text}");
     with_creds(&["remote", "add", "origin", &s3.url("sec")]);
     let (code, text) = with_creds(&["--json", "push"]);
@@ -304,8 +366,14 @@ fn credentials_never_reach_the_vault_the_audit_log_or_messages() {
     let audit = with_creds(&["--json", "audit", "--limit", "100"]).1;
     assert!(audit.contains("remote.push"), "{audit}");
     let bytes = vault_bytes(&env);
-    assert!(!contains(&bytes, secret), "a vault or registry file holds the secret");
-    assert!(!contains(&bytes, key_id), "a vault or registry file holds the key id");
+    assert!(
+        !contains(&bytes, secret),
+        "a vault or registry file holds the secret"
+    );
+    assert!(
+        !contains(&bytes, key_id),
+        "a vault or registry file holds the key id"
+    );
 }
 
 #[test]
@@ -360,19 +428,32 @@ fn kill_9_during_push_and_clone_leaves_both_sides_consistent() {
     a.ok(&["checkpoint", "save", "v1"]);
     a.ok(&["remote", "add", "origin", &url]);
     for (round, delay) in [40u64, 150, 400].into_iter().enumerate() {
-        let mut child = a.cmd(["--json", "push"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = a
+            .cmd(["--json", "push"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(delay));
         let _ = child.kill();
         let _ = child.wait();
         // Local side: the vault is whole.
-        assert_eq!(a.json(&["vault", "verify"])["report"]["ok"], true, "round {round}");
+        assert_eq!(
+            a.json(&["vault", "verify"])["report"]["ok"],
+            true,
+            "round {round}"
+        );
         // Remote side: either no ref yet, or a ref whose every object is there.
         let probe = machine(&s3);
         let r = probe.run(&["--json", "clone", &url, "p", "--full"]);
         if r.code == 0 {
             exported_equals(&probe, "p", &src);
         } else {
-            assert!(r.stdout.contains("no workspaces yet"), "round {round}: {}", r.stdout);
+            assert!(
+                r.stdout.contains("no workspaces yet"),
+                "round {round}: {}",
+                r.stdout
+            );
         }
     }
     // Re-running finishes the push.
@@ -383,18 +464,33 @@ fn kill_9_during_push_and_clone_leaves_both_sides_consistent() {
     exported_equals(&probe, "p", &src);
     let c = machine(&s3);
     for delay in [60u64, 250] {
-        let mut child = c.cmd(["--json", "clone", &url, "w", "--full"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = c
+            .cmd(["--json", "clone", &url, "w", "--full"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(delay));
         let _ = child.kill();
         let _ = child.wait();
         // A half-made clone is not registered as a vault.
         let list = c.json(&["vault", "list"]);
-        assert!(!list["vaults"].as_array().unwrap().iter().any(|v| v["name"] == "w"), "{list}");
+        assert!(
+            !list["vaults"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["name"] == "w"),
+            "{list}"
+        );
     }
     let r = c.run(&["--json", "clone", &url, "w", "--full"]);
     assert_eq!(r.code, 0, "{}", r.stdout);
     exported_equals(&c, "w", &src);
-    assert_eq!(c.json(&["--vault", "w", "vault", "verify"])["report"]["ok"], true);
+    assert_eq!(
+        c.json(&["--vault", "w", "vault", "verify"])["report"]["ok"],
+        true
+    );
 }
 
 #[test]
@@ -421,7 +517,12 @@ fn remote_gc_deletes_only_packs_no_index_names() {
 
 #[test]
 fn lazy_clone_contents_reach_a_mount() {
-    if std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_err() {
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
         if std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
             panic!("FUSE is required (AVFS_REQUIRE_FUSE=1) but /dev/fuse is unusable");
         }

@@ -237,13 +237,20 @@ pub fn fetch(ctx: &Ctx, a: FetchArgs) -> Result<i32> {
                 Some(p) => format!("{}..{}", &p[..12], &f.head[..12]),
                 None => "new".to_string(),
             };
-            println!("{}/{}  checkpoint {}  ({moved})", r.remote, f.workspace, f.checkpoint);
+            println!(
+                "{}/{}  checkpoint {}  ({moved})",
+                r.remote, f.workspace, f.checkpoint
+            );
         }
         println!(
             "fetched {} object(s), {}{} in {} request(s), {:.2}s",
             r.fetched.objects,
             human_size(r.fetched.bytes),
-            if r.lazy { " (file contents on first read)" } else { "" },
+            if r.lazy {
+                " (file contents on first read)"
+            } else {
+                ""
+            },
             r.traffic.requests,
             r.seconds
         );
@@ -270,7 +277,10 @@ pub fn pull(ctx: &Ctx, a: PullArgs) -> Result<i32> {
     ctx.out.emit(&r, || {
         let paint = ctx.out.paint();
         match r.status {
-            "up_to_date" => println!("{}: already up to date with {}/{}", r.workspace, r.remote, r.workspace),
+            "up_to_date" => println!(
+                "{}: already up to date with {}/{}",
+                r.workspace, r.remote, r.workspace
+            ),
             "fast_forward" => println!(
                 "{}: fast-forwarded to {}",
                 r.workspace,
@@ -308,7 +318,13 @@ fn name_from_url(url: &str) -> String {
         .unwrap_or("clone");
     let clean: String = last
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     clean.trim_start_matches('.').to_string()
 }
@@ -367,7 +383,11 @@ pub fn clone(ctx: &Ctx, a: CloneArgs) -> Result<i32> {
             human_size(r.fetched.bytes),
             r.traffic.requests,
             r.seconds,
-            if r.lazy { "; file contents come on first read (--full fetches all)" } else { "" }
+            if r.lazy {
+                "; file contents come on first read (--full fetches all)"
+            } else {
+                ""
+            }
         );
     });
     Ok(0)

@@ -53,7 +53,10 @@ pub fn parse_url(url: &str) -> Result<Location> {
             || url.contains('#')
             || (!prefix.is_empty() && prefix.split('/').any(odd_component))
         {
-            return Err(bad_url(url, "the prefix must be plain path components, no query"));
+            return Err(bad_url(
+                url,
+                "the prefix must be plain path components, no query",
+            ));
         }
         return Ok(Location::S3 {
             bucket: bucket.into(),
@@ -62,10 +65,16 @@ pub fn parse_url(url: &str) -> Result<Location> {
     }
     if let Some(rest) = url.strip_prefix("file://") {
         if !rest.starts_with('/') {
-            return Err(bad_url(url, "a file URL names an absolute directory: file:///dir"));
+            return Err(bad_url(
+                url,
+                "a file URL names an absolute directory: file:///dir",
+            ));
         }
         let dir = PathBuf::from(rest.trim_end_matches('/'));
-        if dir.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        if dir
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
             return Err(bad_url(url, "no '..' in a file URL"));
         }
         return Ok(Location::Local {
@@ -141,7 +150,10 @@ pub fn settings_for(home: &Path, location: &Location) -> Result<Settings> {
             *slot = Some(v);
         }
     };
-    pick(&mut s.endpoint, &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"]);
+    pick(
+        &mut s.endpoint,
+        &["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"],
+    );
     pick(&mut s.region, &["AWS_REGION", "AWS_DEFAULT_REGION"]);
     pick(&mut s.access_key_id, &["AWS_ACCESS_KEY_ID"]);
     pick(&mut s.secret_access_key, &["AWS_SECRET_ACCESS_KEY"]);

@@ -120,8 +120,10 @@ pub fn fetch_history(
         if missing.is_empty() {
             return Ok(());
         }
-        let wanted: Vec<(ObjKind, Hash)> =
-            missing.into_iter().map(|h| (ObjKind::Checkpoint, h)).collect();
+        let wanted: Vec<(ObjKind, Hash)> = missing
+            .into_iter()
+            .map(|h| (ObjKind::Checkpoint, h))
+            .collect();
         fetch_objects(store, t, remote, &wanted, got, progress)?;
     }
 }
@@ -297,9 +299,8 @@ pub fn fetch(
     if full {
         // Everything this vault references too: a lazy vault becomes complete.
         store.read(|db| {
-            let mut st = db.prepare(
-                "SELECT base_root FROM workspace UNION SELECT root FROM checkpoint",
-            )?;
+            let mut st =
+                db.prepare("SELECT base_root FROM workspace UNION SELECT root FROM checkpoint")?;
             let rows = st.query_map([], |r| r.get::<_, Vec<u8>>(0))?;
             for r in rows {
                 roots.push(Hash::from_slice(&r?)?);
@@ -311,7 +312,9 @@ pub fn fetch(
     if !lazy {
         store.write(|db| meta_set(db, FETCHING_KEY, 1))?;
     }
-    fetch_closure(&mut store, &t, &remote, &roots, !lazy, deep, &mut got, progress)?;
+    fetch_closure(
+        &mut store, &t, &remote, &roots, !lazy, deep, &mut got, progress,
+    )?;
     let mut seen_refs = Vec::new();
     store.write(|db| {
         let previous: HashMap<String, Hash> = refs::remembered(db, &remote)?.into_iter().collect();
@@ -417,7 +420,10 @@ pub fn clone(home: &Path, o: &CloneOptions, progress: &dyn Progress) -> Result<C
             message: if have.is_empty() {
                 "it has no workspaces yet (push one first)".into()
             } else {
-                format!("it has no workspace {:?} (it has: {have}); choose one with --workspace", o.workspace)
+                format!(
+                    "it has no workspace {:?} (it has: {have}); choose one with --workspace",
+                    o.workspace
+                )
             },
         }
     })?;
@@ -433,12 +439,26 @@ pub fn clone(home: &Path, o: &CloneOptions, progress: &dyn Progress) -> Result<C
         None => head,
         Some(name) => store
             .read(|db| commits::find_named(db, &head, name))?
-            .ok_or_else(|| Error::NoSuchCheckpoint(format!("{name} (in {}'s history on the remote)", o.workspace)))?,
+            .ok_or_else(|| {
+                Error::NoSuchCheckpoint(format!(
+                    "{name} (in {}'s history on the remote)",
+                    o.workspace
+                ))
+            })?,
     };
     let obj = store
         .read(|db| commits::load(db, &target))?
         .ok_or_else(|| Error::Internal("checkpoint object not fetched".into()))?;
-    fetch_closure(&mut store, &t, &remote, &[obj.root], o.full, resumed, &mut got, progress)?;
+    fetch_closure(
+        &mut store,
+        &t,
+        &remote,
+        &[obj.root],
+        o.full,
+        resumed,
+        &mut got,
+        progress,
+    )?;
     let lazy = !o.full;
     store.write(|db| {
         let info = crate::workspace::create_workspace(db, crate::workspace::MAIN, Some(obj.root), None)?;

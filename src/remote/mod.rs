@@ -89,7 +89,10 @@ pub fn default_remote(db: &Connection) -> Result<String> {
         )),
         _ => Err(Error::InvalidArgument(
             "REMOTE".into(),
-            format!("this vault has several remotes ({}); name one", names.join(", ")),
+            format!(
+                "this vault has several remotes ({}); name one",
+                names.join(", ")
+            ),
         )),
     }
 }

@@ -73,9 +73,7 @@ pub fn read(db: &Connection, kind: ObjKind, hash: &Hash) -> Result<Vec<u8>> {
                 .query_row([&hash.0[..]], |r| r.get(0))
                 .optional()?;
             let size = size.ok_or_else(|| bad("is missing"))? as u64;
-            if size as usize <= CHUNK_SIZE
-                || store_objects::content_hash(&chunks, size) != *hash
-            {
+            if size as usize <= CHUNK_SIZE || store_objects::content_hash(&chunks, size) != *hash {
                 return Err(bad("fails its hash"));
             }
             Ok(encode_content(size, &chunks))

@@ -222,8 +222,9 @@ impl Packer<'_> {
         let mut stack: Vec<(Hash, bool)> = vec![(head, false)];
         while let Some((h, expanded)) = stack.pop() {
             if expanded {
-                let o = commits::load(self.db, &h)?
-                    .ok_or_else(|| Error::Internal(format!("checkpoint object {} missing", h.to_hex())))?;
+                let o = commits::load(self.db, &h)?.ok_or_else(|| {
+                    Error::Internal(format!("checkpoint object {} missing", h.to_hex()))
+                })?;
                 self.tree(o.root)?;
                 let raw = commits::raw(self.db, &h)?;
                 self.add(ObjKind::Checkpoint, h, &raw)?;
@@ -232,8 +233,9 @@ impl Packer<'_> {
             if !seen.insert(h) || self.skip(&h)? {
                 continue;
             }
-            let o = commits::load(self.db, &h)?
-                .ok_or_else(|| Error::Internal(format!("checkpoint object {} missing", h.to_hex())))?;
+            let o = commits::load(self.db, &h)?.ok_or_else(|| {
+                Error::Internal(format!("checkpoint object {} missing", h.to_hex()))
+            })?;
             stack.push((h, true));
             for p in o.parents {
                 stack.push((p, false));
@@ -248,9 +250,8 @@ async fn upload(
     t: &Transport,
     rx: tokio::sync::mpsc::Receiver<Finished>,
 ) -> Result<Vec<(String, String, Vec<super::pack::IndexEntry>, u64)>> {
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|f| (f, rx))
-    });
+    let stream =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) });
     let mut done = Vec::new();
     let uploads = stream
         .map(|f| async move {
@@ -362,7 +363,12 @@ pub fn push(
             continue;
         }
         let new = RemoteRef::new(&p.head, &p.root, &p.checkpoint);
-        let cas = t.run(refs::write(&t, &p.workspace, &new, got.as_ref().map(|(_, tag)| tag.as_str())))?;
+        let cas = t.run(refs::write(
+            &t,
+            &p.workspace,
+            &new,
+            got.as_ref().map(|(_, tag)| tag.as_str()),
+        ))?;
         if cas == Cas::Conflict {
             return Err(Error::PushRejected {
                 remote: remote.clone(),

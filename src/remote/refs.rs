@@ -122,8 +122,11 @@ pub fn remember(db: &Connection, remote: &str, workspace: &str, head: &Hash) -> 
 
 /// The refs of `remote` as last seen: (workspace, head).
 pub fn remembered(db: &Connection, remote: &str) -> Result<Vec<(String, Hash)>> {
-    let mut st = db.prepare_cached("SELECT name, head FROM remote_ref WHERE remote = ?1 ORDER BY name")?;
-    let rows = st.query_map([remote], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+    let mut st =
+        db.prepare_cached("SELECT name, head FROM remote_ref WHERE remote = ?1 ORDER BY name")?;
+    let rows = st.query_map([remote], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+    })?;
     let mut out = Vec::new();
     for row in rows {
         let (n, h) = row?;

@@ -13,9 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjPath;
-use object_store::{
-    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use serde::Serialize;
 
 use super::config::{Location, Settings};
@@ -94,11 +92,12 @@ impl Transport {
             match location {
                 Location::Local { dir } => {
                     std::fs::create_dir_all(dir).map_err(|e| Error::host(dir.display(), e))?;
-                    let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
-                        .map_err(|e| Error::Remote {
+                    let fs = object_store::local::LocalFileSystem::new_with_prefix(dir).map_err(
+                        |e| Error::Remote {
                             remote: name.into(),
                             message: e.to_string(),
-                        })?;
+                        },
+                    )?;
                     (Arc::new(fs), String::new(), Some(dir.clone()))
                 }
                 Location::S3 { bucket, prefix } => {
@@ -116,9 +115,7 @@ impl Transport {
                                 .with_timeout(Duration::from_secs(300)),
                         );
                     if let Some(e) = &settings.endpoint {
-                        b = b
-                            .with_endpoint(e)
-                            .with_allow_http(e.starts_with("http://"));
+                        b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
                     }
                     b = b.with_region(settings.region.as_deref().unwrap_or("us-east-1"));
                     match (&settings.access_key_id, &settings.secret_access_key) {
@@ -217,6 +214,11 @@ impl Transport {
 
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
         let want = range.end - range.start;
+        if want == 0 {
+            // An empty object (an empty file's chunk): nothing to ask for, and stores
+            // refuse an empty range.
+            return Ok(Bytes::new());
+        }
         let b = self
             .store
             .get_range(&self.path(key), range)
@@ -226,7 +228,10 @@ impl Transport {
         if b.len() as u64 != want {
             return Err(self.err(
                 key,
-                format!("asked for {want} bytes, got {} (truncated object?)", b.len()),
+                format!(
+                    "asked for {want} bytes, got {} (truncated object?)",
+                    b.len()
+                ),
             ));
         }
         Ok(b)
@@ -359,7 +364,9 @@ impl Transport {
         gap: u64,
         parallel: usize,
     ) -> Result<Vec<Bytes>> {
-        let merged = coalesce(ranges, gap);
+        let nonempty: Vec<Range<u64>> =
+            ranges.iter().filter(|r| r.end > r.start).cloned().collect();
+        let merged = coalesce(&nonempty, gap);
         let fetched: Vec<(Range<u64>, Bytes)> = futures_util::stream::iter(merged)
             .map(|r| async move {
                 let b = self.get_range(key, r.clone()).await?;
@@ -371,6 +378,9 @@ impl Transport {
         ranges
             .iter()
             .map(|r| {
+                if r.end == r.start {
+                    return Ok(Bytes::new());
+                }
                 let i = fetched.partition_point(|(m, _)| m.end < r.end);
                 let (m, b) = fetched
                     .get(i)
@@ -389,9 +399,7 @@ pub fn coalesce(ranges: &[Range<u64>], gap: u64) -> Vec<Range<u64>> {
     let mut out: Vec<Range<u64>> = Vec::new();
     for r in sorted {
         match out.last_mut() {
-            Some(last) if r.start <= last.end.saturating_add(gap) => {
-                last.end = last.end.max(r.end)
-            }
+            Some(last) if r.start <= last.end.saturating_add(gap) => last.end = last.end.max(r.end),
             _ => out.push(r),
         }
     }

@@ -456,7 +456,8 @@ pub fn chunk_list(db: &Connection, hash: &Hash, size: u64) -> Result<Vec<Hash>> 
     let blob = match blob {
         Some(b) => Some(b),
         // The wire form leads with the size; the stored list is what follows.
-        None => missing::fetch(db, Missing::Content, hash)?.map(|d| d.get(8..).unwrap_or_default().to_vec()),
+        None => missing::fetch(db, Missing::Content, hash)?
+            .map(|d| d.get(8..).unwrap_or_default().to_vec()),
     };
     let blob = blob.ok_or_else(|| Error::Corrupt {
         path: Default::default(),

@@ -5,8 +5,7 @@
 //! is `$AVFS_S3_PYTHON`, else the virtualenv `scripts/test.sh` makes (target/py-venv).
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
@@ -84,33 +83,25 @@ impl S3 {
             .env("AVFS_REMOTE_RETRIES", "1");
     }
 
-    /// One raw HTTP request (unsigned; moto accepts it): (status, body).
-    pub fn http(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Vec<u8>) {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: {}\r\nConnection: close\r\n",
-            self.port,
-            body.len()
+    /// Runs a Python snippet with boto3 (moto's dependency) and `s3`, a client signed
+    /// for this server, in scope; returns its stdout.
+    pub fn boto3(&self, code: &str) -> String {
+        let prelude = format!(
+            "import boto3, botocore\ns3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='k', aws_secret_access_key='s', region_name='us-east-1')\nbucket = '{}'\n",
+            self.endpoint(),
+            self.bucket
         );
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        s.write_all(req.as_bytes()).unwrap();
-        s.write_all(body).unwrap();
-        let mut resp = Vec::new();
-        s.read_to_end(&mut resp).unwrap();
-        let text = String::from_utf8_lossy(&resp);
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = match resp.windows(4).position(|w| w == b"\r\n\r\n") {
-            Some(i) => resp[i + 4..].to_vec(),
-            None => vec![],
-        };
-        (status, body)
+        let out = Command::new(python())
+            .arg("-c")
+            .arg(format!("{prelude}{code}"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "python failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     pub fn stop(&mut self) {
