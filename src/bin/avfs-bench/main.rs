@@ -40,7 +40,7 @@ const USAGE: &str =
                   [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
                   [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
-                  [--exec-files N]
+                  [--exec-files N] [--remote-files N] [--remote-reps N]
 
   --groups           which groups to run (default all): vault (vault operations), mount (real
                      tools in a FUSE mount vs a native directory), exec (avfs exec overhead,
@@ -70,13 +70,18 @@ const USAGE: &str =
 
  exec group:
   --exec-files       files in the workspace (default 100000; reuses the vault group's one
-                     of that size when it ran)";
+                     of that size when it ran)
+
+ remote group (only when named: --groups remote; needs moto, see AVFS_S3_PYTHON, and restic):
+  --remote-files     files in the tree pushed and cloned (default 100000)
+  --remote-reps      repetitions, interleaved avfs / restic / git (default 3)";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
     Vault,
     Mount,
     Exec,
+    Remote,
 }
 
 struct Args {
@@ -95,6 +100,8 @@ struct Args {
     cargo_release: bool,
     cargo_src: Option<PathBuf>,
     exec_files: usize,
+    remote_files: usize,
+    remote_reps: usize,
 }
 
 fn list(v: &str) -> Vec<String> {
@@ -121,6 +128,8 @@ fn parse_args() -> BoxResult<Args> {
         cargo_release: false,
         cargo_src: None,
         exec_files: 100_000,
+        remote_files: 100_000,
+        remote_reps: 3,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -143,8 +152,9 @@ fn parse_args() -> BoxResult<Args> {
                         "vault" => Group::Vault,
                         "mount" => Group::Mount,
                         "exec" => Group::Exec,
+                        "remote" => Group::Remote,
                         "all" => {
-                            g.extend([Group::Vault, Group::Mount, Group::Exec]);
+                            g.extend([Group::Vault, Group::Mount, Group::Exec, Group::Remote]);
                             continue;
                         }
                         other => return Err(format!("--groups: unknown group {other:?}").into()),
@@ -197,6 +207,8 @@ fn parse_args() -> BoxResult<Args> {
                     return Err("--exec-files: at least 200 files".into());
                 }
             }
+            "--remote-files" => a.remote_files = count(value("--remote-files")?)?.max(200),
+            "--remote-reps" => a.remote_reps = count(value("--remote-reps")?)?.max(1),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -917,6 +929,7 @@ fn dir_bytes(path: &Path) -> u64 {
 
 mod group_exec;
 mod group_mount;
+mod group_remote;
 mod group_vault;
 
 use group_exec::*;
@@ -1082,6 +1095,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Mount) {
             mount_result = Some(bench_mount(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Remote) {
+            group_remote::bench_remote(&args, &avfs, &base, t0)?;
         }
         Ok(())
     })();
