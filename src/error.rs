@@ -50,6 +50,9 @@ pub enum Error {
     Host { what: String, message: String },
     #[error("vault is busy (another process holds the write lock); try again")]
     Busy,
+    /// Another run holds the workspace (`avfs exec` runs one command at a time per workspace).
+    #[error("busy: {0}")]
+    RunBusy(String),
     #[error(
         "no space left on the disk that holds the vault; nothing was changed (free some space, or run `avfs gc`)"
     )]
@@ -102,7 +105,7 @@ impl Error {
             Error::SymlinkLoop(_) => "symlink_loop",
             Error::Refused(_) => "refused",
             Error::Host { .. } => "host_io",
-            Error::Busy => "busy",
+            Error::Busy | Error::RunBusy(_) => "busy",
             Error::NoSpace => "no_space",
             Error::Quota(_) => "quota_exceeded",
             Error::SandboxUnavailable(_) => "sandbox_unavailable",
@@ -126,7 +129,7 @@ impl Error {
             Error::InvalidName(_) | Error::InvalidArgument(..) => libc::EINVAL,
             Error::SymlinkLoop(_) => libc::ELOOP,
             Error::Refused(_) => libc::EPERM,
-            Error::Busy => libc::EBUSY,
+            Error::Busy | Error::RunBusy(_) => libc::EBUSY,
             Error::NoSpace => libc::ENOSPC,
             Error::Quota(_) => libc::EDQUOT,
             _ => libc::EIO,

@@ -1,13 +1,17 @@
 //! agentvfs: versioned, forkable workspaces in one SQLite file.
 
+pub mod boundary;
 pub mod cli;
+pub mod context;
 pub mod diff;
+pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod mcp;
 pub mod merge;
 pub mod registry;
 pub mod remote;
+pub mod sandbox;
 pub mod search;
 pub mod store;
 pub mod tags;

@@ -4,13 +4,13 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    // PID 1 of an `avfs exec --sandbox` run: not a command of the CLI.
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args
-        .get(1)
-        .is_some_and(|a| a == agentvfs::exec::sandbox::INIT_ARG)
+    // The set-up of an `avfs exec` run (namespaces, mounts, sandbox, PID 1): not a
+    // command of the CLI.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == agentvfs::sandbox::RUN_INIT_ARG)
     {
-        std::process::exit(agentvfs::exec::sandbox::init_main(&args[2..]));
+        agentvfs::sandbox::setup::run_init_main();
     }
     std::process::exit(agentvfs::cli::main());
 }

@@ -198,3 +198,52 @@ impl Registry {
         }
     }
 }
+
+/// Makes the registry agree with a vault file after a command was killed between its two
+/// commits (the vault file, then the registry): workspaces in the file that no name points
+/// at get their own name, and names of workspaces the file no longer has are dropped.
+/// Returns the names added.
+pub fn reconcile(reg: &Registry, path: &Path) -> Result<Vec<String>> {
+    // Names first: a fork commits to the file before its name is added, so a name read
+    // here always has its workspace in the file read next.
+    let names = reg.names_in(path)?;
+    let Ok(mut store) = crate::store::Store::open(path) else {
+        return Ok(vec![]);
+    };
+    let in_file = store.read(crate::workspace::list_workspaces)?;
+    let mut added = Vec::new();
+    for w in &in_file {
+        if w.name == MAIN || names.iter().any(|n| n.workspace == w.name) {
+            continue;
+        }
+        if reg.get(&w.name)?.is_none() && validate_name(&w.name).is_ok() {
+            add_or_same(
+                reg,
+                &VaultRef {
+                    name: w.name.clone(),
+                    path: path.to_path_buf(),
+                    workspace: w.name.clone(),
+                },
+            )?;
+            added.push(w.name.clone());
+        }
+    }
+    for n in names {
+        if !in_file.iter().any(|w| w.name == n.workspace) {
+            reg.remove(&n.name)?;
+        }
+    }
+    Ok(added)
+}
+
+/// Registers `v`; an entry that already says the same (a concurrent process got there
+/// first) is fine.
+pub fn add_or_same(reg: &Registry, v: &VaultRef) -> Result<()> {
+    match reg.add(v) {
+        Err(Error::VaultExists(n)) => match reg.get(&n)? {
+            Some(e) if e.path == v.path && e.workspace == v.workspace => Ok(()),
+            _ => Err(Error::VaultExists(n)),
+        },
+        other => other,
+    }
+}

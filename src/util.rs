@@ -33,3 +33,33 @@ pub fn rfc3339(ns: i64) -> String {
         frac / 1_000_000
     )
 }
+
+/// Bytes a directory tree takes on disk (allocated blocks), not following symlinks; what
+/// cannot be read counts as nothing.
+pub fn dir_size(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let mut total = m.blocks() * 512;
+    if m.is_dir()
+        && let Ok(rd) = std::fs::read_dir(path)
+    {
+        for e in rd.flatten() {
+            total += dir_size(&e.path());
+        }
+    }
+    total
+}
+
+/// Parses 64 hexadecimal digits into 32 bytes.
+pub fn hex32(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}

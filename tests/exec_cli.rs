@@ -220,15 +220,21 @@ fn schema_accepts_real_envelopes_and_rejects_damaged_ones() {
         "patch": "--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+x\n"
     }]);
     ran["exit_code"] = json!(0);
+    ran["workspace_path"] = json!("/tmp/m");
+    ran["engine"] = json!({"name": "overlay", "reason": "default",
+        "layers": {"how": "cached", "written": 0, "depth": 1, "prepare_ms": 0},
+        "ingest": {"files_read": 1, "bytes_read": 2, "ms": 0}});
+    ran["request"]["options"]["no_sandbox"] = json!(true);
     ran["sandbox"] = json!({
-        "enforced": false, "network": true, "network_granted_by": null,
+        "enforced": false, "mechanism": "none", "network": true, "network_granted_by": null,
         "writable_paths": ["/"], "read_only_paths": [], "hidden_paths": []
     });
     // The same run under the sandbox, with the network an approval granted.
     let mut boxed = ran.clone();
-    boxed["request"]["options"]["sandbox"] = json!(true);
+    boxed["request"]["options"]["no_sandbox"] = json!(false);
     boxed["sandbox"] = json!({
-        "enforced": true, "network": true, "network_granted_by": "approval ap-0123456789",
+        "enforced": true, "mechanism": "namespaces+landlock(abi 7)+seccomp",
+        "network": true, "network_granted_by": "approval ap-0123456789",
         "writable_paths": ["/tmp/m", "/tmp", "/dev/shm"], "read_only_paths": ["/usr", "/etc"],
         "hidden_paths": ["/etc/shadow"]
     });
@@ -239,9 +245,11 @@ fn schema_accepts_real_envelopes_and_rejects_damaged_ones() {
     for e in [&denied, &asked] {
         assert_eq!(
             e["sandbox"],
-            json!({"enforced": false, "network": false, "network_granted_by": null,
+            json!({"enforced": false, "mechanism": "none", "network": false, "network_granted_by": null,
                    "writable_paths": [], "read_only_paths": [], "hidden_paths": []})
         );
+        assert_eq!(e["engine"], Value::Null);
+        assert_eq!(e["workspace_path"], Value::Null);
         assert_eq!(e["request"]["options"]["sandbox"], false);
         assert_eq!(e["request"]["options"]["no_sandbox"], false);
     }
@@ -391,12 +399,23 @@ fn read_only_is_allowed_without_a_checkpoint() {
     assert_eq!(x.env["request"]["vault"], "t");
     assert_eq!(x.env["request"]["workspace"], "main");
     assert_eq!(x.env["request"]["cwd"], "/");
-    // Without --sandbox (and no policy asking for it) the command had the user's rights.
+    // The sandbox is on by default: the workspace's stable path, /tmp and /dev/shm are
+    // the only writable places, and there is no network.
+    let sb = &x.env["sandbox"];
+    assert_eq!(sb["enforced"], true, "{sb}");
+    assert_eq!(sb["network"], false, "{sb}");
+    assert_eq!(
+        sb["writable_paths"],
+        json!([x.env["workspace_path"], "/tmp", "/dev/shm"])
+    );
+    // --no-sandbox: the user's full rights, said so in the envelope.
+    let x = exec(&env, &["--no-sandbox", "--", "ls", "-a"]);
     assert_eq!(
         x.env["sandbox"],
-        json!({"enforced": false, "network": true, "network_granted_by": null,
+        json!({"enforced": false, "mechanism": "none", "network": true, "network_granted_by": null,
                "writable_paths": ["/"], "read_only_paths": [], "hidden_paths": []})
     );
+    assert_eq!(x.env["request"]["options"]["no_sandbox"], true);
     let x = exec(&env, &["--shell", "cat a.txt"]);
     assert_eq!(x.env["result"]["stdout"], "hi\n");
     assert_eq!(x.env["request"]["command"]["kind"], "shell");
@@ -1100,10 +1119,16 @@ fn a_daemon_that_leaves_the_process_group_is_ended_and_reported() {
         let escaped = r["escaped_processes"].as_array().unwrap();
         let found: Vec<&Value> = escaped.iter().filter(|p| p["command"] == daemon).collect();
         assert_eq!(found.len(), 1, "{line}: {r}");
-        for p in escaped {
-            let pid = p["pid"].as_i64().unwrap();
-            assert!(!pid_runs(pid), "{line}: {p} still runs");
-        }
+        // The PIDs are the run's own (it has a PID namespace): look for the command line.
+        let left = std::process::Command::new("pgrep")
+            .args(["-f", &format!("^{daemon}$")])
+            .output()
+            .unwrap();
+        assert!(
+            left.stdout.is_empty(),
+            "{line}: {daemon} still runs: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
         // SIGTERM first, SIGKILL after the 2 s grace period.
         assert!(
             start.elapsed() < Duration::from_secs(8),
@@ -1831,31 +1856,48 @@ counter_examples = ["touch"]
 
 // ---------------------------------------------------------------- live mounts
 
+/// A live `avfs mount` of the workspace stays consistent with a run: what was written
+/// through it before is what the run sees, and the run's changes (and a rollback) are
+/// what it shows afterwards. The run itself works at the workspace's stable path.
 #[test]
-fn reuses_a_live_mount() {
-    if !can_mount("reuses_a_live_mount") {
+fn a_live_mount_stays_consistent_with_a_run() {
+    if !can_mount("a_live_mount_stays_consistent_with_a_run") {
         return;
     }
-    let Some(m) = fuse::Mount::new("reuses_a_live_mount") else {
+    let Some(m) = fuse::Mount::new("a_live_mount_stays_consistent_with_a_run") else {
         return;
     };
     let env = &m.env;
-    let mp = std::fs::canonicalize(&m.mp).unwrap();
-    // Written through the mount before exec: the command sees it.
+    // Written through the mount before exec, read by the mount once (cached): the
+    // command sees it, and the mount sees the command's changes.
     std::fs::write(m.p("pre.txt"), "pre\n").unwrap();
-    let x = exec(env, &["--shell", "cat pre.txt && echo via-exec > seen.txt"]);
+    assert!(std::fs::read_dir(&m.mp).unwrap().count() >= 1);
+    let x = exec(
+        env,
+        &[
+            "--shell",
+            "cat pre.txt && echo via-exec > seen.txt && echo more >> pre.txt",
+        ],
+    );
     let e = &x.env;
     assert_eq!(x.code, 0, "{e}");
-    assert_eq!(
-        e["mountpoint"],
-        mp.to_str().unwrap(),
-        "the live mount was not reused"
+    assert_eq!(e["engine"]["name"], "overlay", "{e}");
+    assert_ne!(
+        e["workspace_path"].as_str().unwrap(),
+        std::fs::canonicalize(&m.mp).unwrap().to_str().unwrap()
     );
     assert_eq!(e["result"]["stdout"], "pre\n");
-    assert_eq!(change_set(e), set(&[("added", "/seen.txt")]));
+    assert_eq!(
+        change_set(e),
+        set(&[("added", "/seen.txt"), ("modified", "/pre.txt")])
+    );
     assert_eq!(
         std::fs::read_to_string(m.p("seen.txt")).unwrap(),
         "via-exec\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.p("pre.txt")).unwrap(),
+        "pre\nmore\n"
     );
     assert!(
         fuse::is_mountpoint(&m.mp),
@@ -1878,7 +1920,22 @@ fn reuses_a_live_mount() {
         !m.p("oops.txt").exists(),
         "rolled-back file still visible in the mount"
     );
-    assert_eq!(std::fs::read_to_string(m.p("pre.txt")).unwrap(), "pre\n");
+    assert_eq!(
+        std::fs::read_to_string(m.p("pre.txt")).unwrap(),
+        "pre\nmore\n"
+    );
+    // The FUSE engine reuses the live mount, bound at the same stable path.
+    let x = exec(
+        env,
+        &["--engine", "fuse", "--shell", "pwd; echo f > fuse.txt"],
+    );
+    assert_eq!(x.code, 0, "{}", x.env);
+    assert_eq!(x.env["engine"]["name"], "fuse");
+    assert_eq!(
+        x.env["result"]["stdout"].as_str().unwrap().trim(),
+        e["workspace_path"].as_str().unwrap()
+    );
+    assert_eq!(std::fs::read_to_string(m.p("fuse.txt")).unwrap(), "f\n");
 }
 
 #[test]

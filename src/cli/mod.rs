@@ -20,9 +20,9 @@ use std::path::PathBuf;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::error::Result;
-use crate::registry::{DEFAULT_VAULT, Registry, VaultRef};
+use crate::registry::{Registry, VaultRef};
 use crate::store::{Store, audit};
-use crate::workspace::{MAIN, Workspace, create_workspace};
+use crate::workspace::Workspace;
 use output::Out;
 pub use output::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 
@@ -150,8 +150,11 @@ pub enum Command {
 
 #[derive(clap::Args, Debug)]
 pub struct McpArgs {
-    /// Do not keep the workspace mounted for the session (each exec then mounts for
-    /// itself, with cold kernel caches).
+    /// Keep the workspace mounted (FUSE) for the session: what exec's FUSE engine then
+    /// reuses. The default where overlayfs cannot run (exec falls back to FUSE).
+    #[arg(long, conflicts_with = "no_mount")]
+    mount: bool,
+    /// Never keep the workspace mounted for the session.
     #[arg(long)]
     no_mount: bool,
 }
@@ -226,30 +229,14 @@ impl Ctx {
         Registry::open(&self.home)
     }
 
+    /// The library's view of `$AVFS_HOME` and the `--vault` selection.
+    pub fn lib(&self) -> crate::context::Context {
+        crate::context::Context::new(self.home.clone(), self.vault_sel.clone())
+    }
+
     /// The selected vault; with no selection and no vaults yet, creates `default`.
     pub fn target(&self) -> Result<(Registry, VaultRef)> {
-        let reg = self.registry()?;
-        if let Some(v) = reg.resolve(self.vault_sel.as_deref())? {
-            return Ok((reg, v));
-        }
-        let v = match reg.get(DEFAULT_VAULT)? {
-            Some(v) => v,
-            None => {
-                let path = reg.default_path_for(DEFAULT_VAULT);
-                let v = VaultRef {
-                    name: DEFAULT_VAULT.into(),
-                    path: path.clone(),
-                    workspace: MAIN.into(),
-                };
-                if !path.exists() {
-                    create_vault_file(&path)?;
-                }
-                reg.add(&v)?;
-                v
-            }
-        };
-        reg.set_current(&v.name)?;
-        Ok((reg, v))
+        self.lib().target()
     }
 
     pub fn open(&self) -> Result<(VaultRef, Store)> {
@@ -259,21 +246,14 @@ impl Ctx {
         Ok((v, store))
     }
 
-    /// If the workspace is mounted, has the serving process commit its buffered writes,
-    /// so this process sees every write acknowledged so far.
+    /// If the workspace is mounted, has the serving process commit its buffered writes.
     pub fn sync_mount(&self, v: &VaultRef) -> Result<()> {
-        if let Some(m) = crate::mount::find_mount(&self.home, &v.path, &v.workspace)? {
-            crate::mount::control::request(&m.socket, &serde_json::json!({"op": "sync"}))?;
-        }
-        Ok(())
+        self.lib().sync_mount(v)
     }
 
     /// After changing a mounted workspace from outside: the kernel must forget its caches.
     pub fn invalidate_mount(&self, v: &VaultRef) -> Result<()> {
-        if let Some(m) = crate::mount::find_mount(&self.home, &v.path, &v.workspace)? {
-            crate::mount::control::request(&m.socket, &serde_json::json!({"op": "invalidate"}))?;
-        }
-        Ok(())
+        self.lib().invalidate_mount(v)
     }
 
     /// Runs a mutating command on the selected workspace in one transaction, with its audit row.
@@ -354,21 +334,7 @@ impl Ctx {
     }
 }
 
-/// Creates a vault file with its `main` workspace.
-pub fn create_vault_file(path: &std::path::Path) -> Result<()> {
-    let mut store = Store::create(path)?;
-    store.write(|db| {
-        create_workspace(db, MAIN, None, None)?;
-        audit::append(
-            db,
-            Some(MAIN),
-            crate::store::audit::cli_actor(),
-            "vault.create",
-            &serde_json::json!({"path": path}),
-        )?;
-        Ok(())
-    })
-}
+pub use crate::context::create_vault_file;
 
 fn wants_json(args: &[OsString]) -> bool {
     args.iter()
@@ -453,7 +419,13 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Shell(a) => shell::shell(ctx, a),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(ctx, a),
-        Command::Mcp(a) => crate::mcp::serve(&ctx.home, ctx.vault_sel.clone(), !a.no_mount),
+        Command::Mcp(a) => {
+            // With the overlay engine every exec runs at the workspace's stable path on
+            // the host's own file system: a session mount would only cost.
+            let mount =
+                a.mount || (!a.no_mount && crate::engine::overlay_unavailable(&ctx.home).is_some());
+            crate::mcp::serve(&ctx.home, ctx.vault_sel.clone(), mount)
+        }
         Command::Remote(c) => remote::run(ctx, c),
         Command::Push(a) => remote::push(ctx, a),
         Command::Fetch(a) => remote::fetch(ctx, a),

@@ -1,18 +1,14 @@
-//! `avfs shell`: an interactive shell in the mounted workspace, with a checkpoint on entry
-//! and a change summary on exit.
-
-use std::os::fd::AsFd;
-use std::process::{Command, Stdio};
+//! `avfs shell`: an interactive shell in the workspace (at its stable path, in the
+//! sandbox unless `--no-sandbox`), through the boundary: a checkpoint on entry and a
+//! change summary on exit.
 
 use clap::Args;
 use serde_json::json;
 
 use super::Ctx;
-use super::exec::MountGuard;
-use crate::diff::{ChangeSummary, diff_roots};
-use crate::error::{Error, Result};
-use crate::store::{Store, audit};
-use crate::workspace::Workspace;
+use crate::boundary::{self, CheckpointMode, Command, ExecRequest, SandboxMode};
+use crate::engine::EngineKind;
+use crate::error::Result;
 
 #[derive(Args, Debug)]
 pub struct ShellArgs {
@@ -22,6 +18,12 @@ pub struct ShellArgs {
     /// Do not take a checkpoint on entry (the summary then compares with the state on entry).
     #[arg(long)]
     no_checkpoint: bool,
+    /// Leave the sandbox off: the shell gets the user's full rights on the host.
+    #[arg(long)]
+    no_sandbox: bool,
+    /// The engine (see `avfs exec --engine`).
+    #[arg(long, value_enum)]
+    engine: Option<EngineKind>,
 }
 
 extern "C" fn ignore(_: libc::c_int) {}
@@ -64,110 +66,53 @@ impl Drop for SignalsToChild {
 }
 
 pub fn shell(ctx: &Ctx, a: ShellArgs) -> Result<i32> {
-    let (_, v) = ctx.target()?;
-    let mut cwd: Vec<String> = Vec::new();
-    for part in a.cwd.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                cwd.pop();
-            }
-            p => cwd.push(p.into()),
-        }
-    }
     let program = std::env::var("SHELL")
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "/bin/sh".into());
-    let id = format!("sh-{}", crate::store::now_ns() / 1_000_000);
-    let mount = MountGuard::acquire(ctx, &v, &id)?;
-    let mut dir = mount.mountpoint.clone();
-    for c in &cwd {
-        dir.push(c);
-    }
-    if !std::fs::metadata(&dir).is_ok_and(|m| m.is_dir()) {
-        return Err(Error::NotADirectory(format!("--cwd {}", a.cwd)));
-    }
-    ctx.sync_mount(&v)?;
-    let mut store = Store::open(&v.path)?;
-    let cp_name = format!("shell-{}", crate::store::now_ns() / 1_000_000);
-    let (before, checkpoint) = store.write(|db| {
-        let mut ws = Workspace::open(db, &v.workspace)?;
-        if a.no_checkpoint {
-            return Ok((ws.flush()?, None));
-        }
-        let s = ws.checkpoint(Some(&cp_name), Some("on entering avfs shell"), "shell")?;
-        audit::append(
-            db,
-            Some(&v.workspace),
-            crate::store::audit::cli_actor(),
-            "shell.enter",
-            &json!({"checkpoint": s.checkpoint.name, "shell": program}),
-        )?;
-        Ok((s.checkpoint.root, Some(s.checkpoint.name)))
-    })?;
+    let mut req = ExecRequest::new(Command::Argv(vec![program.clone()]));
+    req.cwd = a.cwd;
+    req.checkpoint = if a.no_checkpoint {
+        CheckpointMode::Never
+    } else {
+        CheckpointMode::Always
+    };
+    req.env = vec![("AVFS_SHELL".into(), "1".into())];
+    req.interactive = true;
+    req.stream = !ctx.out.json;
+    req.sandbox = if a.no_sandbox {
+        SandboxMode::Off
+    } else {
+        SandboxMode::Default
+    };
+    req.engine = a.engine;
+    let (_, v) = ctx.target()?;
     eprintln!(
-        "avfs shell: {} (vault {}, workspace {}){}; exit the shell to leave",
-        dir.display(),
+        "avfs shell: vault {}, workspace {}{}; exit the shell to leave",
         v.name,
         v.workspace,
-        checkpoint
-            .as_deref()
-            .map(|c| format!(", checkpoint {c}"))
-            .unwrap_or_default()
+        if a.no_checkpoint {
+            ""
+        } else {
+            ", checkpoint on entry"
+        }
     );
-    let mut cmd = Command::new(&program);
-    cmd.current_dir(&dir)
-        .env("AVFS_VAULT", &v.name)
-        .env("AVFS_WORKSPACE", &v.workspace)
-        .env("AVFS_CHECKPOINT", checkpoint.as_deref().unwrap_or(""))
-        .env("AVFS_SHELL", "1")
-        .stdin(Stdio::inherit())
-        .stderr(Stdio::inherit());
-    if ctx.out.json {
-        // Our stdout carries one JSON document: the shell writes to stderr.
-        let err = std::io::stderr()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| Error::host("stderr", e))?;
-        cmd.stdout(Stdio::from(err));
-    }
-    let status = {
+    let out = {
         let _signals = SignalsToChild::install();
-        cmd.status().map_err(|e| Error::host(&program, e))?
+        boundary::exec(&ctx.lib(), req)?
     };
-    let exit_code = match (
-        status.code(),
-        std::os::unix::process::ExitStatusExt::signal(&status),
-    ) {
-        (Some(c), _) => c,
-        (None, Some(s)) => 128 + s,
-        _ => 1,
-    };
-    ctx.sync_mount(&v)?;
-    let changes = store.write(|db| {
-        let mut ws = Workspace::open(db, &v.workspace)?;
-        let after = ws.flush()?;
-        let changes = diff_roots(db, &before, &after)?;
-        let summary = ChangeSummary::of(&changes);
-        audit::append(
-            db,
-            Some(&v.workspace),
-            crate::store::audit::cli_actor(),
-            "shell.exit",
-            &json!({"checkpoint": checkpoint, "exit_code": exit_code, "summary": summary}),
-        )?;
-        Ok(changes)
-    })?;
-    let mountpoint = mount.mountpoint.display().to_string();
-    drop(mount);
-    let summary = ChangeSummary::of(&changes);
+    let env = &out.envelope;
+    let exit_code = env.exit_code;
+    let checkpoint = env.checkpoint.clone();
+    let changes = &env.changes;
+    let summary = &env.change_summary;
     let paint = ctx.out.paint_stderr();
     ctx.out.emit(
-        &json!({"vault": v.name, "workspace": v.workspace, "checkpoint": checkpoint, "mountpoint": mountpoint,
-                "shell": program, "exit_code": exit_code, "summary": summary, "changes": changes}),
+        &json!({"vault": env.request.vault, "workspace": env.request.workspace, "checkpoint": checkpoint,
+                "workspace_path": env.workspace_path, "mountpoint": env.workspace_path, "engine": env.engine,
+                "sandbox": env.sandbox, "shell": program, "exit_code": exit_code, "summary": summary, "changes": changes}),
         || {
-            let s = &summary;
+            let s = summary;
             eprintln!(
                 "avfs shell: {} added, {} modified, {} deleted, {} type, {} mode since {}",
                 s.added,

@@ -101,13 +101,23 @@ pub fn gc(ctx: &Ctx) -> Result<i32> {
     let _ = store
         .conn
         .execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);");
-    ctx.out.emit(&report, || {
+    // The exec engine's layer cache: only a cache, rebuilt from vaults on demand.
+    let layers = crate::engine::layers::trim_cache(&ctx.home)?;
+    let mut doc = serde_json::to_value(&report).unwrap_or_default();
+    doc["layers"] = serde_json::to_value(&layers).unwrap_or_default();
+    ctx.out.emit(&doc, || {
         println!(
             "removed {} chunks, {} contents, {} trees ({} freed)",
             report.chunks_removed,
             report.contents_removed,
             report.trees_removed,
             human_size(report.bytes_freed)
+        );
+        println!(
+            "layer cache: removed {} layers ({} freed), {} now",
+            layers.removed_layers,
+            human_size(layers.freed_bytes),
+            human_size(layers.bytes)
         );
     });
     Ok(0)

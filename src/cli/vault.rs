@@ -22,6 +22,18 @@ pub enum VaultCmd {
         /// Where to put the file (default: $AVFS_HOME/vaults/NAME.avfs).
         #[arg(long)]
         path: Option<PathBuf>,
+        /// Where every run of the vault and its forks sees the workspace (default:
+        /// $AVFS_HOME/ws/NAME), e.g. the project's real path.
+        #[arg(long, value_name = "DIR")]
+        workspace_path: Option<PathBuf>,
+    },
+    /// Set where every run of a vault and its forks sees the workspace (an absolute
+    /// path; runs mount the workspace there in a namespace of their own).
+    SetPath {
+        /// The vault or fork (default: the current one); forks share their vault's path.
+        #[arg(long)]
+        name: Option<String>,
+        path: PathBuf,
     },
     /// List vaults and forks with their lineage.
     #[command(visible_alias = "ls")]
@@ -119,7 +131,37 @@ fn describe(all: &[VaultRef], v: &VaultRef, current: Option<&str>) -> VaultJson 
 
 pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
     match cmd {
-        VaultCmd::Create { name, path } => {
+        VaultCmd::SetPath { name, path } => {
+            let sel = name.or_else(|| ctx.vault_sel.clone());
+            let lib = ctx.lib().with_vault(sel);
+            let (reg, v) = lib.target()?;
+            let p = crate::boundary::path::check(&path, &ctx.home, &v.path)?;
+            let mut store = Store::open(&v.path)?;
+            store.write(|db| {
+                crate::boundary::path::set(db, &p)?;
+                crate::store::audit::append(
+                    db,
+                    Some(&v.workspace),
+                    crate::store::audit::cli_actor(),
+                    "vault.set_path",
+                    &json!({"workspace_path": p}),
+                )
+            })?;
+            let _ = reg;
+            ctx.out
+                .emit(&json!({"vault": v.name, "workspace_path": p}), || {
+                    println!(
+                        "runs of {} (and its forks) see the workspace at {}",
+                        v.name,
+                        p.display()
+                    )
+                });
+        }
+        VaultCmd::Create {
+            name,
+            path,
+            workspace_path,
+        } => {
             validate_name(&name)?;
             let reg = ctx.registry()?;
             if reg.get(&name)?.is_some() {
@@ -135,7 +177,14 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                     "vault paths must be UTF-8".into(),
                 ));
             }
+            let wp = workspace_path
+                .map(|p| crate::boundary::path::check(&p, &ctx.home, &path))
+                .transpose()?;
             create_vault_file(&path)?;
+            if let Some(p) = &wp {
+                let mut store = Store::open(&path)?;
+                store.write(|db| crate::boundary::path::set(db, p))?;
+            }
             let v = VaultRef {
                 name: name.clone(),
                 path: path.clone(),
@@ -200,7 +249,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             let (reg, v) = ctx2.target()?;
             let all = reg.list()?;
             let mut store = Store::open(&v.path)?;
-            let (checkpoints, forks, head) = store.read(|db| {
+            let (checkpoints, forks, head, wpath) = store.read(|db| {
                 let ws = Workspace::open(db, &v.workspace)?;
                 let cps = ws.checkpoints()?.len();
                 let forks: Vec<String> = list_workspaces(db)?
@@ -208,15 +257,18 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                     .filter(|w| w.parent.as_deref() == Some(v.workspace.as_str()))
                     .map(|w| registry_name_for(&all, &v.path, &w.name).unwrap_or(w.name))
                     .collect();
-                Ok((cps, forks, ws.head()?.map(|h| h.name)))
+                let wpath = crate::boundary::path::workspace_path(db, &ctx.home, &reg, &v)?;
+                Ok((cps, forks, ws.head()?.map(|h| h.name), wpath))
             })?;
             let d = describe(&all, &v, reg.current()?.as_deref());
             let value = json!({"vault": d, "checkpoints": checkpoints, "head": head, "forks": forks,
+                "workspace_path": wpath,
                 "file_bytes": std::fs::metadata(&v.path).map(|m| m.len()).unwrap_or(0)});
             ctx.out.emit(&value, || {
                 println!("name:        {}", d.name);
                 println!("file:        {}", d.path.display());
                 println!("workspace:   {}", d.workspace);
+                println!("runs see it: {}", wpath.display());
                 if let Some(p) = &d.parent {
                     println!(
                         "forked from: {p} at checkpoint {}",
@@ -487,51 +539,4 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// Makes the registry agree with a vault file after a command was killed between its two
-/// commits (the vault file, then the registry): workspaces in the file that no name points
-/// at get their own name, and names of workspaces the file no longer has are dropped.
-/// Returns the names added.
-pub fn reconcile(reg: &crate::registry::Registry, path: &Path) -> Result<Vec<String>> {
-    // Names first: a fork commits to the file before its name is added, so a name read
-    // here always has its workspace in the file read next.
-    let names = reg.names_in(path)?;
-    let Ok(mut store) = Store::open(path) else {
-        return Ok(vec![]);
-    };
-    let in_file = store.read(list_workspaces)?;
-    let mut added = Vec::new();
-    for w in &in_file {
-        if w.name == MAIN || names.iter().any(|n| n.workspace == w.name) {
-            continue;
-        }
-        if reg.get(&w.name)?.is_none() && validate_name(&w.name).is_ok() {
-            add_or_same(
-                reg,
-                &VaultRef {
-                    name: w.name.clone(),
-                    path: path.to_path_buf(),
-                    workspace: w.name.clone(),
-                },
-            )?;
-            added.push(w.name.clone());
-        }
-    }
-    for n in names {
-        if !in_file.iter().any(|w| w.name == n.workspace) {
-            reg.remove(&n.name)?;
-        }
-    }
-    Ok(added)
-}
-
-/// Registers `v`; an entry that already says the same (a concurrent process got there
-/// first) is fine.
-pub fn add_or_same(reg: &crate::registry::Registry, v: &VaultRef) -> Result<()> {
-    match reg.add(v) {
-        Err(Error::VaultExists(n)) => match reg.get(&n)? {
-            Some(e) if e.path == v.path && e.workspace == v.workspace => Ok(()),
-            _ => Err(Error::VaultExists(n)),
-        },
-        other => other,
-    }
-}
+pub use crate::registry::{add_or_same, reconcile};

@@ -5,8 +5,9 @@ use serde::Serialize;
 
 use super::policy::Decision;
 use super::runner::RunResult;
-use super::sandbox::SandboxInfo;
 use crate::diff::{Change, ChangeSummary};
+use crate::engine::EngineInfo;
+use crate::sandbox::SandboxInfo;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -55,9 +56,14 @@ pub struct Envelope {
     pub changes: Vec<Change>,
     pub change_summary: ChangeSummary,
     pub rollback: Rollback,
-    /// Where the workspace was mounted for the run.
+    /// Where the command saw the workspace: its stable path (same as `workspace_path`;
+    /// kept for readers of schema version 1).
     pub mountpoint: Option<String>,
-    /// Whether the kernel enforced the boundary (`--sandbox`), and how.
+    /// The workspace's stable path: the same in every run of the vault and its forks.
+    pub workspace_path: Option<String>,
+    /// Which engine ran the command (overlay, or FUSE as the fallback) and why.
+    pub engine: Option<EngineInfo>,
+    /// Whether the kernel confined the command (the sandbox), and how.
     pub sandbox: SandboxInfo,
     pub exit_code: i32,
 }

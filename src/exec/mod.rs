@@ -1,6 +1,6 @@
 //! The exec boundary's parts: the shell parser, the policy, the process runner and the
-//! envelope every run returns. The CLI (`cli/exec.rs`) puts them together with the
-//! workspace, checkpoints and the mount. Nothing here touches SQL.
+//! envelope every run returns. `crate::boundary` puts them together with the workspace,
+//! checkpoints and the engines. Nothing here touches SQL.
 
 pub mod envelope;
 pub mod policy;

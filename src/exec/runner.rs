@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::procs::{self, MARKER};
-use super::sandbox::REPORT_FD;
 use crate::error::{Error, Result};
+use crate::sandbox::REPORT_FD;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RunResult {
@@ -64,11 +64,14 @@ pub struct RunSpec<'a> {
     pub capture_limit: usize,
     /// Echo output to our own stdout/stderr as it arrives.
     pub stream: bool,
-    /// `program` is bwrap starting the sandbox's init (`exec::sandbox`): the environment
-    /// is exactly `env`, bwrap ignores SIGTERM (the init passes a timeout's SIGTERM on to
-    /// the command) and the init reports the command's status on fd 3. A sandbox that
+    /// `program` is avfs's run set-up (`sandbox::setup`): the environment is exactly
+    /// `env`, the set-up ignores SIGTERM (the run's PID 1 passes a timeout's SIGTERM on
+    /// to the command) and PID 1 reports the command's status on fd 3. A set-up that
     /// never started the command is an error, not a result.
     pub sandboxed: bool,
+    /// The terminal goes to the command (stdin, stdout, stderr inherited, nothing
+    /// captured; same process group, so it stays in the foreground).
+    pub interactive: bool,
     /// Marks every process of the command (`AVFS_EXEC_ID=<id>` in its environment).
     pub id: &'a str,
     /// Every process that becomes a child of this one while the command runs is the
@@ -280,6 +283,8 @@ fn close_inherited_fds(first: i32) {
 struct InitReport {
     status: Option<(Option<i32>, Option<i32>, Instant)>,
     lingering: Option<bool>,
+    /// Processes that had left the command's process group, as PID 1 saw them.
+    escaped: Vec<EscapedProcess>,
 }
 
 /// Reads the init's report lines as they come, each with the time it arrived.
@@ -302,6 +307,12 @@ fn read_report(src: std::fs::File) -> mpsc::Receiver<InitReport> {
             if let Some(l) = v["lingering"].as_bool() {
                 r.lingering = Some(l);
             }
+            for p in v["escaped"].as_array().into_iter().flatten() {
+                r.escaped.push(EscapedProcess {
+                    pid: p["pid"].as_i64().unwrap_or(0) as i32,
+                    command: p["command"].as_str().unwrap_or("").to_string(),
+                });
+            }
         }
         let _ = tx.send(r);
     });
@@ -310,11 +321,28 @@ fn read_report(src: std::fs::File) -> mpsc::Receiver<InitReport> {
 
 pub fn run(spec: &RunSpec) -> Result<RunResult> {
     let mut cmd = Command::new(spec.program);
-    cmd.args(spec.args)
-        .current_dir(spec.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(spec.args).current_dir(spec.cwd);
+    if spec.interactive {
+        // Without `stream` our stdout carries one JSON document: the command's goes to
+        // our stderr.
+        let out = if spec.stream {
+            Stdio::inherit()
+        } else {
+            use std::os::fd::AsFd;
+            match std::io::stderr().as_fd().try_clone_to_owned() {
+                Ok(fd) => Stdio::from(fd),
+                Err(_) => Stdio::null(),
+            }
+        };
+        cmd.stdin(Stdio::inherit())
+            .stdout(out)
+            .stderr(Stdio::inherit());
+    } else {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.process_group(0);
+    }
     if spec.sandboxed {
         cmd.env_clear();
     }
@@ -322,7 +350,6 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         cmd.env(k, v);
     }
     cmd.env(MARKER, spec.id);
-    cmd.process_group(0);
     let parent = std::process::id() as i32;
     let report = if spec.sandboxed {
         Some(report_pipe()?)
@@ -346,17 +373,20 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                 } else if libc::dup2(w, REPORT_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // Ignored dispositions survive exec: bwrap (and its init, which installs
-                // its own handler) ignore SIGTERM; the init passes it on.
+                // Ignored dispositions survive exec: the set-up (and its PID 1, which
+                // installs its own handler) ignore SIGTERM; PID 1 passes it on.
                 libc::signal(libc::SIGTERM, libc::SIG_IGN);
-                // No descriptor avfs inherited gets into the sandbox (bwrap passes them
-                // all on): one open on a host directory would be a way out.
+                // No descriptor avfs holds gets into the run: one open on a host
+                // directory (or the run lock) would be a way out.
                 close_inherited_fds(REPORT_FD + 1);
             }
             Ok(())
         });
     }
-    let before = if spec.adopt_children {
+    // A run in its own PID namespace (`sandboxed`) cannot leave anything behind: the
+    // kernel ends every process of it with its PID 1. No /proc scans needed (they cost
+    // tens of milliseconds on a busy machine).
+    let before = if spec.adopt_children && !spec.sandboxed {
         procs::own_children(&procs::scan())
     } else {
         vec![]
@@ -390,18 +420,32 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         drop(write);
         read_report(std::fs::File::from(read))
     });
-    let out_rx = pump(
-        child.stdout.take().unwrap(),
-        spec.capture_limit,
-        spec.stream
-            .then(|| Box::new(std::io::stdout()) as Box<dyn Write + Send>),
-    );
-    let err_rx = pump(
-        child.stderr.take().unwrap(),
-        spec.capture_limit,
-        spec.stream
-            .then(|| Box::new(std::io::stderr()) as Box<dyn Write + Send>),
-    );
+    let empty = |data: &[u8]| {
+        let (tx, rx) = mpsc::channel();
+        let _ = tx.send(Capture {
+            data: data.to_vec(),
+            total: 0,
+        });
+        rx
+    };
+    let out_rx = match child.stdout.take() {
+        None => empty(b""),
+        Some(out) => pump(
+            out,
+            spec.capture_limit,
+            spec.stream
+                .then(|| Box::new(std::io::stdout()) as Box<dyn Write + Send>),
+        ),
+    };
+    let err_rx = match child.stderr.take() {
+        None => empty(b""),
+        Some(err) => pump(
+            err,
+            spec.capture_limit,
+            spec.stream
+                .then(|| Box::new(std::io::stderr()) as Box<dyn Write + Send>),
+        ),
+    };
     let mut timed_out = false;
     // A pidfd becomes readable when the command exits: no polling delay, no wake-ups
     // (kernels before 5.3 have none: then poll every few milliseconds).
@@ -454,8 +498,12 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         end_group(pgid, spec.grace, &mut child);
     }
     // Processes that left the group are ended too, and reported.
-    let gone = escaped(spec, pgid, &before);
-    let escaped_processes: Vec<EscapedProcess> = gone
+    let gone = if spec.sandboxed {
+        vec![]
+    } else {
+        escaped(spec, pgid, &before)
+    };
+    let mut escaped_processes: Vec<EscapedProcess> = gone
         .iter()
         .map(|&pid| EscapedProcess {
             pid,
@@ -477,20 +525,21 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     });
     let (mut exit_code, mut signal, mut lingering) = (status.code(), status.signal(), lingering);
     if let Some(rx) = report_rx {
-        let rep = rx.recv_timeout(wait).unwrap_or_default();
+        let mut rep = rx.recv_timeout(wait).unwrap_or_default();
+        escaped_processes.append(&mut rep.escaped);
         match rep.status {
             Some((code, sig, at)) => {
                 (exit_code, signal) = (code, sig);
                 duration_ms = duration_ms.min(at.duration_since(start).as_millis() as u64);
                 lingering |= rep.lingering.unwrap_or(false);
             }
-            // Killed with its sandbox after a timeout: bwrap's status is the truth.
+            // Killed with its PID 1 after a timeout: the set-up's status is the truth.
             None if timed_out => {}
             None => {
                 let text = text(&err);
                 let last = text.trim().lines().last().unwrap_or("").to_string();
                 return Err(Error::SandboxUnavailable(format!(
-                    "bubblewrap could not start the sandbox (exit {}){}",
+                    "the run could not be set up (exit {}){}",
                     status
                         .code()
                         .map(|c| c.to_string())
@@ -539,6 +588,7 @@ mod tests {
             capture_limit: 16,
             stream: false,
             sandboxed: false,
+            interactive: false,
             // Tests run in parallel threads of one process: each its own marker.
             id: Box::leak(
                 format!("ex-test-{}", NEXT.fetch_add(1, Ordering::Relaxed)).into_boxed_str(),

@@ -4,6 +4,7 @@
 mod buffer;
 pub mod control;
 mod fs;
+pub mod spawn;
 mod wal;
 
 use std::path::{Path, PathBuf};

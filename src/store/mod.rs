@@ -310,3 +310,17 @@ pub fn now_ns() -> i64 {
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
 }
+
+/// A text value of the vault's settings (`meta`), if set.
+pub fn meta_get_text(db: &Connection, key: &str) -> Result<Option<String>> {
+    Ok(db
+        .prepare_cached("SELECT value FROM meta WHERE key = ?1 AND typeof(value) = 'text'")?
+        .query_row([key], |r| r.get(0))
+        .optional()?)
+}
+
+pub fn meta_set_text(db: &Connection, key: &str, value: &str) -> Result<()> {
+    db.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
+        .execute(rusqlite::params![key, value])?;
+    Ok(())
+}

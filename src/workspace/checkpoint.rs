@@ -252,6 +252,130 @@ impl Workspace<'_> {
         Ok(())
     }
 
+    /// Makes `root` the live state in O(1) without moving the head checkpoint: the result
+    /// of a run, taken in while nothing else changed the workspace (see `apply_diff`).
+    pub fn set_root(&mut self, root: &Hash) -> Result<()> {
+        let old = self.info.layer;
+        let layer = new_layer(self.db, self.info.id, root)?;
+        self.db
+            .prepare_cached("UPDATE workspace SET layer = ?1, base_root = ?2 WHERE id = ?3")?
+            .execute(params![layer, &root.0[..], self.info.id])?;
+        self.db
+            .prepare_cached("UPDATE layer SET dead = 1 WHERE id = ?1")?
+            .execute([old])?;
+        self.info.layer = layer;
+        self.info.base_root = *root;
+        Ok(())
+    }
+
+    /// Applies what differs between the trees `from` and `to` to the live state, entry by
+    /// entry: a run's changes taken in while the workspace changed meanwhile (an edit in
+    /// a live mount). Where both changed the same entry, the run's version wins.
+    pub fn apply_diff(&mut self, from: &Hash, to: &Hash) -> Result<()> {
+        let root = self.get(super::ROOT_INO)?;
+        let (a, b) = (
+            crate::store::objects::get_tree(self.db, from)?,
+            crate::store::objects::get_tree(self.db, to)?,
+        );
+        if a.root_attrs != b.root_attrs
+            && let Some(attrs) = &b.root_attrs
+        {
+            self.set_dir_attrs(
+                super::ROOT_INO,
+                attrs.mode,
+                attrs.uid,
+                attrs.gid,
+                attrs.mtime_ns,
+                &attrs.xattrs,
+            )?;
+        }
+        self.apply_entries(&root, a.entries, b.entries)
+    }
+
+    fn set_dir_attrs(
+        &self,
+        ino: u64,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        mtime_ns: i64,
+        xattrs: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<()> {
+        self.setattr(
+            ino,
+            &super::SetAttr {
+                mode: Some(mode),
+                uid: Some(uid),
+                gid: Some(gid),
+                size: None,
+                mtime_ns: Some(mtime_ns),
+            },
+        )?;
+        for (k, _) in self.xattrs(ino)? {
+            if !xattrs.iter().any(|(n, _)| *n == k) {
+                self.remove_xattr(ino, &k)?;
+            }
+        }
+        for (k, v) in xattrs {
+            self.set_xattr(ino, k, v)?;
+        }
+        Ok(())
+    }
+
+    fn apply_entries(
+        &self,
+        dir: &super::Inode,
+        old: Vec<crate::store::objects::Entry>,
+        new: Vec<crate::store::objects::Entry>,
+    ) -> Result<()> {
+        use std::collections::BTreeMap;
+        let old: BTreeMap<Vec<u8>, _> = old.into_iter().map(|e| (e.name.clone(), e)).collect();
+        let new: BTreeMap<Vec<u8>, _> = new.into_iter().map(|e| (e.name.clone(), e)).collect();
+        let names: std::collections::BTreeSet<&Vec<u8>> = old.keys().chain(new.keys()).collect();
+        for name in names {
+            let (a, b) = (old.get(name), new.get(name));
+            if a == b {
+                continue;
+            }
+            let live = self.lookup(dir, name)?;
+            match (a, b) {
+                (Some(a), Some(b)) if a.kind == Kind::Dir && b.kind == Kind::Dir => match live {
+                    Some(l) if l.kind == Kind::Dir => {
+                        self.set_dir_attrs(l.ino, b.mode, b.uid, b.gid, b.mtime_ns, &b.xattrs)?;
+                        if a.hash != b.hash {
+                            let (ta, tb) = (
+                                crate::store::objects::get_tree(self.db, a.hash.as_ref().unwrap())?,
+                                crate::store::objects::get_tree(self.db, b.hash.as_ref().unwrap())?,
+                            );
+                            let l = self.get(l.ino)?;
+                            self.apply_entries(&l, ta.entries, tb.entries)?;
+                        }
+                    }
+                    other => {
+                        if other.is_some() {
+                            self.remove_tree(dir, name)?;
+                        }
+                        let d = self.get(dir.ino)?;
+                        self.graft(&d, name, b)?;
+                    }
+                },
+                (_, None) => {
+                    if live.is_some() {
+                        self.remove_tree(dir, name)?;
+                    }
+                }
+                (_, Some(b)) => {
+                    if live.is_some() {
+                        self.remove_tree(dir, name)?;
+                    }
+                    let d = self.get(dir.ino)?;
+                    self.graft(&d, name, b)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Restores one path (file or subtree) to its state in `cp`; a path absent there is removed.
     pub fn restore_path(&mut self, comps: &[Vec<u8>], cp: &Checkpoint) -> Result<bool> {
         let Some((name, parents)) = comps.split_last() else {

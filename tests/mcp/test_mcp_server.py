@@ -136,14 +136,14 @@ def test_every_tool_round_trip(home: str) -> None:
             cp = await call(s, "checkpoint_save", name="v1", message="first")
             assert cp["checkpoint"]["name"] == "v1"
 
-            # The session keeps the workspace mounted; exec runs in that mount.
-            live = mounts(home)
-            assert len(live) == 1, live
-            assert live[0]["mountpoint"].startswith(os.path.join(home, "run", "mcp")), live
+            # exec runs at the vault's stable workspace path (the overlay engine); the
+            # session keeps nothing mounted for it.
+            assert mounts(home) == []
             env = await call(
                 s, "exec", command="echo 'print(2)' > src/app.py && echo new > src/new.txt"
             )
-            assert env["mountpoint"] == live[0]["mountpoint"], env["mountpoint"]
+            assert env["workspace_path"] == os.path.join(home, "ws", "default"), env["workspace_path"]
+            assert env["engine"]["name"] == "overlay", env["engine"]
             assert env["decision"]["action"] == "allow_with_checkpoint"
             assert env["result"]["exit_code"] == 0
             changed = {(c["path"], c["kind"]) for c in env["changes"]}
@@ -233,7 +233,7 @@ def test_server_bound_to_a_vault_uses_it_by_default(home: str) -> None:
 def start_server_with_its_mount(home: str) -> tuple[subprocess.Popen, list]:
     """`avfs mcp` started as a host starts it (no client yet), once its mount is live."""
     proc = subprocess.Popen(
-        [AVFS, "mcp"],
+        [AVFS, "mcp", "--mount"],
         env={**os.environ, "AVFS_HOME": home},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -249,18 +249,21 @@ def start_server_with_its_mount(home: str) -> tuple[subprocess.Popen, list]:
 
 def test_the_session_mount_goes_with_the_session(home: str) -> None:
     async def mounted_while_connected() -> None:
-        async with session(home) as s:
+        # `--mount`: the workspace stays mounted (FUSE) while the session lasts (the
+        # default only where exec falls back to its FUSE engine).
+        async with session(home, mcp_args=("--mount",)) as s:
             await call(s, "write_file", path="/a.txt", content="a")
             assert len(mounts(home)) == 1
         assert mounts(home) == [], "unmounted when the client disconnected"
 
     async def no_mount() -> None:
-        # `--no-mount`: each exec mounts for itself, nothing stays mounted in between.
-        async with session(home, mcp_args=("--no-mount",)) as s:
+        # The default with the overlay engine: nothing stays mounted; exec sees the
+        # workspace at its stable path.
+        async with session(home) as s:
             assert mounts(home) == []
             env = await call(s, "exec", argv=["cat", "a.txt"])
             assert env["result"]["stdout"] == "a"
-            assert os.path.join(home, "run", "exec") in env["mountpoint"], env["mountpoint"]
+            assert env["workspace_path"] == os.path.join(home, "ws", "default"), env
             assert mounts(home) == []
 
     run(mounted_while_connected())
@@ -282,6 +285,29 @@ def test_the_session_mount_goes_with_the_session(home: str) -> None:
     assert mounts(home) == [], "the session mount outlived a killed server"
     assert not os.path.ismount(live[0]["mountpoint"])
     assert not os.path.exists(live[0]["mountpoint"]), "its empty mountpoint is left"
+
+
+def test_a_venv_made_through_mcp_runs_in_the_next_call_and_session(home: str) -> None:
+    """Absolute paths a tool records (a venv's scripts) stay right: every run of the
+    workspace sees it at the same path, call after call and session after session."""
+
+    async def make() -> str:
+        async with session(home) as s:
+            env = await call(s, "exec", argv=["python3", "-m", "venv", ".venv"])
+            assert env["result"]["exit_code"] == 0, env["result"]["stderr"]
+            env = await call(s, "exec", argv=[".venv/bin/python", "-c", "import sys; print(sys.prefix)"])
+            assert env["result"]["exit_code"] == 0, env["result"]["stderr"]
+            return env["result"]["stdout"].strip()
+
+    async def again(prefix: str) -> None:
+        async with session(home) as s:
+            env = await call(s, "exec", argv=[".venv/bin/pip", "--version"])
+            assert env["result"]["exit_code"] == 0, env["result"]["stderr"]
+            assert prefix in env["result"]["stdout"], (prefix, env["result"]["stdout"])
+
+    prefix = run(make())
+    assert prefix == os.path.join(home, "ws", "default", ".venv"), prefix
+    run(again(prefix))
 
 
 def test_grep_find_search_tag_and_merge(home: str) -> None:

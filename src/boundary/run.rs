@@ -1,0 +1,513 @@
+//! Step 2-5 of the boundary: lock, checkpoint, run through an engine at the stable
+//! path, take the changes in, report, roll back, audit.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+use serde_json::json;
+
+use super::lock::{DEFAULT_WAIT, Holder, RunLock};
+use super::place::{self, Place};
+use super::watchdog::Watchdog;
+use super::{CheckpointMode, Command, ExecRequest, audit_record};
+use crate::context::Context;
+use crate::diff::{Change, ChangeSummary, add_patches, diff_roots};
+use crate::engine::fuse::{MountGuard, exec_mountpoint, quota_refusals};
+use crate::engine::ingest::{IngestOptions, Ingested};
+use crate::engine::overlay::{self, OverlayRun};
+use crate::engine::{EngineInfo, EngineKind, IngestInfo, LayersInfo};
+use crate::error::{Error, Result};
+use crate::exec::envelope::Envelope;
+use crate::exec::policy::{Action, Decision, Policy};
+use crate::exec::runner::{self, RunSpec};
+use crate::exec::{EXIT_TIMED_OUT, procs};
+use crate::registry::{Registry, VaultRef};
+use crate::sandbox::{self, RunPlan, View};
+use crate::store::objects::{Hash, Kind};
+use crate::store::{Store, audit};
+use crate::workspace::Workspace;
+
+/// Patches in an envelope stop after this many bytes (the rest: `avfs diff`).
+const PATCH_LIMIT: u64 = 64 * 1024;
+/// Captured output per stream.
+const CAPTURE_LIMIT: usize = 1 << 20;
+
+pub(super) struct Job<'a> {
+    pub ctx: &'a Context,
+    pub reg: &'a Registry,
+    pub base: &'a VaultRef,
+    pub place: Place,
+    pub req: &'a ExecRequest,
+    pub cwd: &'a [String],
+    pub decision: &'a Decision,
+    pub policy: &'a Policy,
+    /// Sandboxed: whether the network is granted, and by what. `None`: no sandbox.
+    pub network: Option<(bool, Option<String>)>,
+    /// The workspace's stable path.
+    pub ws_path: &'a Path,
+}
+
+/// How an overlay run's upper is read (see `IngestOptions`).
+#[derive(Clone, Copy, Debug)]
+pub struct IngestRequest {
+    pub keep_owners: bool,
+    pub keep_setuid: bool,
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Locks, makes the fork, runs, and discards an ephemeral fork again. Returns the
+/// ephemeral fork's name and whether it was kept.
+pub(super) fn run(job: Job, envelope: &mut Envelope) -> Result<Option<(String, bool)>> {
+    let ctx = job.ctx;
+    let lock_ws = match &job.place {
+        Place::Existing(v) => v.workspace.clone(),
+        Place::NewFork(n) | Place::Ephemeral(n) => n.clone(),
+    };
+    let holder = Holder {
+        exec: envelope.id.clone(),
+        pid: std::process::id(),
+        command: match &job.req.command {
+            Command::Shell(s) => s.clone(),
+            Command::Argv(a) => a.join(" "),
+        },
+        started_at_ns: crate::store::now_ns(),
+    };
+    let lock = RunLock::acquire(
+        &ctx.home,
+        &job.base.path,
+        &lock_ws,
+        &holder,
+        job.req.wait.unwrap_or(DEFAULT_WAIT),
+    )?;
+    // From here on, if this process dies, the watchdog finishes for it.
+    let dog = Watchdog::start(&ctx.home, &envelope.id, job.base, Some(lock.raw_fd()))?;
+    let keep = job.req.keep;
+    if let (Place::Ephemeral(name), false) = (&job.place, keep) {
+        dog.tell(json!({"ephemeral": name}));
+    }
+    let (v, ephemeral) = place::create(ctx, job.reg, job.base, job.place)?;
+    dog.tell(json!({"workspace": {"name": v.name, "path": v.path, "workspace": v.workspace}}));
+    envelope.request.vault = v.name.clone();
+    envelope.request.workspace = v.workspace.clone();
+    let r = run_in(
+        &JobIn {
+            ctx,
+            req: job.req,
+            cwd: job.cwd,
+            decision: job.decision,
+            policy: job.policy,
+            network: job.network,
+            ws_path: job.ws_path,
+            dog: &dog,
+        },
+        &v,
+        envelope,
+    );
+    if ephemeral && !keep {
+        // Also when the run failed: an ephemeral fork never outlives its command.
+        let gone = place::discard(ctx, &v);
+        r?;
+        gone?;
+    } else {
+        r?;
+    }
+    drop(dog);
+    drop(lock);
+    Ok(ephemeral.then(|| (v.name.clone(), keep)))
+}
+
+struct JobIn<'a> {
+    ctx: &'a Context,
+    req: &'a ExecRequest,
+    cwd: &'a [String],
+    decision: &'a Decision,
+    policy: &'a Policy,
+    network: Option<(bool, Option<String>)>,
+    ws_path: &'a Path,
+    dog: &'a Watchdog,
+}
+
+/// The engine's side of one run.
+enum Prepared {
+    Overlay(Box<OverlayRun>, LayersInfo),
+    Fuse(MountGuard),
+}
+
+/// The working directory must be a real directory of the workspace: following a symlink
+/// (`sub -> /etc`) would start the command outside it.
+fn check_cwd(db: &Connection, root: &Hash, cwd: &[String], shown: &str) -> Result<()> {
+    let mut comps: Vec<Vec<u8>> = vec![];
+    for c in cwd {
+        comps.push(c.as_bytes().to_vec());
+        let what = || format!("--cwd {shown} ({c} in the workspace)");
+        match crate::workspace::flush::entry_at(db, root, &comps)? {
+            Some(e) if e.kind == Kind::Dir => {}
+            Some(_) => return Err(Error::NotADirectory(what())),
+            None => return Err(Error::NotFound(what())),
+        }
+    }
+    Ok(())
+}
+
+fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
+    let ctx = job.ctx;
+    let req = job.req;
+    let (engine, reason) = crate::engine::choose(&ctx.home, req.engine)?;
+    let mut store = Store::open(&v.path)?;
+    let ws_path = job.ws_path.to_path_buf();
+    envelope.workspace_path = Some(ws_path.display().to_string());
+    envelope.mountpoint = Some(ws_path.display().to_string());
+    let want_checkpoint = match req.checkpoint {
+        CheckpointMode::Never => false,
+        CheckpointMode::Always => true,
+        CheckpointMode::Auto => {
+            req.rollback_on_failure || job.decision.action == Action::AllowWithCheckpoint
+        }
+    };
+    // Sandbox settings are checked before the checkpoint: a plan that fails leaves nothing.
+    let confinement = job.network.clone().map(|(network, granted_by)| {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let path_var = std::env::var_os("PATH");
+        sandbox::confinement(&sandbox::Request {
+            config: &job.policy.sandbox,
+            network,
+            network_granted_by: granted_by,
+            workspace: &ws_path,
+            avfs_home: &ctx.home,
+            vault_file: &v.path,
+            home: home.as_deref().filter(|h| h.is_absolute()),
+            path_var: path_var.as_deref(),
+            root: is_root(),
+        })
+    });
+    envelope.sandbox = match &confinement {
+        Some((_, info)) => info.clone(),
+        None => crate::sandbox::SandboxInfo::unenforced(),
+    };
+    ctx.sync_mount(v)?;
+    let cp_name = format!("exec-{}", &envelope.id[3..]);
+    let shown = envelope.request.command.shell.clone().unwrap_or_else(|| {
+        envelope
+            .request
+            .command
+            .argv
+            .clone()
+            .unwrap_or_default()
+            .join(" ")
+    });
+    let shown_cwd = envelope.request.cwd.clone();
+    let (before, checkpoint, parent) = store.write(|db| {
+        let mut ws = Workspace::open(db, &v.workspace)?;
+        let root = ws.flush()?;
+        check_cwd(db, &root, job.cwd, &shown_cwd)?;
+        let parent = ws.info.parent.clone();
+        if want_checkpoint {
+            let s = ws.checkpoint(Some(&cp_name), Some(&format!("before: {shown}")), "exec")?;
+            Ok((s.checkpoint.root, Some(s.checkpoint.name), parent))
+        } else {
+            Ok((root, None, parent))
+        }
+    })?;
+    envelope.checkpoint = checkpoint.clone();
+    if let Some(cp) = &checkpoint {
+        job.dog
+            .tell(json!({"checkpoint": cp, "rollback": req.rollback_on_failure}));
+    }
+    let keep_owners = is_root();
+    let keep_setuid = req.keep_setuid && is_root();
+    let prepared = match engine {
+        EngineKind::Overlay => {
+            let started = Instant::now();
+            let mut hints = vec![];
+            hints.extend(overlay::last_root(&ctx.home, &v.path, &v.workspace));
+            if let Some(p) = &parent {
+                hints.extend(overlay::last_root(&ctx.home, &v.path, p));
+            }
+            job.dog.tell(
+                json!({"run": envelope.id, "keep_owners": keep_owners, "keep_setuid": keep_setuid}),
+            );
+            let run = store.read(|db| {
+                OverlayRun::prepare(
+                    &overlay::RunSite {
+                        home: &ctx.home,
+                        id: &envelope.id,
+                        vault_path: &v.path,
+                        workspace: &v.workspace,
+                    },
+                    db,
+                    &before,
+                    &hints,
+                    keep_owners,
+                )
+            })?;
+            let info = LayersInfo {
+                how: run.record.stack.how.clone(),
+                written: run.record.stack.written,
+                depth: run.record.stack.layers.len(),
+                prepare_ms: started.elapsed().as_millis() as u64,
+            };
+            Prepared::Overlay(Box::new(run), info)
+        }
+        EngineKind::Fuse => {
+            // The watchdog learns where exec's own mount will be before it exists: exec
+            // may die while the server is starting.
+            job.dog
+                .tell(json!({"mountpoint": exec_mountpoint(&ctx.home, &envelope.id)}));
+            let m = MountGuard::acquire(&ctx.home, v, &envelope.id)?;
+            if let Some(pid) = m.server {
+                job.dog.tell(json!({"server": pid}));
+            }
+            Prepared::Fuse(m)
+        }
+    };
+    let view = match &prepared {
+        Prepared::Overlay(run, _) => run.view(),
+        Prepared::Fuse(m) => View::Bind {
+            source: m.mountpoint.clone(),
+        },
+    };
+    // A mount made for this run has refused nothing yet.
+    let quota_before = match &prepared {
+        Prepared::Fuse(m) if !m.is_ours() => quota_refusals(m.socket.as_deref()),
+        _ => Some((0, String::new())),
+    };
+    let mut fixed = vec![
+        ("AVFS_VAULT".to_string(), v.name.clone()),
+        ("AVFS_WORKSPACE".to_string(), v.workspace.clone()),
+        (
+            "AVFS_WORKSPACE_PATH".to_string(),
+            ws_path.display().to_string(),
+        ),
+        (
+            "AVFS_CHECKPOINT".to_string(),
+            checkpoint.clone().unwrap_or_default(),
+        ),
+        (procs::MARKER.to_string(), envelope.id.clone()),
+    ];
+    fixed.extend(req.env.iter().cloned());
+    let env = match &confinement {
+        Some(_) => sandbox::environment(&job.policy.sandbox, std::env::vars_os(), &fixed),
+        None => {
+            let mut e: Vec<(String, String)> = std::env::vars()
+                .filter(|(k, _)| !fixed.iter().any(|(f, _)| f == k))
+                .filter(|(k, _)| k != sandbox::setup::PLAN_VAR)
+                .collect();
+            e.extend(fixed.iter().cloned());
+            e
+        }
+    };
+    let argv: Vec<OsString> = match &req.command {
+        Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.into()],
+        Command::Argv(a) => a.iter().map(OsString::from).collect(),
+    };
+    let mut cwd_path = ws_path.clone();
+    for c in job.cwd {
+        cwd_path.push(c);
+    }
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let plan = RunPlan {
+        workspace: ws_path.clone(),
+        view,
+        cwd: cwd_path,
+        argv,
+        env,
+        user_namespace: !is_root(),
+        uid,
+        gid,
+        confine: confinement.map(|(c, _)| c),
+        interactive: req.interactive,
+    };
+    let plan_json = serde_json::to_string(&plan).expect("run plan serializes");
+    let init = std::env::current_exe()
+        .map_err(|e| Error::host("locating the avfs binary for the run", e))?;
+    let program: OsString = if Path::new("/proc/self/exe").exists() {
+        "/proc/self/exe".into()
+    } else {
+        init.into_os_string()
+    };
+    let args = vec![OsString::from(sandbox::RUN_INIT_ARG)];
+    let spawn_env = vec![(sandbox::setup::PLAN_VAR.to_string(), plan_json)];
+    let spec = RunSpec {
+        program: &program,
+        args: &args,
+        cwd: Path::new("/"),
+        env: &spawn_env,
+        timeout: req.timeout,
+        grace: Duration::from_secs(2),
+        capture_limit: CAPTURE_LIMIT,
+        stream: req.stream,
+        sandboxed: true,
+        interactive: req.interactive,
+        // The runner also sets AVFS_EXEC_ID, the marker of the command's processes.
+        id: &envelope.id,
+        adopt_children: true,
+        on_start: Some(&|pgid| job.dog.tell(json!({"pgid": pgid}))),
+    };
+    let mut run = runner::run(&spec);
+    if let Ok(r) = &run {
+        job.dog
+            .tell(json!({"finished": true, "failed": r.timed_out || r.exit_code != Some(0)}));
+    }
+    let failed = match &run {
+        Ok(r) => r.timed_out || r.exit_code != Some(0),
+        Err(_) => true,
+    };
+    let rollback = req.rollback_on_failure && failed && checkpoint.is_some();
+    // Whatever happened, report what changed: a diff of the workspace's roots.
+    let mut engine_info = EngineInfo {
+        name: engine.name(),
+        reason,
+        layers: None,
+        ingest: None,
+    };
+    let changes = match prepared {
+        Prepared::Overlay(orun, layers) => {
+            engine_info.layers = Some(layers);
+            let started = Instant::now();
+            let opts = IngestRequest {
+                keep_owners,
+                keep_setuid,
+            };
+            ctx.sync_mount(v)?;
+            let taken = store.write(|db| take_in_tx(db, &v.workspace, &orun, opts, !rollback));
+            match taken {
+                Ok((ing, mut changes)) => {
+                    engine_info.ingest = Some(IngestInfo {
+                        files_read: ing.files_read,
+                        bytes_read: ing.bytes_read,
+                        ms: started.elapsed().as_millis() as u64,
+                        skipped: ing.skipped.clone(),
+                    });
+                    let current = store.write(|db| {
+                        add_patches(db, &mut changes, PATCH_LIMIT)?;
+                        if rollback {
+                            let mut ws = Workspace::open(db, &v.workspace)?;
+                            let cp =
+                                ws.find_checkpoint(checkpoint.as_deref().unwrap_or_default())?;
+                            ws.restore(&cp)?;
+                        }
+                        let mut ws = Workspace::open(db, &v.workspace)?;
+                        ws.flush()
+                    })?;
+                    overlay::remember_root(&ctx.home, &v.path, &v.workspace, &current);
+                    orun.finish(&ctx.home, Some(&ing));
+                    ctx.invalidate_mount(v)?;
+                    changes
+                }
+                Err(Error::Quota(msg)) => {
+                    // Nothing was taken in; the run's files stay for a person to look at.
+                    let kept = orun.upper.display().to_string();
+                    if let Ok(r) = &mut run {
+                        r.quota_refused = Some(runner::QuotaRefused {
+                            refusals: 1,
+                            message: format!(
+                                "quota exceeded: {msg}; none of the run's changes were taken in (its files are kept in {kept})"
+                            ),
+                        });
+                    }
+                    vec![]
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Prepared::Fuse(mount) => {
+            if let (Ok(r), Some((n, message))) = (&mut run, quota_refusals(mount.socket.as_deref()))
+            {
+                let refusals = n.saturating_sub(quota_before.map_or(0, |b| b.0));
+                if refusals > 0 {
+                    r.quota_refused = Some(runner::QuotaRefused { refusals, message });
+                }
+            }
+            ctx.sync_mount(v)?;
+            drop(mount);
+            let changes = store.write(|db| {
+                let mut ws = Workspace::open(db, &v.workspace)?;
+                let after = ws.flush()?;
+                let mut changes = diff_roots(db, &before, &after)?;
+                add_patches(db, &mut changes, PATCH_LIMIT)?;
+                if rollback {
+                    let cp = ws.find_checkpoint(checkpoint.as_deref().unwrap_or_default())?;
+                    ws.restore(&cp)?;
+                }
+                Ok(changes)
+            })?;
+            if rollback {
+                ctx.invalidate_mount(v)?;
+            }
+            changes
+        }
+    };
+    envelope.engine = Some(engine_info);
+    if rollback {
+        envelope.rollback.performed = true;
+        envelope.rollback.checkpoint = checkpoint.clone();
+    }
+    envelope.change_summary = ChangeSummary::of(&changes);
+    envelope.changes = changes;
+    let r = run?;
+    envelope.exit_code = if r.timed_out {
+        EXIT_TIMED_OUT
+    } else {
+        r.exit_code.unwrap_or_else(|| 128 + r.signal.unwrap_or(0))
+    };
+    envelope.result = Some(r);
+    let record = audit_record(envelope);
+    store.write(|db| audit::append(db, Some(&v.workspace), "exec", "exec.run", &record))?;
+    Ok(())
+}
+
+/// Ingests an overlay run's upper and (with `apply`) makes the result the workspace's
+/// live state, in the caller's transaction; returns the ingest and the run's changes.
+/// Over a quota, the whole transaction fails with `Error::Quota`.
+pub(crate) fn take_in_tx(
+    db: &Connection,
+    workspace: &str,
+    run: &OverlayRun,
+    opts: IngestRequest,
+    apply: bool,
+) -> Result<(Ingested, Vec<Change>)> {
+    let ing = run.ingest(
+        db,
+        IngestOptions {
+            keep_owners: opts.keep_owners,
+            keep_setuid: opts.keep_setuid,
+        },
+    )?;
+    let changes = diff_roots(db, &run.base_root, &ing.root)?;
+    if apply && ing.root != run.base_root {
+        let mut ws = Workspace::open(db, workspace)?;
+        let before = ws.quota_baseline()?;
+        let current = ws.flush()?;
+        if current == run.base_root {
+            ws.set_root(&ing.root)?;
+        } else {
+            ws.apply_diff(&run.base_root, &ing.root)?;
+        }
+        ws.check_quota(&before)?;
+    }
+    Ok((ing, changes))
+}
+
+/// `take_in_tx` in a transaction of its own, with a live mount kept consistent (the
+/// watchdog's way).
+pub(crate) fn take_in(
+    ctx: &Context,
+    v: &VaultRef,
+    run: &OverlayRun,
+    opts: IngestRequest,
+) -> Result<(Ingested, Vec<Change>)> {
+    ctx.sync_mount(v)?;
+    let mut store = Store::open(&v.path)?;
+    let r = store.write(|db| take_in_tx(db, &v.workspace, run, opts, true))?;
+    ctx.invalidate_mount(v)?;
+    let root = store.read(|db| Workspace::open(db, &v.workspace).map(|w| w.info.base_root))?;
+    overlay::remember_root(&ctx.home, &v.path, &v.workspace, &root);
+    Ok(r)
+}

@@ -1,0 +1,632 @@
+//! Ingest: turns the upper directory of an overlay run into a new root tree of the vault.
+//!
+//! The upper holds exactly what the run changed (overlayfs copies a file up before its
+//! first change): new and changed entries, whiteouts (character devices 0/0) for deleted
+//! ones, and opaque directories (`user.overlay.opaque`, the run mounts with `userxattr`)
+//! that replace a whole tree. The new root is the base root with those differences
+//! applied, built bottom-up from immutable tree objects, so the cost is O(changed files +
+//! changed bytes + entries of the directories that hold them), never O(workspace).
+//!
+//! File contents are read and hashed on worker threads (from the page cache: the run just
+//! wrote them) while the calling thread stores the chunks, all in the caller's one
+//! transaction. A file copied up but left unchanged yields the base's entry again, so it
+//! is not a change.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use rusqlite::Connection;
+
+use crate::error::{Error, Result};
+use crate::store::counter_take;
+use crate::store::objects::{
+    self, CHUNK_SIZE, DirAttrs, Entry, HOLE, Hash, Kind, Tree, Xattrs, get_tree, put_tree,
+};
+
+/// The xattr overlayfs marks a directory that replaces the lower one with (`userxattr`).
+pub const OPAQUE_XATTR: &[u8] = b"user.overlay.opaque";
+/// overlayfs's own attributes (`user.overlay.*` under `userxattr`): never the user's.
+const OVERLAY_XATTR_PREFIX: &[u8] = b"user.overlay.";
+
+/// How to read the upper.
+#[derive(Clone, Copy, Debug)]
+pub struct IngestOptions {
+    /// Record owners as found. Without it (a run by a user other than root, who cannot
+    /// give files away), an entry that existed keeps its owner and a new one gets the
+    /// caller's.
+    pub keep_owners: bool,
+    /// Keep setuid/setgid bits on files (only when root asked for it: issue 14).
+    pub keep_setuid: bool,
+}
+
+/// What an ingest produced.
+#[derive(Clone, Debug)]
+pub struct Ingested {
+    pub root: Hash,
+    /// The upper describes the new root exactly as a layer on top of the base's stack
+    /// (nothing was normalized on the way in), so it can become that layer.
+    pub exact: bool,
+    /// Regular files read and hashed.
+    pub files_read: u64,
+    pub bytes_read: u64,
+    /// Entries that could not be taken in, with the reason (the run's report names them).
+    pub skipped: Vec<String>,
+}
+
+/// One entry of an upper directory, as found.
+struct Found {
+    name: Vec<u8>,
+    meta: fs::Metadata,
+    xattrs: Xattrs,
+    what: FoundKind,
+}
+
+enum FoundKind {
+    Whiteout,
+    /// Index into `Walk::dirs`.
+    Dir(usize),
+    /// Index into `Walk::files`.
+    File(usize),
+    Symlink(Vec<u8>),
+    Special(Kind),
+}
+
+struct FoundDir {
+    /// Path components below the upper's root.
+    comps: Vec<Vec<u8>>,
+    opaque: bool,
+    entries: Vec<Found>,
+}
+
+struct Walk {
+    dirs: Vec<FoundDir>,
+    files: Vec<PathBuf>,
+    skipped: Vec<String>,
+}
+
+/// A file's stored content: chunk hashes and size, filled in by the hashing workers.
+#[derive(Clone, Default)]
+struct FileContent {
+    chunks: Vec<Hash>,
+    size: u64,
+}
+
+fn host_err(p: &Path, e: std::io::Error) -> Error {
+    Error::host(p.display(), e)
+}
+
+fn display(comps: &[Vec<u8>]) -> String {
+    crate::workspace::path::display(comps)
+}
+
+/// `user.*` attributes of a path (not following symlinks), minus overlayfs's own.
+fn read_xattrs(path: &Path) -> (Xattrs, bool) {
+    let c = match std::ffi::CString::new(path.as_os_str().as_bytes()) {
+        Ok(c) => c,
+        Err(_) => return (vec![], false),
+    };
+    let mut names = vec![0u8; 1024];
+    let n = loop {
+        // SAFETY: a valid C string and a buffer of the given length.
+        let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+        if n >= 0 {
+            break n as usize;
+        }
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
+            names.resize(names.len() * 4, 0);
+            continue;
+        }
+        return (vec![], false);
+    };
+    let mut out = Vec::new();
+    let mut opaque = false;
+    for name in names[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
+        if !name.starts_with(b"user.") {
+            continue;
+        }
+        let mut value = vec![0u8; 256];
+        let cname = std::ffi::CString::new(name).expect("xattr names have no NUL");
+        let len = loop {
+            // SAFETY: valid C strings and a buffer of the given length.
+            let r = unsafe {
+                libc::lgetxattr(
+                    c.as_ptr(),
+                    cname.as_ptr(),
+                    value.as_mut_ptr().cast(),
+                    value.len(),
+                )
+            };
+            if r >= 0 {
+                break Some(r as usize);
+            }
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
+                value.resize(value.len() * 16, 0);
+                continue;
+            }
+            break None;
+        };
+        let Some(len) = len else { continue };
+        value.truncate(len);
+        if name == OPAQUE_XATTR {
+            opaque = value == b"y";
+            continue;
+        }
+        if name.starts_with(OVERLAY_XATTR_PREFIX) {
+            continue;
+        }
+        out.push((name.to_vec(), value));
+    }
+    out.sort();
+    (out, opaque)
+}
+
+fn walk(upper: &Path) -> Result<Walk> {
+    let mut w = Walk {
+        dirs: vec![],
+        files: vec![],
+        skipped: vec![],
+    };
+    let (_, opaque) = read_xattrs(upper);
+    w.dirs.push(FoundDir {
+        comps: vec![],
+        opaque,
+        entries: vec![],
+    });
+    let mut stack = vec![(0usize, upper.to_path_buf())];
+    while let Some((idx, dir)) = stack.pop() {
+        let mut entries = Vec::new();
+        let rd = fs::read_dir(&dir).map_err(|e| host_err(&dir, e))?;
+        for de in rd {
+            let de = de.map_err(|e| host_err(&dir, e))?;
+            let name = de.file_name().as_bytes().to_vec();
+            let path = de.path();
+            let meta = fs::symlink_metadata(&path).map_err(|e| host_err(&path, e))?;
+            let ft = meta.file_type();
+            let mut comps = w.dirs[idx].comps.clone();
+            comps.push(name.clone());
+            let what = if ft.is_char_device() && meta.rdev() == 0 {
+                FoundKind::Whiteout
+            } else if ft.is_dir() {
+                let (_, opaque) = read_xattrs(&path);
+                w.dirs.push(FoundDir {
+                    comps,
+                    opaque,
+                    entries: vec![],
+                });
+                stack.push((w.dirs.len() - 1, path.clone()));
+                FoundKind::Dir(w.dirs.len() - 1)
+            } else if ft.is_file() {
+                w.files.push(path.clone());
+                FoundKind::File(w.files.len() - 1)
+            } else if ft.is_symlink() {
+                let t = fs::read_link(&path).map_err(|e| host_err(&path, e))?;
+                FoundKind::Symlink(t.as_os_str().as_bytes().to_vec())
+            } else if ft.is_fifo() {
+                FoundKind::Special(Kind::Fifo)
+            } else if ft.is_socket() {
+                FoundKind::Special(Kind::Socket)
+            } else if ft.is_char_device() {
+                FoundKind::Special(Kind::CharDev)
+            } else if ft.is_block_device() {
+                FoundKind::Special(Kind::BlockDev)
+            } else {
+                w.skipped
+                    .push(format!("{}: unknown file type", display(&comps)));
+                continue;
+            };
+            let xattrs = match what {
+                FoundKind::Whiteout => vec![],
+                _ => read_xattrs(&path).0,
+            };
+            entries.push(Found {
+                name,
+                meta,
+                xattrs,
+                what,
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        w.dirs[idx].entries = entries;
+    }
+    Ok(w)
+}
+
+/// A message from a hashing worker to the storing thread.
+enum Msg {
+    Chunk(Hash, Vec<u8>),
+    Done(usize, std::result::Result<FileContent, String>),
+}
+
+/// Reads one file chunk by chunk, sending each stored chunk (holes are not sent).
+fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> std::result::Result<FileContent, String> {
+    let mut f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = FileContent::default();
+    let zero = objects::zero_chunk_hash();
+    loop {
+        let mut buf = vec![0u8; CHUNK_SIZE];
+        let mut got = 0;
+        while got < CHUNK_SIZE {
+            match f.read(&mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        }
+        if got == 0 && !out.chunks.is_empty() {
+            break;
+        }
+        buf.truncate(got);
+        out.size += got as u64;
+        let h = Hash::of(&buf);
+        if h == zero {
+            out.chunks.push(HOLE);
+        } else {
+            out.chunks.push(h);
+            tx.send(Msg::Chunk(h, buf))
+                .map_err(|_| "the storing thread stopped".to_string())?;
+        }
+        if got < CHUNK_SIZE {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Hashes every file on worker threads while this thread stores their chunks.
+fn store_files(db: &Connection, files: &[PathBuf]) -> Result<(Vec<FileContent>, u64)> {
+    let mut results: Vec<Option<std::result::Result<FileContent, String>>> =
+        vec![None; files.len()];
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8)
+        .min(files.len().max(1));
+    let next = AtomicUsize::new(0);
+    let mut bytes = 0u64;
+    let stored: Result<()> = std::thread::scope(|s| {
+        let (tx, rx): (SyncSender<Msg>, Receiver<Msg>) = sync_channel(64);
+        for _ in 0..workers {
+            let tx = tx.clone();
+            let next = &next;
+            s.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= files.len() {
+                        break;
+                    }
+                    let r = hash_file(&files[i], &tx);
+                    if tx.send(Msg::Done(i, r)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut failed = None;
+        for msg in rx {
+            if failed.is_some() {
+                continue; // drain, so the workers finish
+            }
+            match msg {
+                Msg::Chunk(h, data) => {
+                    bytes += data.len() as u64;
+                    if let Err(e) = objects::put_chunk_hashed(db, &h, &data) {
+                        failed = Some(e);
+                    }
+                }
+                Msg::Done(i, r) => results[i] = Some(r),
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    });
+    stored?;
+    let mut out = Vec::with_capacity(files.len());
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Some(Ok(c)) => out.push(c),
+            Some(Err(msg)) => {
+                return Err(Error::Host {
+                    what: files[i].display().to_string(),
+                    message: msg,
+                });
+            }
+            None => return Err(Error::Internal("a file was never hashed".into())),
+        }
+    }
+    Ok((out, bytes))
+}
+
+/// The content hash of stored chunks (the chunk list is recorded when there are several).
+fn content_of(db: &Connection, c: &FileContent) -> Result<Hash> {
+    if c.size as usize <= CHUNK_SIZE {
+        // One chunk or none: the content is addressed by that chunk.
+        return match c.chunks.first() {
+            Some(h) if *h != HOLE => Ok(*h),
+            // A file of zeros shorter than a chunk: its one chunk holds exactly its bytes.
+            _ => objects::put_chunk(db, &vec![0u8; c.size as usize]),
+        };
+    }
+    objects::put_chunk_list(db, &c.chunks, c.size)
+}
+
+fn mtime_ns(m: &fs::Metadata) -> i64 {
+    m.mtime() * 1_000_000_000 + m.mtime_nsec()
+}
+
+struct Builder<'a> {
+    db: &'a Connection,
+    walk: &'a Walk,
+    contents: Vec<Hash>,
+    sizes: Vec<u64>,
+    opts: IngestOptions,
+    own: (u32, u32),
+    /// (dev, ino) of hard-linked upper files -> link group number.
+    groups: HashMap<(u64, u64), u64>,
+    /// How many names each hard-linked upper file has in the upper.
+    link_names: HashMap<(u64, u64), u32>,
+    exact: bool,
+}
+
+impl Builder<'_> {
+    fn mode_of(&mut self, kind: Kind, m: &fs::Metadata) -> u32 {
+        let mut mode = m.mode() & 0o7777;
+        if kind == Kind::File && !self.opts.keep_setuid && mode & 0o6000 != 0 {
+            mode &= !0o6000;
+            self.exact = false;
+        }
+        mode
+    }
+
+    fn owner(&self, m: &fs::Metadata, base: Option<&Entry>) -> (u32, u32) {
+        if self.opts.keep_owners {
+            return (m.uid(), m.gid());
+        }
+        match base {
+            Some(b) => (b.uid, b.gid),
+            None => self.own,
+        }
+    }
+
+    fn link_group(&mut self, m: &fs::Metadata) -> Result<u64> {
+        let key = (m.dev(), m.ino());
+        if self.link_names.get(&key).copied().unwrap_or(0) < 2 {
+            return Ok(0);
+        }
+        if let Some(g) = self.groups.get(&key) {
+            return Ok(*g);
+        }
+        let g = counter_take(self.db, "next_link_group", 1)? as u64;
+        self.groups.insert(key, g);
+        Ok(g)
+    }
+
+    /// Builds directory `idx` of the walk on top of `base` (its tree in the base root,
+    /// if it was a directory there and is not opaque); returns its tree hash and whether
+    /// anything below holds hard links.
+    fn build_dir(&mut self, idx: usize, base: Option<&Hash>) -> Result<(Tree, bool)> {
+        let dir = &self.walk.dirs[idx];
+        let base_tree = match base {
+            Some(h) if !dir.opaque => Some(get_tree(self.db, h)?),
+            _ => None,
+        };
+        let mut merged: Vec<Entry> = Vec::new();
+        let mut base_entries = base_tree.map(|t| t.entries).unwrap_or_default().into_iter();
+        let mut pending = base_entries.next();
+        for f in &dir.entries {
+            // Base entries that sort before this one are untouched.
+            while let Some(b) = pending.take() {
+                if b.name < f.name {
+                    merged.push(b);
+                    pending = base_entries.next();
+                } else {
+                    pending = Some(b);
+                    break;
+                }
+            }
+            let base_entry = match &pending {
+                Some(b) if b.name == f.name => {
+                    let b = pending.take();
+                    pending = base_entries.next();
+                    b
+                }
+                _ => None,
+            };
+            if let Some(e) = self.entry(f, base_entry.as_ref())? {
+                merged.push(e);
+            }
+        }
+        merged.extend(pending);
+        merged.extend(base_entries);
+        let links = merged.iter().any(|e| e.link_group != 0 || e.has_links);
+        Ok((
+            Tree {
+                root_attrs: None,
+                entries: merged,
+            },
+            links,
+        ))
+    }
+
+    /// The new entry for one upper entry (`None`: a whiteout, the name is gone).
+    fn entry(&mut self, f: &Found, base: Option<&Entry>) -> Result<Option<Entry>> {
+        let m = &f.meta;
+        let kind = match &f.what {
+            FoundKind::Whiteout => return Ok(None),
+            FoundKind::Dir(_) => Kind::Dir,
+            FoundKind::File(_) => Kind::File,
+            FoundKind::Symlink(_) => Kind::Symlink,
+            FoundKind::Special(k) => *k,
+        };
+        let (uid, gid) = self.owner(m, base);
+        let mut e = Entry {
+            name: f.name.clone(),
+            kind,
+            mode: self.mode_of(kind, m),
+            uid,
+            gid,
+            mtime_ns: mtime_ns(m),
+            size: 0,
+            hash: None,
+            target: None,
+            rdev: 0,
+            link_group: 0,
+            has_links: false,
+            xattrs: f.xattrs.clone(),
+        };
+        match &f.what {
+            FoundKind::Whiteout => unreachable!(),
+            FoundKind::Dir(i) => {
+                let sub_base = base.filter(|b| b.kind == Kind::Dir).and_then(|b| b.hash);
+                let (tree, links) = self.build_dir(*i, sub_base.as_ref())?;
+                e.hash = Some(put_tree(self.db, &tree)?);
+                e.has_links = links;
+            }
+            FoundKind::File(i) => {
+                e.hash = Some(self.contents[*i]);
+                e.size = self.sizes[*i];
+                e.link_group = self.link_group(m)?;
+            }
+            FoundKind::Symlink(t) => {
+                e.target = Some(t.clone());
+                e.mode = 0o777;
+            }
+            FoundKind::Special(k) => {
+                if matches!(k, Kind::CharDev | Kind::BlockDev) {
+                    e.rdev = m.rdev();
+                }
+                e.link_group = self.link_group(m)?;
+            }
+        }
+        // A copy-up that changed nothing is the base entry itself. (Copying up a hard link
+        // breaks it: the base entry keeps its group, whose content is still the same.)
+        if let Some(b) = base
+            && b.kind == e.kind
+            && b.hash == e.hash
+            && b.size == e.size
+            && b.mode == e.mode
+            && b.uid == e.uid
+            && b.gid == e.gid
+            && b.mtime_ns == e.mtime_ns
+            && b.target == e.target
+            && b.rdev == e.rdev
+            && b.xattrs == e.xattrs
+            && b.has_links == e.has_links
+            && e.link_group == 0
+        {
+            return Ok(Some(b.clone()));
+        }
+        Ok(Some(e))
+    }
+}
+
+/// Ingests `upper` on top of `base_root`; returns the new root (equal to `base_root`
+/// when the run changed nothing). Runs inside the caller's write transaction.
+pub fn ingest(
+    db: &Connection,
+    base_root: &Hash,
+    upper: &Path,
+    opts: IngestOptions,
+) -> Result<Ingested> {
+    let walk = walk(upper)?;
+    let (contents, bytes_read) = store_files(db, &walk.files)?;
+    let mut hashes = Vec::with_capacity(contents.len());
+    let mut sizes = Vec::with_capacity(contents.len());
+    for c in &contents {
+        hashes.push(content_of(db, c)?);
+        sizes.push(c.size);
+    }
+    let mut link_names: HashMap<(u64, u64), u32> = HashMap::new();
+    for d in &walk.dirs {
+        for f in &d.entries {
+            if !matches!(f.what, FoundKind::Dir(_) | FoundKind::Whiteout) && f.meta.nlink() > 1 {
+                *link_names.entry((f.meta.dev(), f.meta.ino())).or_default() += 1;
+            }
+        }
+    }
+    let mut b = Builder {
+        db,
+        walk: &walk,
+        contents: hashes,
+        sizes,
+        opts,
+        own: crate::workspace::current_uid_gid(),
+        groups: HashMap::new(),
+        link_names,
+        exact: walk.skipped.is_empty(),
+    };
+    let base_tree = get_tree(db, base_root)?;
+    let base_attrs = base_tree.root_attrs.clone();
+    let (mut tree, _) = b.build_dir(0, Some(base_root))?;
+    let rm = fs::symlink_metadata(upper).map_err(|e| host_err(upper, e))?;
+    let (ruid, rgid) = match (&base_attrs, opts.keep_owners) {
+        (_, true) => (rm.uid(), rm.gid()),
+        (Some(a), false) => (a.uid, a.gid),
+        (None, false) => b.own,
+    };
+    tree.root_attrs = Some(DirAttrs {
+        mode: rm.mode() & 0o7777,
+        uid: ruid,
+        gid: rgid,
+        mtime_ns: mtime_ns(&rm),
+        xattrs: read_xattrs(upper).0,
+    });
+    if tree == base_tree {
+        return Ok(Ingested {
+            root: *base_root,
+            exact: b.exact,
+            files_read: walk.files.len() as u64,
+            bytes_read,
+            skipped: walk.skipped,
+        });
+    }
+    let root = put_tree(db, &tree)?;
+    Ok(Ingested {
+        root,
+        exact: b.exact,
+        files_read: walk.files.len() as u64,
+        bytes_read,
+        skipped: walk.skipped,
+    })
+}
+
+/// Gives the upper's root directory the base root's attributes before a run, so that a
+/// run which changes nothing at the top leaves them equal.
+pub fn prepare_upper_root(upper: &Path, attrs: &DirAttrs, keep_owners: bool) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(upper, fs::Permissions::from_mode(attrs.mode & 0o7777))
+        .map_err(|e| host_err(upper, e))?;
+    if keep_owners {
+        std::os::unix::fs::lchown(upper, Some(attrs.uid), Some(attrs.gid))
+            .map_err(|e| host_err(upper, e))?;
+    }
+    for (k, v) in &attrs.xattrs {
+        let _ = set_xattr(upper, k, v);
+    }
+    super::materialize::set_times(upper, attrs.mtime_ns).map_err(|e| host_err(upper, e))
+}
+
+pub(super) fn set_xattr(path: &Path, name: &[u8], value: &[u8]) -> std::io::Result<()> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let n = std::ffi::CString::new(name)?;
+    // SAFETY: valid C strings and a value buffer of the given length.
+    let r = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

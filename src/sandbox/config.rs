@@ -1,0 +1,436 @@
+//! The sandbox's settings: what a confined run may read, what is hidden, which variables
+//! it keeps. Built-in defaults overlaid with every policy file's `[sandbox]` table.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Read-only host paths by default. `~` is the home directory of the user running avfs;
+/// `$PATH` stands for every directory on `$PATH` (but never `/`, the home directory
+/// itself or a directory above it).
+pub const DEFAULT_READ_ONLY_PATHS: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/run/systemd/resolve",
+    "~/.cargo/bin",
+    "~/.cargo/registry",
+    "~/.cargo/git",
+    "~/.rustup",
+    "~/.gitconfig",
+    "~/.config/git",
+    "~/.pyenv",
+    "~/.nvm",
+    "~/.local/bin",
+    "$PATH",
+];
+
+/// Secrets that are hidden (an empty directory, or a file that cannot be opened, in their
+/// place) even when
+/// a read-only path above them is visible. Always applied; `hidden_paths` adds to it.
+pub const SECRET_PATHS: &[&str] = &[
+    "~/.ssh",
+    "~/.gnupg",
+    "~/.aws",
+    "~/.azure",
+    "~/.kube",
+    "~/.docker",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.cargo/credentials",
+    "~/.cargo/credentials.toml",
+    "~/.config/gcloud",
+    "~/.config/gh",
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/letsencrypt",
+    "/etc/krb5.keytab",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+];
+
+/// Parts of /proc that are read-only in the sandbox (bound from the host's /proc: a
+/// sysctl shows the values of the namespace that reads it, whichever mount it is read
+/// through).
+pub const PROC_READ_ONLY: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/fs"];
+
+/// Files of /proc that cannot be read in the sandbox.
+pub const PROC_MASKED: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+];
+
+/// The capabilities a command run by root keeps in the sandbox (it also runs with
+/// `no_new_privs`, and every mount it sees is `nosuid,nodev`).
+pub const ROOT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_KILL",
+    "CAP_NET_BIND_SERVICE",
+];
+
+/// Environment variables passed into the sandbox by default (`*` is a wildcard).
+pub const DEFAULT_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "NVM_DIR",
+    "GOROOT",
+    "JAVA_HOME",
+];
+
+/// The `[sandbox]` table of a policy file. Every key is optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxFile {
+    default: Option<bool>,
+    required: Option<bool>,
+    network: Option<bool>,
+    read_only_paths: Option<Vec<String>>,
+    #[serde(default)]
+    extra_read_only_paths: Vec<String>,
+    #[serde(default)]
+    hidden_paths: Vec<String>,
+    #[serde(default)]
+    env: Vec<String>,
+}
+
+/// The effective sandbox settings: built-in values overlaid with every policy file.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxConfig {
+    /// `avfs exec` runs sandboxed unless `--no-sandbox`.
+    pub default: bool,
+    /// Every `avfs exec` runs sandboxed; `--no-sandbox` is refused.
+    pub required: bool,
+    /// Every sandboxed command gets the host's network.
+    pub network: bool,
+    /// Host paths visible read-only (before `~` and `$PATH` are expanded).
+    pub read_only_paths: Vec<String>,
+    /// Hidden even below a visible path, in addition to the built-in secrets.
+    pub hidden_paths: Vec<String>,
+    /// Extra environment variable names (globs) passed in, besides the built-in ones.
+    pub env: Vec<String>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            default: true,
+            required: false,
+            network: false,
+            read_only_paths: DEFAULT_READ_ONLY_PATHS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            hidden_paths: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+}
+
+fn check_path_entry(file: &Path, key: &str, e: &str, allow_path_var: bool) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::InvalidArgument(
+            file.display().to_string(),
+            format!("[sandbox] {key}: {e:?} {why}"),
+        ))
+    };
+    if e == "$PATH" {
+        return if allow_path_var {
+            Ok(())
+        } else {
+            bad("is not allowed here")
+        };
+    }
+    if !(e.starts_with('/') || e == "~" || e.starts_with("~/")) {
+        return bad("must be an absolute path, ~ or ~/PATH");
+    }
+    if e.split('/').any(|c| c == "..") {
+        return bad("must not contain ..");
+    }
+    Ok(())
+}
+
+impl SandboxConfig {
+    /// Overlays one file's `[sandbox]` table. Later files override earlier ones key by
+    /// key, lists of extras accumulate, and `required` once set stays set (a fork's or a
+    /// vault's file cannot loosen what the user-wide file requires, nor the other way).
+    pub fn merge(&mut self, file: &Path, f: SandboxFile) -> Result<()> {
+        for e in f.read_only_paths.iter().flatten() {
+            check_path_entry(file, "read_only_paths", e, true)?;
+        }
+        for e in &f.extra_read_only_paths {
+            check_path_entry(file, "extra_read_only_paths", e, true)?;
+        }
+        for e in &f.hidden_paths {
+            check_path_entry(file, "hidden_paths", e, false)?;
+        }
+        for e in &f.env {
+            if e.is_empty() || e.contains('=') {
+                return Err(Error::InvalidArgument(
+                    file.display().to_string(),
+                    format!("[sandbox] env: {e:?} is not a variable name"),
+                ));
+            }
+        }
+        if let Some(d) = f.default {
+            self.default = d;
+        }
+        if f.required == Some(true) {
+            self.required = true;
+        }
+        if let Some(n) = f.network {
+            self.network = n;
+        }
+        if let Some(list) = f.read_only_paths {
+            self.read_only_paths = list;
+        }
+        self.read_only_paths.extend(f.extra_read_only_paths);
+        self.hidden_paths.extend(f.hidden_paths);
+        self.env.extend(f.env);
+        Ok(())
+    }
+}
+
+/// What the sandbox of one run was: recorded in the envelope (and so the audit log).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SandboxInfo {
+    /// The kernel confined the command (namespaces, Landlock, seccomp: docs/exec.md).
+    pub enforced: bool,
+    /// How: "namespaces+landlock+seccomp" (Landlock's ABI version appended), or "none".
+    pub mechanism: String,
+    /// The command could reach the network (always true for a run without the sandbox).
+    pub network: bool,
+    /// Why a sandboxed command got the network: `policy`, `approval ID` or `rule NAME`.
+    pub network_granted_by: Option<String>,
+    /// Where the command could write: the mountpoint, `/tmp` and `/dev/shm` in the
+    /// sandbox; `/` (whatever the user may write) without it; empty when nothing ran.
+    pub writable_paths: Vec<String>,
+    /// Host paths the sandbox showed read-only.
+    pub read_only_paths: Vec<String>,
+    /// Paths hidden below them (secrets, the vault).
+    pub hidden_paths: Vec<String>,
+}
+
+impl SandboxInfo {
+    /// Nothing ran (denied, waiting for approval).
+    pub fn nothing_ran() -> SandboxInfo {
+        SandboxInfo {
+            enforced: false,
+            mechanism: "none".into(),
+            network: false,
+            network_granted_by: None,
+            writable_paths: Vec::new(),
+            read_only_paths: Vec::new(),
+            hidden_paths: Vec::new(),
+        }
+    }
+
+    /// Ran with the user's full rights.
+    pub fn unenforced() -> SandboxInfo {
+        SandboxInfo {
+            enforced: false,
+            mechanism: "none".into(),
+            network: true,
+            network_granted_by: None,
+            writable_paths: vec!["/".into()],
+            read_only_paths: Vec::new(),
+            hidden_paths: Vec::new(),
+        }
+    }
+}
+
+/// A path without `.` components and trailing slashes (never `..`: entries are checked).
+pub(crate) fn clean(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        if let Component::Normal(n) = c {
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// `inner` is `outer` or below it.
+pub(crate) fn under(inner: &Path, outer: &Path) -> bool {
+    inner.starts_with(outer)
+}
+
+/// Expands one list entry to host paths.
+pub(crate) fn expand(entry: &str, home: Option<&Path>, path_var: Option<&OsStr>) -> Vec<PathBuf> {
+    if entry == "$PATH" {
+        let Some(pv) = path_var else {
+            return Vec::new();
+        };
+        return std::env::split_paths(pv)
+            .filter(|d| d.is_absolute())
+            .map(|d| clean(&d))
+            .filter(|d| d != Path::new("/"))
+            // Never the home directory, nor a directory that contains it.
+            .filter(|d| home.is_none_or(|h| !under(h, d)))
+            .collect();
+    }
+    if entry == "~" || entry.starts_with("~/") {
+        return match home {
+            Some(h) => vec![clean(
+                &h.join(entry.trim_start_matches('~').trim_start_matches('/')),
+            )],
+            None => Vec::new(),
+        };
+    }
+    vec![clean(Path::new(entry))]
+}
+
+fn glob(pat: &str, name: &str) -> bool {
+    match pat.split_once('*') {
+        None => pat == name,
+        Some((pre, post)) => {
+            name.len() >= pre.len() + post.len() && name.starts_with(pre) && name.ends_with(post)
+        }
+    }
+}
+
+/// The sandboxed command's environment: the host's variables whose names are allowed
+/// (built-in list plus `env` of the policy), then `fixed` (the `AVFS_*` variables and
+/// `--env`), which win.
+pub fn environment(
+    config: &SandboxConfig,
+    host: impl Iterator<Item = (OsString, OsString)>,
+    fixed: &[(String, String)],
+) -> Vec<(String, String)> {
+    let allowed = |k: &str| {
+        DEFAULT_ENV
+            .iter()
+            .copied()
+            .chain(config.env.iter().map(String::as_str))
+            .any(|p| glob(p, k))
+    };
+    let mut out: Vec<(String, String)> = host
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| allowed(k) && !fixed.iter().any(|(f, _)| f == k))
+        .collect();
+    out.sort();
+    out.extend(fixed.iter().cloned());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_never_shows_home_or_root_through_path() {
+        let home = Path::new("/home/u");
+        let pv = OsStr::new("/usr/bin:/:/home/u:/home:relative:/home/u/.cargo/bin:/opt/x/");
+        let got = expand("$PATH", Some(home), Some(pv));
+        assert_eq!(
+            got,
+            [
+                PathBuf::from("/usr/bin"),
+                PathBuf::from("/home/u/.cargo/bin"),
+                PathBuf::from("/opt/x")
+            ]
+        );
+        assert_eq!(
+            expand("~/.rustup", Some(home), None),
+            [PathBuf::from("/home/u/.rustup")]
+        );
+        assert_eq!(expand("~", Some(home), None), [PathBuf::from("/home/u")]);
+        assert!(expand("~/.rustup", None, None).is_empty());
+    }
+
+    #[test]
+    fn policy_entries_are_checked() {
+        let f = Path::new("p.toml");
+        let mut c = SandboxConfig::default();
+        for bad in ["relative", "/a/../b", "~user/x"] {
+            let sf = SandboxFile {
+                extra_read_only_paths: vec![bad.into()],
+                ..Default::default()
+            };
+            assert!(c.merge(f, sf).is_err(), "{bad}");
+        }
+        let sf = SandboxFile {
+            hidden_paths: vec!["$PATH".into()],
+            ..Default::default()
+        };
+        assert!(c.merge(f, sf).is_err());
+        let sf = SandboxFile {
+            env: vec!["A=B".into()],
+            ..Default::default()
+        };
+        assert!(c.merge(f, sf).is_err());
+        let sf = SandboxFile {
+            required: Some(true),
+            default: Some(false),
+            extra_read_only_paths: vec!["/srv".into()],
+            ..Default::default()
+        };
+        c.merge(f, sf).unwrap();
+        let sf = SandboxFile {
+            required: Some(false),
+            ..Default::default()
+        };
+        c.merge(f, sf).unwrap();
+        assert!(c.required, "a later file cannot unset required");
+        assert!(c.read_only_paths.contains(&"/srv".to_string()));
+        assert!(c.read_only_paths.contains(&"/usr".to_string()));
+    }
+
+    #[test]
+    fn environment_is_an_allow_list() {
+        let mut c = SandboxConfig::default();
+        c.env.push("MY_*".into());
+        let host = [
+            ("PATH", "/usr/bin"),
+            ("LC_ALL", "C"),
+            ("AWS_SECRET_ACCESS_KEY", "x"),
+            ("MY_TOOL", "1"),
+            ("AVFS_HOME", "/h"),
+            ("HOME", "/root"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let fixed = vec![
+            ("AVFS_EXEC_ID".to_string(), "ex-1".to_string()),
+            ("HOME".to_string(), "/elsewhere".to_string()),
+        ];
+        let env = environment(&c, host.into_iter(), &fixed);
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["LC_ALL", "MY_TOOL", "PATH", "AVFS_EXEC_ID", "HOME"]);
+        assert_eq!(env.last().unwrap().1, "/elsewhere");
+    }
+}

@@ -1,0 +1,261 @@
+//! One namespace set-up per run: the workspace at its stable path and, unless the run is
+//! `--no-sandbox`, the sandbox, in the same private mount namespace.
+//!
+//! `avfs exec` starts avfs's own binary with `RUN_INIT_ARG` and the plan in the
+//! environment. That process (the set-up) enters a user namespace when it is not root
+//! (mapping the caller to itself, so files keep their owner and tools see the real user),
+//! new mount, PID, IPC and UTS namespaces and, without network, a network namespace with
+//! only loopback. It mounts the workspace (an overlayfs over the layer cache, or a bind of
+//! a FUSE mount), hides what must not be seen, and forks PID 1 of the run, which mounts a
+//! /proc of its own, confines itself (`confine`) and runs the command (`init`).
+//!
+//! Two runs of two forks can so use the same path at the same time: each sees only its
+//! own mount. A failure before the command starts is a message on stderr and exit 125
+//! without a status report: the runner turns it into "the sandbox could not start".
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::confine::{self, Access};
+use super::init;
+use super::sys;
+
+/// First argument of avfs's own binary when it sets a run up.
+pub const RUN_INIT_ARG: &str = "__avfs-run";
+
+/// The environment variable the plan travels in (removed before the command starts).
+pub const PLAN_VAR: &str = "AVFS_RUN_PLAN";
+
+/// Exit status of a set-up that failed before the command started.
+pub const SETUP_FAILED: i32 = 125;
+
+/// What the workspace is made of.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum View {
+    /// overlayfs: the layer stack (top first), the run's upper and work directories.
+    Overlay {
+        lowers: Vec<PathBuf>,
+        upper: PathBuf,
+        work: PathBuf,
+    },
+    /// A bind of a directory that already shows the workspace (a FUSE mount).
+    Bind { source: PathBuf },
+}
+
+/// The sandbox part of a plan: paths as the run sees them.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Confinement {
+    pub network: bool,
+    pub access: Access,
+    /// Fresh, empty, private file systems (/tmp, /dev/shm).
+    pub private_dirs: Vec<PathBuf>,
+    /// Directories shown empty and read-only (secrets, `$AVFS_HOME`).
+    pub hidden_dirs: Vec<PathBuf>,
+    /// Files shown as an empty, read-only file (secrets, the vault file).
+    pub hidden_files: Vec<PathBuf>,
+}
+
+/// Everything the set-up needs; built by the boundary, read by `run_init_main`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunPlan {
+    /// The workspace's stable path.
+    pub workspace: PathBuf,
+    pub view: View,
+    /// The command's working directory (at or below `workspace`).
+    pub cwd: PathBuf,
+    pub argv: Vec<OsString>,
+    /// The command's whole environment.
+    pub env: Vec<(String, String)>,
+    /// Enter a user namespace first (callers other than root).
+    pub user_namespace: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub confine: Option<Confinement>,
+    pub interactive: bool,
+}
+
+fn fail(e: io::Error) -> ! {
+    eprintln!("avfs: the run could not be set up: {e}");
+    std::process::exit(SETUP_FAILED);
+}
+
+/// `avfs __avfs-run`: sets the run up and waits for its PID 1. Never returns.
+pub fn run_init_main() -> ! {
+    let plan: RunPlan = match std::env::var(PLAN_VAR)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+    {
+        Some(p) => p,
+        None => fail(io::Error::other(format!(
+            "{PLAN_VAR} is missing or unreadable"
+        ))),
+    };
+    // SAFETY: single-threaded at this point; removes our own variable.
+    unsafe { std::env::remove_var(PLAN_VAR) };
+    if let Err(e) = enter_namespaces(&plan) {
+        fail(e)
+    }
+    let ws = match mount_workspace(&plan.view) {
+        Ok(fd) => fd,
+        Err(e) => fail(e),
+    };
+    if let Err(e) = arrange(&plan, ws) {
+        fail(e)
+    }
+    // SAFETY: this process is single-threaded; the child only makes system calls and
+    // runs init, which starts the command.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        fail(sys::err("fork"));
+    }
+    if pid == 0 {
+        std::process::exit(pid1(&plan));
+    }
+    // The set-up waits for PID 1 and leaves with its status. (It ignores SIGTERM, set by
+    // the runner: a timeout reaches the command through PID 1.)
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our one child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            std::process::exit(SETUP_FAILED);
+        }
+    }
+    if libc::WIFSIGNALED(status) {
+        std::process::exit(128 + libc::WTERMSIG(status));
+    }
+    std::process::exit(libc::WEXITSTATUS(status));
+}
+
+fn enter_namespaces(plan: &RunPlan) -> io::Result<()> {
+    if plan.user_namespace {
+        sys::unshare(libc::CLONE_NEWUSER)?;
+        sys::write_proc("/proc/self/setgroups", "deny")?;
+        sys::write_proc("/proc/self/uid_map", &format!("{0} {0} 1", plan.uid))?;
+        sys::write_proc("/proc/self/gid_map", &format!("{0} {0} 1", plan.gid))?;
+    }
+    let mut flags =
+        libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    if plan.confine.as_ref().is_some_and(|c| !c.network) {
+        flags |= libc::CLONE_NEWNET;
+    }
+    sys::unshare(flags)?;
+    // Nothing mounted here may propagate back to the host.
+    sys::mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+}
+
+fn mount_workspace(view: &View) -> io::Result<OwnedFd> {
+    match view {
+        View::Overlay {
+            lowers,
+            upper,
+            work,
+        } => {
+            let l: Vec<&Path> = lowers.iter().map(PathBuf::as_path).collect();
+            sys::overlay(&l, upper, work)
+        }
+        View::Bind { source } => sys::clone_tree(source),
+    }
+}
+
+/// Creates a directory and its parents, as far as they are missing.
+fn mkdirs(p: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(p)
+        .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", p.display())))
+}
+
+fn arrange(plan: &RunPlan, ws: OwnedFd) -> io::Result<()> {
+    let Some(c) = &plan.confine else {
+        mkdirs(&plan.workspace)?;
+        return sys::attach(&ws, &plan.workspace);
+    };
+    for d in &c.private_dirs {
+        if d.is_dir() {
+            sys::tmpfs(d, 0o1777)?;
+        }
+    }
+    // Hidden directories are empty tmpfs, made read-only once the workspace (which may
+    // lie below one of them: $AVFS_HOME/ws/...) is in place.
+    let mut hidden = vec![];
+    for d in &c.hidden_dirs {
+        if d.is_dir() {
+            sys::tmpfs(d, 0o755)?;
+            hidden.push(d);
+        }
+    }
+    for f in &c.hidden_files {
+        if f.exists() {
+            sys::bind_ro(Path::new("/dev/null"), f)?;
+        }
+    }
+    mkdirs(&plan.workspace)?;
+    sys::attach(&ws, &plan.workspace)?;
+    for d in hidden {
+        sys::remount_ro(d)?;
+    }
+    Ok(())
+}
+
+/// PID 1 of the run: a /proc of its own, loopback, confinement, then the command.
+fn pid1(plan: &RunPlan) -> i32 {
+    // SAFETY: prctl on ourselves: if the set-up dies (exec was killed), so do we, and with
+    // us every process of the run.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    if let Err(e) = prepare_pid1(plan) {
+        eprintln!("avfs: the run could not be set up: {e}");
+        return SETUP_FAILED;
+    }
+    init::init_main(&init::Command {
+        argv: &plan.argv,
+        env: &plan.env,
+        interactive: plan.interactive,
+    })
+}
+
+fn prepare_pid1(plan: &RunPlan) -> io::Result<()> {
+    sys::mount(
+        Some(Path::new("proc")),
+        Path::new("/proc"),
+        Some("proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        None,
+    )?;
+    if let Some(c) = &plan.confine {
+        // /proc as a container has it: kernel knobs read-only, internals masked.
+        for p in super::config::PROC_READ_ONLY {
+            let p = Path::new(p);
+            if p.exists() {
+                sys::mount(Some(p), p, None, libc::MS_BIND | libc::MS_REC, None)?;
+                sys::remount_ro(p)?;
+            }
+        }
+        for p in super::config::PROC_MASKED {
+            let p = Path::new(p);
+            if p.exists() {
+                sys::bind_ro(Path::new("/dev/null"), p)?;
+            }
+        }
+        if !c.network {
+            sys::loopback_up()?;
+        }
+    }
+    std::env::set_current_dir(&plan.cwd)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", plan.cwd.display())))?;
+    if let Some(c) = &plan.confine {
+        confine::confine(&c.access)?;
+    }
+    Ok(())
+}
