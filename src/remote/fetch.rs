@@ -33,6 +33,17 @@ const FETCHING_KEY: &str = "remote_fetch_incomplete";
 /// Ranges of one pack closer than this are read in one request.
 const GAP: u64 = 1024 * 1024;
 
+/// An object to fetch and where it lies in its pack.
+type Wanted = (ObjKind, Hash, Range<u64>);
+
+/// What a closure fetch brings: file contents too, and whether to look below trees
+/// already here.
+#[derive(Clone, Copy, Debug)]
+pub struct Walk {
+    pub contents: bool,
+    pub deep: bool,
+}
+
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Fetched {
     pub objects: u64,
@@ -49,7 +60,7 @@ fn fetch_objects(
     got: &mut Fetched,
     progress: &dyn Progress,
 ) -> Result<Vec<(ObjKind, Hash, Vec<u8>)>> {
-    let mut by_pack: HashMap<String, Vec<(ObjKind, Hash, Range<u64>)>> = HashMap::new();
+    let mut by_pack: HashMap<String, Vec<Wanted>> = HashMap::new();
     store.read(|db| {
         for (kind, h) in wanted {
             let loc = catalog::locate(db, h, *kind, Some(remote))?.ok_or_else(|| {
@@ -68,7 +79,7 @@ fn fetch_objects(
         Ok(())
     })?;
     let mut out = Vec::new();
-    let jobs: Vec<(String, Vec<(ObjKind, Hash, Range<u64>)>)> = by_pack.into_iter().collect();
+    let jobs: Vec<(String, Vec<Wanted>)> = by_pack.into_iter().collect();
     t.run(async {
         let mut stream = futures_util::stream::iter(jobs.iter())
             .map(|(pack, items)| async move {
@@ -136,11 +147,11 @@ pub fn fetch_closure(
     t: &Transport,
     remote: &str,
     roots: &[Hash],
-    contents: bool,
-    deep: bool,
+    walk: Walk,
     got: &mut Fetched,
     progress: &dyn Progress,
 ) -> Result<()> {
+    let Walk { contents, deep } = walk;
     let mut seen: HashSet<Hash> = HashSet::new();
     // Trees (and contents) to look into that are here already.
     let mut local: Vec<(ObjKind, Hash)> = Vec::new();
@@ -313,7 +324,16 @@ pub fn fetch(
         store.write(|db| meta_set(db, FETCHING_KEY, 1))?;
     }
     fetch_closure(
-        &mut store, &t, &remote, &roots, !lazy, deep, &mut got, progress,
+        &mut store,
+        &t,
+        &remote,
+        &roots,
+        Walk {
+            contents: !lazy,
+            deep,
+        },
+        &mut got,
+        progress,
     )?;
     let mut seen_refs = Vec::new();
     store.write(|db| {
@@ -454,8 +474,10 @@ pub fn clone(home: &Path, o: &CloneOptions, progress: &dyn Progress) -> Result<C
         &t,
         &remote,
         &[obj.root],
-        o.full,
-        resumed,
+        Walk {
+            contents: o.full,
+            deep: resumed,
+        },
         &mut got,
         progress,
     )?;

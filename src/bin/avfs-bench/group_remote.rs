@@ -135,9 +135,9 @@ pub(crate) fn bench_remote(args: &Args, avfs: &Path, base: &Path, t0: Instant) -
     ]))?;
     run(&mut av(&["--vault", "w", "checkpoint", "save", "v1"]))?;
     // git: the same tree committed once (untimed); pushes go to fresh bare repos.
-    run(&mut git(&tree).args(["init", "-q", "-b", "main"]))?;
-    run(&mut git(&tree).args(["add", "-A"]))?;
-    run(&mut git(&tree).args(["commit", "-q", "-m", "v1"]))?;
+    run(git(&tree).args(["init", "-q", "-b", "main"]))?;
+    run(git(&tree).args(["add", "-A"]))?;
+    run(git(&tree).args(["commit", "-q", "-m", "v1"]))?;
     let mut lines: Vec<Line> = [
         "push, full",
         "push after 10 changed files",
@@ -172,7 +172,7 @@ pub(crate) fn bench_remote(args: &Args, avfs: &Path, base: &Path, t0: Instant) -
             run(&mut init)?;
             let r0 = server.requests();
             let mut b = Command::new("restic");
-            b.args(["-r", &repo, "backup", "-q", "--no-scan", "."])
+            b.args(["-r", &repo, "backup", "-q", "."])
                 .current_dir(&tree);
             server.env(&mut b);
             let (d, _) = run_timed(&mut b, &[0])?;
@@ -180,7 +180,7 @@ pub(crate) fn bench_remote(args: &Args, avfs: &Path, base: &Path, t0: Instant) -
             lines[0].req[1].push(server.requests() - r0);
         }
         let bare = dir.join(format!("bare-{rep}.git"));
-        run(&mut git(&dir).args(["init", "-q", "--bare", bare.to_str().unwrap()]))?;
+        run(git(&dir).args(["init", "-q", "--bare", bare.to_str().unwrap()]))?;
         let (d, _) = run_timed(
             git(&tree).args(["push", "-q", bare.to_str().unwrap(), "main"]),
             &[0],
@@ -220,7 +220,7 @@ pub(crate) fn bench_remote(args: &Args, avfs: &Path, base: &Path, t0: Instant) -
             lines[1].restic.push(d);
             lines[1].req[1].push(server.requests() - r0);
         }
-        run(&mut git(&tree).args(["commit", "-q", "-a", "-m", "ten"]))?;
+        run(git(&tree).args(["commit", "-q", "-a", "-m", "ten"]))?;
         let (d, _) = run_timed(
             git(&tree).args(["push", "-q", bare.to_str().unwrap(), "main"]),
             &[0],
