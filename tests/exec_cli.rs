@@ -1063,16 +1063,6 @@ fn timeout_ends_a_process_that_ignores_sigterm() {
     );
 }
 
-fn pid_runs(pid: i64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
-}
-
 /// A daemon that leaves the command's process group (setsid, with or without its
 /// environment) is ended when the command exits or times out, and reported.
 #[test]

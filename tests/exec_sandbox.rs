@@ -1,19 +1,18 @@
-//! `avfs exec --sandbox` end to end: the real binary, a real FUSE mount, real bubblewrap.
-//! Every envelope is validated against `schemas/execution-envelope.schema.json`.
+//! The sandbox of `avfs exec` end to end: the real binary, the kernel's namespaces,
+//! Landlock and seccomp. Every envelope is validated against
+//! `schemas/execution-envelope.schema.json`.
 //!
 //! The commands that try to get out are written as scripts into the workspace (or take
 //! their targets from `--env`), so the policy lets them run and the kernel has to stop
 //! them. Each escape is also tried without the sandbox where that is harmless, to show
 //! the test would notice if the sandbox did nothing.
 //!
-//! Tests that run a command need FUSE and bwrap: without them they skip with a message,
-//! and with `AVFS_REQUIRE_FUSE=1` (CI) they fail.
+//! Tests that run a command need the sandbox (Landlock, user or root namespaces): without
+//! it they skip with a message, and with `AVFS_REQUIRE_FUSE=1` (CI) they fail.
 
 mod common;
 #[path = "common/envelope.rs"]
 mod envelope;
-#[path = "common/fuse.rs"]
-mod fuse;
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -32,34 +31,23 @@ fn required() -> bool {
     std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1")
 }
 
-/// Why sandboxed commands cannot run here (no FUSE, no bwrap, no namespaces), if so.
+/// Why sandboxed commands cannot run here (no Landlock, no namespaces, no overlayfs), if so.
 fn sandbox_probe() -> &'static Option<String> {
     static P: OnceLock<Option<String>> = OnceLock::new();
     P.get_or_init(|| {
-        if let Some(why) = fuse::fuse_unusable() {
-            return Some(why);
+        let env = Env::new();
+        let r = env.run(&["--json", "exec", "--", "true"]);
+        let v: Value = match serde_json::from_str(&r.stdout) {
+            Ok(v) => v,
+            Err(e) => return Some(format!("{e}: {}", r.stdout)),
+        };
+        if let Some(e) = v.get("error") {
+            return Some(e.to_string());
         }
-        let out = std::process::Command::new("bwrap")
-            .args([
-                "--ro-bind",
-                "/",
-                "/",
-                "--unshare-pid",
-                "--unshare-net",
-                "--",
-                "true",
-            ])
-            .output();
-        match out {
-            Err(e) => Some(format!(
-                "bwrap: {e} (install the bubblewrap package; scripts/test.sh does)"
-            )),
-            Ok(o) if !o.status.success() => Some(format!(
-                "bwrap cannot create namespaces here: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            )),
-            Ok(_) => None,
+        if v["sandbox"]["enforced"] != true {
+            return Some(format!("exec ran unconfined: {}", v["sandbox"]));
         }
+        None
     })
 }
 
@@ -69,9 +57,7 @@ fn can_sandbox(test: &str) -> bool {
         None => true,
         Some(why) => {
             if required() {
-                panic!(
-                    "{test}: FUSE and bubblewrap are required (AVFS_REQUIRE_FUSE=1), but: {why}"
-                );
+                panic!("{test}: the sandbox is required (AVFS_REQUIRE_FUSE=1), but: {why}");
             }
             eprintln!("SKIPPED {test}: {why}");
             false
@@ -161,7 +147,11 @@ fn assert_sandboxed(e: &Value, network: bool) {
         .collect();
     assert_eq!(
         writable,
-        [e["mountpoint"].as_str().unwrap(), "/tmp", "/dev/shm"],
+        [e["workspace_path"].as_str().unwrap(), "/tmp", "/dev/shm"],
+        "{e}"
+    );
+    assert!(
+        sb["mechanism"].as_str().unwrap().contains("landlock"),
         "{e}"
     );
 }
@@ -762,62 +752,42 @@ fn inherited_descriptors_stay_outside() {
 
 // ---------------------------------------------------------------- settings and errors
 
-/// A missing bubblewrap is an error that names the package, never a run without the
-/// sandbox; nothing is created and an approval is not used up.
+/// A run that cannot be set up is an error, never a run without the sandbox, and the
+/// command did not run; an approval is not used up by a run that never got to start.
 #[test]
-fn missing_bubblewrap_is_an_error_naming_the_package() {
-    let env = setup();
-    let before = env.json(&["--vault", "t", "checkpoint", "list"]);
-    for vars in [
-        vec![("AVFS_BWRAP", "/nonexistent/bwrap")],
-        vec![("PATH", "/nonexistent")],
-    ] {
-        let mut cmd = env.cmd([
-            "--json",
-            "--vault",
-            "t",
-            "exec",
-            "--sandbox",
-            "--",
-            "touch",
-            "x",
-        ]);
-        for (k, v) in &vars {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{vars:?}");
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(v["error"]["kind"], "sandbox_unavailable", "{v}");
-        let msg = v["error"]["message"].as_str().unwrap();
-        assert!(msg.contains("bubblewrap"), "{msg}");
+fn a_run_that_cannot_be_set_up_is_an_error() {
+    if !can_sandbox("a_run_that_cannot_be_set_up_is_an_error") {
+        return;
     }
-    // The policy default counts too.
-    policy(&env, "[sandbox]\ndefault = true\n");
-    let mut cmd = env.cmd(["--json", "--vault", "t", "exec", "--", "touch", "x"]);
-    cmd.env("AVFS_BWRAP", "/nonexistent/bwrap");
-    let out = cmd.output().unwrap();
+    let env = setup();
+    // The workspace path is a file: the run's mount cannot be made.
+    let file = env.path("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    env.json(&["vault", "set-path", "--name", "t", file.to_str().unwrap()]);
+    let out = env
+        .cmd(["--json", "--vault", "t", "exec", "--", "touch", "x"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("sandbox_unavailable"));
-    assert_eq!(
-        env.json(&["--vault", "t", "checkpoint", "list"]),
-        before,
-        "a checkpoint was taken"
-    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "sandbox_unavailable", "{v}");
     assert!(
-        std::fs::read_dir(env.home().join("run/exec")).map_or(true, |mut d| d.next().is_none())
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not-a-dir"),
+        "{v}"
     );
-    assert_eq!(env.cat(Some("t"), "a.txt"), "hi\n");
-    // An approved request is still approved after the failed attempt.
-    let asked = env.run(&["--json", "--vault", "t", "exec", "--", "curl", "x"]);
-    assert_eq!(asked.code, 75);
-    let id = asked.json()["approval"]["id"].as_str().unwrap().to_string();
-    env.ok(&["--vault", "t", "approve", &id]);
-    let mut cmd = env.cmd(["--json", "--vault", "t", "exec", "--approve", &id]);
-    cmd.env("AVFS_BWRAP", "/nonexistent/bwrap");
-    assert_eq!(cmd.output().unwrap().status.code(), Some(1));
-    let aps = env.json(&["--vault", "t", "approvals", "--all"]);
-    assert_eq!(aps["approvals"][0]["state"], "approved", "{aps}");
+    assert_eq!(
+        env.run(&["--vault", "t", "cat", "/x"]).code,
+        1,
+        "the command ran"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+    assert!(
+        std::fs::read_dir(env.home().join("runs")).map_or(true, |mut d| d.next().is_none()),
+        "a run directory is left"
+    );
 }
 
 /// `[sandbox] default = true` makes it the default, `--no-sandbox` turns it off, and
@@ -825,12 +795,12 @@ fn missing_bubblewrap_is_an_error_naming_the_package() {
 #[test]
 fn policy_settings_make_the_sandbox_the_default() {
     let env = setup();
-    // Denied commands need neither FUSE nor bwrap: the envelope still has `sandbox`.
+    // Denied commands need no sandbox: the envelope still has `sandbox`.
     let x = exec(&env, &["--sandbox", "--shell", "cat /etc/passwd"]);
     assert_eq!(x.code, 126);
     assert_eq!(
         x.env["sandbox"],
-        json!({"enforced": false, "network": false, "network_granted_by": null,
+        json!({"enforced": false, "mechanism": "none", "network": false, "network_granted_by": null,
                "writable_paths": [], "read_only_paths": [], "hidden_paths": []})
     );
     policy(&env, "[sandbox]\nrequired = true\n");
@@ -865,30 +835,6 @@ fn policy_settings_make_the_sandbox_the_default() {
     if !can_sandbox("policy_settings_make_the_sandbox_the_default") {
         return;
     }
-    // A bubblewrap that cannot set the sandbox up: an error, not the command's failure.
-    let fake = env.path("fake-bwrap");
-    std::fs::write(
-        &fake,
-        "#!/bin/sh\necho 'bwrap: Creating new namespace failed: Operation not permitted' >&2\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let mut cmd = env.cmd(["--json", "--vault", "t", "exec", "--", "true"]);
-    cmd.env("AVFS_BWRAP", &fake);
-    let out = cmd.output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["error"]["kind"], "sandbox_unavailable", "{v}");
-    assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("Creating new namespace failed"),
-        "{v}"
-    );
-    assert!(
-        std::fs::read_dir(env.home().join("run/exec")).map_or(true, |mut d| d.next().is_none())
-    );
     let x = exec(&env, &["--", "true"]);
     assert_eq!(x.code, 0, "{}", x.env);
     assert_sandboxed(&x.env, false);
@@ -897,6 +843,13 @@ fn policy_settings_make_the_sandbox_the_default() {
     assert_eq!(x.env["sandbox"]["enforced"], false);
     assert_eq!(x.env["sandbox"]["network"], true);
     assert_eq!(x.env["request"]["options"]["no_sandbox"], true);
+    // The default is the sandbox, even without any policy file; a policy can turn it off.
+    std::fs::remove_file(env.home().join("policy.toml")).unwrap();
+    assert_sandboxed(&exec(&env, &["--", "true"]).env, false);
+    policy(&env, "[sandbox]\ndefault = false\n");
+    let x = exec(&env, &["--", "true"]);
+    assert_eq!(x.env["sandbox"]["enforced"], false, "{}", x.env);
+    policy(&env, "[sandbox]\ndefault = true\n");
     // A vault's own policy file applies to its forks: an ephemeral run is sandboxed too.
     std::fs::remove_file(env.home().join("policy.toml")).unwrap();
     std::fs::create_dir_all(env.home().join("policies")).unwrap();

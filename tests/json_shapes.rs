@@ -396,9 +396,16 @@ fn vault_create_list_use_info() {
             ("head", NullOr(&Str)),
             ("forks", Arr),
             ("file_bytes", Num),
+            ("workspace_path", Str),
         ],
     );
     shape(&info["vault"], VAULT);
+    let set = doc(&env, &["vault", "set-path", "/srv/other-app"]);
+    shape(&set, &[("vault", Str), ("workspace_path", Str)]);
+    assert_eq!(
+        doc(&env, &["vault", "info"])["workspace_path"],
+        "/srv/other-app"
+    );
     assert_eq!(info["vault"]["name"], "other");
     assert_eq!(info["vault"]["current"], true);
     assert!(info["head"].is_null());
@@ -1134,6 +1141,16 @@ fn gc_and_stats() {
             ("bytes_freed", Num),
             ("layers_purged", Num),
             ("objects_kept", Num),
+            ("layers", Obj),
+        ],
+    );
+    shape(
+        &g["layers"],
+        &[
+            ("removed_layers", Num),
+            ("forgotten_roots", Num),
+            ("freed_bytes", Num),
+            ("bytes", Num),
         ],
     );
     assert!(g["chunks_removed"].as_u64().unwrap() >= 1, "{g}");

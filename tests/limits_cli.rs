@@ -407,11 +407,14 @@ fn exec_reports_quota_refusals_with_the_quota() {
         "--max-file-size",
         "10K",
     ]);
+    // The FUSE engine refuses each write over a quota as it happens.
     let r = env.run(&[
         "--json",
         "--vault",
         "t",
         "exec",
+        "--engine",
+        "fuse",
         "--shell",
         "echo 1 > a; echo 2 > b; echo 3 > c; head -c 20000 /dev/zero >> a",
     ]);
@@ -443,6 +446,16 @@ fn exec_reports_quota_refusals_with_the_quota() {
     // A run without refusals says so.
     let v = env.json(&["--vault", "t", "exec", "--", "cat", "a"]);
     assert!(v["result"]["quota_refused"].is_null(), "{v}");
+    // The overlay engine takes a run's changes in whole or not at all: over a quota,
+    // nothing is taken in, the envelope names the quota, and the run's files are kept.
+    let v = env.json(&["--vault", "t", "exec", "--shell", "echo 3 > c; echo 4 > d"]);
+    assert_eq!(v["engine"]["name"], "overlay", "{v}");
+    let q = &v["result"]["quota_refused"];
+    let msg = q["message"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(msg.contains("at most 2 files"), "{msg}");
+    assert!(msg.contains("kept in"), "{msg}");
+    assert!(v["changes"].as_array().unwrap().is_empty(), "{v}");
+    assert_eq!(env.run(&["--vault", "t", "cat", "/c"]).code, 1);
     // The CLI names the quota too.
     let e = env.json_err(&["--vault", "t", "write", "/c", "x"], 1);
     assert_eq!(e["kind"], "quota_exceeded");

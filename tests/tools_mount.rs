@@ -98,9 +98,9 @@ fn shell_runs_in_the_mount_with_a_checkpoint_and_a_summary() {
         .unwrap()
         .clone();
     assert_eq!(entry["origin"], "shell");
-    // The mount made for the shell is gone.
+    // The shell ran at the workspace's stable path; nothing stays mounted.
+    assert_eq!(mp, env.home().join("ws/default").to_str().unwrap());
     assert_eq!(mounts(&env), 0);
-    assert!(!Path::new(mp).exists());
     let audit = env.json(&["audit"])["entries"].as_array().unwrap().clone();
     let n = audit.len();
     assert_eq!(audit[n - 2]["action"], "shell.enter");
@@ -136,8 +136,8 @@ fn shell_runs_in_the_mount_with_a_checkpoint_and_a_summary() {
 }
 
 #[test]
-fn shell_reuses_a_running_mount() {
-    let m = match Mount::new("shell_reuses_a_running_mount") {
+fn shell_keeps_a_running_mount_consistent() {
+    let m = match Mount::new("shell_keeps_a_running_mount_consistent") {
         Some(m) => m,
         None => return,
     };
@@ -147,7 +147,11 @@ fn shell_reuses_a_running_mount() {
         "pwd\necho y > y.txt\n",
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout.trim_end(), m.mp.to_str().unwrap());
+    // The shell runs at the workspace's stable path; the live mount shows its changes.
+    assert_eq!(
+        r.stdout.trim_end(),
+        m.env.home().join("ws/t").to_str().unwrap()
+    );
     assert!(is_mountpoint(&m.mp));
     assert_eq!(std::fs::read_to_string(m.p("y.txt")).unwrap(), "y\n");
     assert!(r.stderr.contains("since entering"), "{}", r.stderr);

@@ -191,7 +191,13 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
         None => crate::sandbox::SandboxInfo::unenforced(),
     };
     ctx.sync_mount(v)?;
-    let cp_name = format!("exec-{}", &envelope.id[3..]);
+    // `avfs shell` keeps its own names: a `shell-...` checkpoint of origin `shell`, and
+    // `shell.enter`/`shell.exit` audit rows.
+    let (cp_name, origin) = if req.interactive {
+        (format!("shell-{}", &envelope.id[3..]), "shell")
+    } else {
+        (format!("exec-{}", &envelope.id[3..]), "exec")
+    };
     let shown = envelope.request.command.shell.clone().unwrap_or_else(|| {
         envelope
             .request
@@ -207,12 +213,27 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
         let root = ws.flush()?;
         check_cwd(db, &root, job.cwd, &shown_cwd)?;
         let parent = ws.info.parent.clone();
-        if want_checkpoint {
-            let s = ws.checkpoint(Some(&cp_name), Some(&format!("before: {shown}")), "exec")?;
-            Ok((s.checkpoint.root, Some(s.checkpoint.name), parent))
+        let message = if req.interactive {
+            "on entering avfs shell".to_string()
         } else {
-            Ok((root, None, parent))
+            format!("before: {shown}")
+        };
+        let r = if want_checkpoint {
+            let s = ws.checkpoint(Some(&cp_name), Some(&message), origin)?;
+            (s.checkpoint.root, Some(s.checkpoint.name), parent)
+        } else {
+            (root, None, parent)
+        };
+        if req.interactive {
+            audit::append(
+                db,
+                Some(&v.workspace),
+                crate::store::audit::cli_actor(),
+                "shell.enter",
+                &json!({"checkpoint": r.1, "shell": shown, "exec": envelope.id}),
+            )?;
         }
+        Ok(r)
     })?;
     envelope.checkpoint = checkpoint.clone();
     if let Some(cp) = &checkpoint {
@@ -458,6 +479,21 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
         r.exit_code.unwrap_or_else(|| 128 + r.signal.unwrap_or(0))
     };
     envelope.result = Some(r);
+    if req.interactive {
+        let detail = json!({"checkpoint": envelope.checkpoint, "exit_code": envelope.exit_code,
+            "summary": envelope.change_summary, "exec": envelope.id, "engine": envelope.engine,
+            "sandbox": envelope.sandbox});
+        store.write(|db| {
+            audit::append(
+                db,
+                Some(&v.workspace),
+                crate::store::audit::cli_actor(),
+                "shell.exit",
+                &detail,
+            )
+        })?;
+        return Ok(());
+    }
     let record = audit_record(envelope);
     store.write(|db| audit::append(db, Some(&v.workspace), "exec", "exec.run", &record))?;
     Ok(())

@@ -21,7 +21,13 @@ const EXAMPLES: &[(&str, &str)] = &[
     (
         "vault create",
         "  avfs vault create work
-  avfs vault create scratch --path /tmp/scratch.avfs",
+  avfs vault create scratch --path /tmp/scratch.avfs
+  avfs vault create app --workspace-path /srv/app   # runs see the workspace at /srv/app",
+    ),
+    (
+        "vault set-path",
+        "  avfs vault set-path /srv/app                  # the current vault and its forks
+  avfs vault set-path --name work ~/src/work",
     ),
     ("vault list", "  avfs vault list\n  avfs --json vault list"),
     ("vault use", "  avfs vault use work"),

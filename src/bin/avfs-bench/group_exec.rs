@@ -5,12 +5,8 @@ use super::*;
 // ---------------------------------------------------------------------------------------
 // Exec workloads: the overhead of `avfs exec` and its change report.
 
-/// The patch size limit `avfs exec` uses for its change report (src/cli/exec.rs).
+/// The patch size limit `avfs exec` uses for its change report (src/boundary/run.rs).
 pub(crate) const EXEC_PATCH_LIMIT: u64 = 64 * 1024;
-
-pub(crate) fn check_envelope(out: &[u8], checkpoint: bool) -> BoxResult<()> {
-    check_envelope_sandbox(out, checkpoint, false)
-}
 
 pub(crate) fn check_envelope_sandbox(out: &[u8], checkpoint: bool, sandbox: bool) -> BoxResult<()> {
     let v: serde_json::Value = serde_json::from_slice(out)?;
@@ -25,28 +21,6 @@ pub(crate) fn check_envelope_sandbox(out: &[u8], checkpoint: bool, sandbox: bool
         .into());
     }
     Ok(())
-}
-
-/// Whether bwrap runs here (the sandbox rows are left out, with a note, when not).
-pub(crate) fn bwrap_usable() -> Result<(), String> {
-    match Command::new("bwrap")
-        .args([
-            "--ro-bind",
-            "/",
-            "/",
-            "--unshare-pid",
-            "--unshare-net",
-            "--",
-            "true",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-    {
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
-        Err(e) => Err(format!("bwrap: {e}")),
-    }
 }
 
 pub(crate) fn bench_exec(
@@ -180,110 +154,67 @@ pub(crate) fn bench_exec(
     }
     drop(store);
 
-    // `avfs exec -- true`, end to end, against `sh -c true`.
+    // `avfs exec -- true`, end to end, against `sh -c true`: what an agent types (read-only,
+    // so no checkpoint), in each engine, with and without the sandbox.
     run(&mut env.avfs(["vault", "fork", "bench", "exec"]))?;
     let xreps = args.reps * 3;
-    let exec = |checkpoint: bool| {
-        env.avfs([
-            "--vault",
-            "exec",
-            "--json",
-            "exec",
-            if checkpoint {
-                "--checkpoint"
-            } else {
-                "--no-checkpoint"
-            },
-            "--",
-            "true",
-        ])
-    };
-    // `avfs exec -- true` as an agent types it (read-only: no checkpoint), with and
-    // without --sandbox: the sandbox's own overhead.
-    let plain = |sandbox: bool| {
+    let variant = |flags: &[&str]| {
         let mut c = env.avfs(["--vault", "exec", "--json", "exec"]);
-        if sandbox {
-            c.arg("--sandbox");
-        }
-        c.args(["--", "true"]);
+        c.args(flags).args(["--", "true"]);
         c
     };
-    let sandbox_ok = bwrap_usable();
+    type Variant = (&'static str, &'static [&'static str], bool, Option<f64>);
+    let variants: &[Variant] = &[
+        (
+            "avfs exec -- true (overlay engine, sandbox)",
+            &[],
+            true,
+            Some(0.010),
+        ),
+        (
+            "avfs exec --no-sandbox -- true (overlay engine)",
+            &["--no-sandbox"],
+            false,
+            None,
+        ),
+        (
+            "avfs exec --checkpoint -- true (overlay engine, sandbox)",
+            &["--checkpoint"],
+            true,
+            None,
+        ),
+        (
+            "avfs exec --engine fuse -- true (a mount for the run)",
+            &["--engine", "fuse"],
+            true,
+            None,
+        ),
+    ];
+    // The first run of a workspace writes its layer (the whole tree, once): not timed.
+    progress_tag(t0, tag, "avfs exec: first run (writes the layer cache)");
+    let first = Instant::now();
+    let out = run(&mut variant(&[]))?;
+    let v: serde_json::Value = serde_json::from_slice(&out)?;
+    notes.push(format!(
+        "first overlay run of the workspace: {} (the layer cache written: {} entries, {} ms), not in the table",
+        fmt_secs(first.elapsed().as_secs_f64()),
+        v["engine"]["layers"]["written"],
+        v["engine"]["layers"]["prepare_ms"]
+    ));
+    for (_, flags, sandbox, _) in variants {
+        let out = run(&mut variant(flags))?;
+        check_envelope_sandbox(&out, flags.contains(&"--checkpoint"), *sandbox)?;
+    }
+    progress_tag(t0, tag, &format!("avfs exec -- true, {xreps} reps of each"));
     let native = || cmd("sh", ["-c", "true"]);
     let mut sh_true = Stat::default();
-    let mut live = [Stat::default(), Stat::default()];
-    let mut cold = [Stat::default(), Stat::default()];
-    // [plain, sandboxed] with a live mount and without.
-    let mut live_sb = [Stat::default(), Stat::default()];
-    let mut cold_sb = [Stat::default(), Stat::default()];
-    let variants: Vec<bool> = if sandbox_ok.is_ok() {
-        vec![false, true]
-    } else {
-        Vec::new()
-    };
-
-    progress_tag(
-        t0,
-        tag,
-        &format!("avfs exec with a live mount, {xreps} reps"),
-    );
-    let mnt = work.join("exec-mnt");
-    std::fs::create_dir_all(&mnt)?;
-    let rec = mount(&env, "exec", &mnt)?;
-    let guard = Unmount {
-        env: &env,
-        mnt: mnt.clone(),
-        done: false,
-    };
-    for checkpoint in [true, false] {
-        for _ in 0..2 {
-            check_envelope(&run(&mut exec(checkpoint))?, checkpoint)?;
-        }
-    }
-    for &sandbox in &variants {
-        check_envelope_sandbox(&run(&mut plain(sandbox))?, false, sandbox)?;
-    }
+    let mut stats: Vec<Stat> = variants.iter().map(|_| Stat::default()).collect();
     for _ in 0..xreps {
         sh_true.push(run_timed(&mut native(), &[0])?.0);
-        for (i, checkpoint) in [true, false].into_iter().enumerate() {
-            let (d, out) = run_timed(&mut exec(checkpoint), &[0])?;
-            check_envelope(&out, checkpoint)?;
-            live[i].push(d);
-        }
-        for &sandbox in &variants {
-            let (d, out) = run_timed(&mut plain(sandbox), &[0])?;
-            check_envelope_sandbox(&out, false, sandbox)?;
-            live_sb[sandbox as usize].push(d);
-        }
-    }
-    notes.push(format!(
-        "live mount: server pid {}, mounted with `avfs mount exec DIR` before the runs",
-        rec["pid"]
-    ));
-    guard.finish()?;
-
-    progress_tag(
-        t0,
-        tag,
-        &format!("avfs exec without a live mount, {xreps} reps"),
-    );
-    for checkpoint in [true, false] {
-        check_envelope(&run(&mut exec(checkpoint))?, checkpoint)?;
-    }
-    for &sandbox in &variants {
-        check_envelope_sandbox(&run(&mut plain(sandbox))?, false, sandbox)?;
-    }
-    for _ in 0..xreps {
-        sh_true.push(run_timed(&mut native(), &[0])?.0);
-        for (i, checkpoint) in [true, false].into_iter().enumerate() {
-            let (d, out) = run_timed(&mut exec(checkpoint), &[0])?;
-            check_envelope(&out, checkpoint)?;
-            cold[i].push(d);
-        }
-        for &sandbox in &variants {
-            let (d, out) = run_timed(&mut plain(sandbox), &[0])?;
-            check_envelope_sandbox(&out, false, sandbox)?;
-            cold_sb[sandbox as usize].push(d);
+        for (i, (_, flags, sandbox, _)) in variants.iter().enumerate() {
+            let (d, out) = run_timed(&mut variant(flags), &[0])?;
+            check_envelope_sandbox(&out, flags.contains(&"--checkpoint"), *sandbox)?;
+            stats[i].push(d);
         }
     }
     let left: serde_json::Value =
@@ -295,101 +226,18 @@ pub(crate) fn bench_exec(
     for _ in 0..xreps {
         floor.push(run_timed(&mut env.avfs(["--version"]), &[0])?.0);
     }
-    let mut extra = Vec::new();
-    if let Err(why) = &sandbox_ok {
-        notes.push(format!(
-            "sandbox: not measured, bwrap does not run here ({why}); install bubblewrap"
-        ));
-    } else {
-        extra.push(String::new());
-        for (where_, [p, s]) in [("live mount", &live_sb), ("no live mount", &cold_sb)] {
-            let (pm, sm) = (p.median(), s.median());
-            extra.push(format!(
-                "sandbox overhead, {where_}: `avfs exec --sandbox -- true` {} vs `avfs exec -- true` {} (medians of {}, interleaved): ratio {:.2}, +{}",
-                fmt_secs(sm),
-                fmt_secs(pm),
-                s.0.len(),
-                sm / pm,
-                fmt_secs(sm - pm)
-            ));
-        }
-        let mut bw = Stat::default();
-        for _ in 0..xreps {
-            let mut c = cmd(
-                "bwrap",
-                [
-                    "--ro-bind",
-                    "/usr",
-                    "/usr",
-                    "--symlink",
-                    "usr/bin",
-                    "/bin",
-                    "--symlink",
-                    "usr/lib",
-                    "/lib",
-                    "--symlink",
-                    "usr/lib64",
-                    "/lib64",
-                    "--unshare-pid",
-                    "--unshare-net",
-                    "--",
-                    "/bin/true",
-                ],
-            );
-            bw.push(run_timed(&mut c, &[0])?.0);
-        }
-        extra.push(format!(
-            "  for scale: a bare `bwrap --ro-bind /usr /usr ... --unshare-pid --unshare-net -- /bin/true` {} (median of {})",
-            fmt_secs(bw.median()),
-            bw.0.len()
-        ));
-    }
-    let [live_ck, live_nock] = live;
-    let [cold_ck, cold_nock] = cold;
-    for (op, s, goal) in [
-        (
-            "avfs exec --checkpoint -- true, live mount",
-            live_ck,
-            Some(0.015),
+    let extra = vec![
+        String::new(),
+        format!(
+            "sandbox overhead (overlay engine): {} with, {} without (medians of {}, interleaved)",
+            fmt_secs(stats[0].median()),
+            fmt_secs(stats[1].median()),
+            stats[0].0.len()
         ),
-        (
-            "avfs exec --no-checkpoint -- true, live mount",
-            live_nock,
-            None,
-        ),
-        (
-            "avfs exec --checkpoint -- true, no live mount",
-            cold_ck,
-            Some(0.100),
-        ),
-        (
-            "avfs exec --no-checkpoint -- true, no live mount",
-            cold_nock,
-            None,
-        ),
-        ("avfs exec -- true, live mount", live_sb[0].clone(), None),
-        (
-            "avfs exec --sandbox -- true, live mount",
-            live_sb[1].clone(),
-            None,
-        ),
-        ("avfs exec -- true, no live mount", cold_sb[0].clone(), None),
-        (
-            "avfs exec --sandbox -- true, no live mount",
-            cold_sb[1].clone(),
-            None,
-        ),
-        (
-            "  for scale: avfs --version (process start only)",
-            floor,
-            None,
-        ),
-    ] {
-        if s.0.is_empty() {
-            continue;
-        }
+    ];
+    for ((op, _, _, goal), s) in variants.iter().zip(stats) {
         rows.push(Row {
-            op: op.into(),
+            op: (*op).into(),
             files: n,
             avfs: s,
             native: Some(sh_true.clone()),
@@ -398,6 +246,13 @@ pub(crate) fn bench_exec(
             ..Default::default()
         });
     }
+    rows.push(Row {
+        op: "  for scale: avfs --version (process start only)".into(),
+        files: n,
+        avfs: floor,
+        native: Some(sh_true.clone()),
+        ..Default::default()
+    });
 
     if !args.keep {
         progress_tag(t0, tag, "cleaning up");

@@ -36,15 +36,17 @@ use serde_json::json;
 type BoxResult<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const USAGE: &str =
-    "usage: avfs-bench [--groups vault,mount,exec] [--dir DIR] [--keep] [--avfs PATH]
+    "usage: avfs-bench [--groups vault,mount,exec,engines] [--dir DIR] [--keep] [--avfs PATH]
                   [--sizes 1000,10000,100000] [--reps N] [--native-reps N]
                   [--mount-workloads tree,io,cargo] [--mount-reps N] [--reps-cargo N]
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
-                  [--exec-files N] [--remote-files N] [--remote-reps N]
+                  [--exec-files N] [--engine-workloads tar,git,...] [--engines overlay,fuse]
+                  [--remote-files N] [--remote-reps N]
 
   --groups           which groups to run (default all): vault (vault operations), mount (real
                      tools in a FUSE mount vs a native directory), exec (avfs exec overhead,
-                     with and without --sandbox, and the change report)
+                     with and without the sandbox, and the change report), engines (real
+                     workloads as whole `avfs exec` runs, overlay and FUSE engines, vs native)
   --dir              where to put the trees, vaults and mounts (default: the system temp dir)
   --keep             keep the generated trees and vaults
   --avfs             the avfs binary to use (default: the one next to avfs-bench)
@@ -72,6 +74,10 @@ const USAGE: &str =
   --exec-files       files in the workspace (default 100000; reuses the vault group's one
                      of that size when it ran)
 
+ engines group (also uses --tar-files, --io-mib, --mount-reps, --reps, --reps-cargo):
+  --engine-workloads which to run (default all): tar, git, status, script, io, rm, cargo
+  --engines          which engines (default overlay,fuse)
+
  remote group (only when named: --groups remote; needs moto, see AVFS_S3_PYTHON, and restic):
   --remote-files     files in the tree pushed and cloned (default 100000)
   --remote-reps      repetitions, interleaved avfs / restic / git (default 3)";
@@ -81,6 +87,7 @@ enum Group {
     Vault,
     Mount,
     Exec,
+    Engines,
     Remote,
 }
 
@@ -100,6 +107,8 @@ struct Args {
     cargo_release: bool,
     cargo_src: Option<PathBuf>,
     exec_files: usize,
+    engine_workloads: Vec<String>,
+    engines: Vec<String>,
     remote_files: usize,
     remote_reps: usize,
 }
@@ -113,7 +122,7 @@ fn list(v: &str) -> Vec<String> {
 
 fn parse_args() -> BoxResult<Args> {
     let mut a = Args {
-        groups: vec![Group::Vault, Group::Mount, Group::Exec],
+        groups: vec![Group::Vault, Group::Mount, Group::Exec, Group::Engines],
         sizes: vec![1_000, 10_000, 100_000],
         reps: 7,
         native_reps: 3,
@@ -128,6 +137,8 @@ fn parse_args() -> BoxResult<Args> {
         cargo_release: false,
         cargo_src: None,
         exec_files: 100_000,
+        engine_workloads: ENGINE_WORKLOADS.iter().map(|s| s.to_string()).collect(),
+        engines: vec!["overlay".into(), "fuse".into()],
         remote_files: 100_000,
         remote_reps: 3,
     };
@@ -152,9 +163,16 @@ fn parse_args() -> BoxResult<Args> {
                         "vault" => Group::Vault,
                         "mount" => Group::Mount,
                         "exec" => Group::Exec,
+                        "engines" => Group::Engines,
                         "remote" => Group::Remote,
                         "all" => {
-                            g.extend([Group::Vault, Group::Mount, Group::Exec, Group::Remote]);
+                            g.extend([
+                                Group::Vault,
+                                Group::Mount,
+                                Group::Exec,
+                                Group::Engines,
+                                Group::Remote,
+                            ]);
                             continue;
                         }
                         other => return Err(format!("--groups: unknown group {other:?}").into()),
@@ -205,6 +223,26 @@ fn parse_args() -> BoxResult<Args> {
                 a.exec_files = count(value("--exec-files")?)?;
                 if a.exec_files < 200 {
                     return Err("--exec-files: at least 200 files".into());
+                }
+            }
+            "--engine-workloads" => {
+                a.engine_workloads = list(&value("--engine-workloads")?);
+                if let Some(w) = a
+                    .engine_workloads
+                    .iter()
+                    .find(|w| !ENGINE_WORKLOADS.contains(&w.as_str()))
+                {
+                    return Err(format!("--engine-workloads: unknown workload {w:?}").into());
+                }
+            }
+            "--engines" => {
+                a.engines = list(&value("--engines")?);
+                if let Some(e) = a
+                    .engines
+                    .iter()
+                    .find(|e| !["overlay", "fuse"].contains(&e.as_str()))
+                {
+                    return Err(format!("--engines: unknown engine {e:?}").into());
                 }
             }
             "--remote-files" => a.remote_files = count(value("--remote-files")?)?.max(200),
@@ -927,11 +965,13 @@ fn dir_bytes(path: &Path) -> u64 {
     total
 }
 
+mod group_engines;
 mod group_exec;
 mod group_mount;
 mod group_remote;
 mod group_vault;
 
+use group_engines::*;
 use group_exec::*;
 use group_mount::*;
 use group_vault::*;
@@ -1074,6 +1114,7 @@ fn real_main() -> BoxResult<()> {
     let mut notes = Vec::new();
     let mut forks: Vec<(usize, f64, f64)> = Vec::new();
     let mut mount_result = None;
+    let mut engines_result = None;
     let mut exec_result = None;
     let result = (|| -> BoxResult<()> {
         let mut reuse = None;
@@ -1095,6 +1136,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Mount) {
             mount_result = Some(bench_mount(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Engines) {
+            engines_result = Some(bench_engines(&args, &avfs, &base, t0)?);
         }
         if has(Group::Remote) {
             group_remote::bench_remote(&args, &avfs, &base, t0)?;
@@ -1165,6 +1209,21 @@ fn real_main() -> BoxResult<()> {
             println!("{n}");
         }
     }
+    if let Some(r) = &engines_result {
+        println!();
+        println!("## engines: workloads through avfs exec");
+        for l in &r.extra {
+            println!("{l}");
+        }
+        println!();
+        println!(
+            "each workload is one whole `avfs --json exec --engine E -- CMD` process (policy, checkpoint, the sandbox, the command at the workspace's stable path, ingest of the changes (overlay), change report, audit) against CMD in a native directory on the same file system, interleaved, from the same state (`checkpoint restore` and a fresh `cp -a` before each run, untimed). \"command\" is the command's own time as the envelope reports it (result.duration_ms), \"ingest\" the overlay engine's taking in of the run's upper directory (engine.ingest.ms); the rest is avfs's own work around them."
+        );
+        println!();
+        for n in &r.notes {
+            println!("{n}");
+        }
+    }
     if let Some(r) = &exec_result {
         println!();
         println!("## exec");
@@ -1172,7 +1231,7 @@ fn real_main() -> BoxResult<()> {
         print_table(["measure", "workspace files", "avfs"], &r.rows, &r.extra);
         println!();
         println!(
-            "native analogue: `sh -c true` spawned and waited for (the same process work without avfs). avfs exec runs are whole `avfs --json exec ... -- true` processes (policy, checkpoint or flush, run, change report, audit, envelope); \"live mount\": the workspace was mounted with `avfs mount` before; \"no live mount\": exec mounts it for the command and unmounts after. `avfs exec [--sandbox] -- true` without checkpoint flags is what an agent types (`true` is read-only: no checkpoint); the two are interleaved, and the sandbox overhead is their difference (bwrap's namespaces and mounts, avfs as the sandbox's PID 1). The change report is timed through the library on the vault file, as src/cli/exec.rs computes it."
+            "native analogue: `sh -c true` spawned and waited for (the same process work without avfs). avfs exec runs are whole `avfs --json exec ... -- true` processes (policy, run lock, checkpoint or flush, the run's namespaces and sandbox at the workspace's stable path, ingest, change report, audit, envelope), interleaved. The change report is timed through the library on the vault file, as src/boundary/run.rs computes it."
         );
         println!();
         for n in &r.notes {
@@ -1180,4 +1239,19 @@ fn real_main() -> BoxResult<()> {
         }
     }
     Ok(())
+}
+
+fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut x = b as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{x:.1} {}", UNITS[u])
+    }
 }
