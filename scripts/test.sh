@@ -29,6 +29,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
+# A virtualenv for the Python package and MCP client tests (pytest, mcp) and for the
+# S3-compatible server the remote tests start (moto's S3 backend: scripts/s3-server.py).
+venv=target/py-venv
+if [ ! -x "$venv/bin/pytest" ] || ! "$venv/bin/python" -c 'import mcp, moto.server' >/dev/null 2>&1; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q pytest 'mcp>=2.3,<3' 'moto[server]>=5.1,<6'
+fi
+export AVFS_S3_PYTHON="$PWD/$venv/bin/python"
+
 cargo build --release --locked --all-targets
 # pjdfstest-rs (a POSIX file system suite, from crates.io), run by tests/mountfs.rs against
 # a mount and a native directory.
@@ -43,12 +53,6 @@ status=${PIPESTATUS[0]}
 
 # The Python package (python/) and the MCP server driven by the official MCP Python SDK
 # (tests/mcp), both against the binary built above.
-venv=target/py-venv
-if [ ! -x "$venv/bin/pytest" ] || ! "$venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q pytest 'mcp>=2.3,<3'
-fi
 "$venv/bin/pip" install -q --force-reinstall --no-deps ./python
 AVFS_BIN="$PWD/target/release/avfs" "$venv/bin/pytest" -q -p no:cacheprovider python/tests tests/mcp 2>&1 | tee -a "$log"
 py_status=${PIPESTATUS[0]}

@@ -70,6 +70,24 @@ pub enum Error {
     Quota(String),
     #[error("sandbox unavailable: {0}")]
     SandboxUnavailable(String),
+    #[error(
+        "no such remote: {0} (see `avfs remote list`; add one with `avfs remote add NAME URL`)"
+    )]
+    NoSuchRemote(String),
+    #[error("remote {remote}: {message}")]
+    Remote { remote: String, message: String },
+    #[error(
+        "push rejected: {remote}'s {workspace} moved since this vault last saw it (someone else pushed); run `avfs pull {remote}` first, then push again"
+    )]
+    PushRejected { remote: String, workspace: String },
+    #[error(
+        "remote {remote}: {what} fails its hash or does not decode ({reason}); it was refused and nothing was stored"
+    )]
+    RemoteCorrupt {
+        remote: String,
+        what: String,
+        reason: String,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -111,6 +129,10 @@ impl Error {
             Error::NoSpace => "no_space",
             Error::Quota(_) => "quota_exceeded",
             Error::SandboxUnavailable(_) => "sandbox_unavailable",
+            Error::NoSuchRemote(_) => "no_such_remote",
+            Error::Remote { .. } => "remote",
+            Error::PushRejected { .. } => "push_rejected",
+            Error::RemoteCorrupt { .. } => "remote_corrupt",
             Error::Internal(_) => "internal",
         }
     }

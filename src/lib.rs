@@ -13,6 +13,7 @@ pub mod names;
 pub mod reclaim;
 pub mod recover;
 pub mod registry;
+pub mod remote;
 pub mod sandbox;
 pub mod search;
 pub mod store;

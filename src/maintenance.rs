@@ -53,6 +53,7 @@ fn gc_refused(what: String) -> Error {
 
 /// Walks the object graph from the roots, recording every reachable hash in `temp.gc_keep`.
 struct Marker<'a> {
+    db: &'a Connection,
     insert: Statement<'a>,
     tree_data: Statement<'a>,
     content_chunks: Statement<'a>,
@@ -64,6 +65,7 @@ struct Marker<'a> {
 impl<'a> Marker<'a> {
     fn new(db: &'a Connection) -> Result<Marker<'a>> {
         Ok(Marker {
+            db,
             insert: db.prepare("INSERT OR IGNORE INTO temp.gc_keep (hash) VALUES (?1)")?,
             tree_data: db.prepare("SELECT data FROM tree WHERE hash = ?1")?,
             content_chunks: db
@@ -108,6 +110,9 @@ impl<'a> Marker<'a> {
                     self.keep(c)?;
                 }
             }
+            // A lazy clone's unfetched file: its remote holds it, nothing here to keep.
+            None if size as usize > CHUNK_SIZE
+                && crate::remote::catalog::promised(self.db, &h)? => {}
             None if size as usize > CHUNK_SIZE => {
                 return Err(gc_refused(format!(
                     "content {} of a {size}-byte file is missing",
@@ -126,7 +131,12 @@ impl<'a> Marker<'a> {
                 .tree_data
                 .query_row([&h.0[..]], |r| r.get(0))
                 .optional()?;
-            let data = data.ok_or_else(|| gc_refused(format!("tree {} is missing", h.to_hex())))?;
+            let data = match data {
+                Some(d) => d,
+                // A tree a remote promises (lazy clone): nothing below it is here to keep.
+                None if crate::remote::catalog::promised(self.db, &h)? => continue,
+                None => return Err(gc_refused(format!("tree {} is missing", h.to_hex()))),
+            };
             if Tree::hash_of(&data) != h {
                 return Err(gc_refused(format!("tree {} fails its hash", h.to_hex())));
             }
@@ -833,6 +843,15 @@ pub fn verify(db: &Connection) -> Result<VerifyReport> {
     v.chunks_complete = v.run("chunks", Verifier::scan_chunks)?;
     v.trees_complete = v.run("tree index", Verifier::scan_tree_hashes)?;
     v.contents_complete = v.run("contents", Verifier::scan_contents)?;
+    // What a remote promises (a lazy clone's unfetched objects) is not missing.
+    for (kind, h) in crate::remote::catalog::promised_all(db)? {
+        match kind {
+            crate::remote::pack::ObjKind::Chunk => v.chunks.insert(h),
+            crate::remote::pack::ObjKind::Content => v.contents.insert(h),
+            crate::remote::pack::ObjKind::Tree => v.trees.insert(h),
+            crate::remote::pack::ObjKind::Checkpoint => false,
+        };
+    }
     v.run("trees", Verifier::scan_trees)?;
     v.run("workspaces", Verifier::check_workspaces)?;
     v.run("checkpoints", Verifier::check_checkpoints)?;

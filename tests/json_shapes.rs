@@ -1397,3 +1397,135 @@ fn policy_check_and_corpus() {
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["category"], "host_escape_risk");
 }
+
+// ---- remotes (docs/json.md "Remotes"), against a directory remote -----------------------
+
+const TRAFFIC: &[(&str, Kind)] = &[("requests", Num), ("bytes_up", Num), ("bytes_down", Num)];
+
+#[test]
+fn remote_push_fetch_pull_clone_gc() {
+    let env = Env::new();
+    let dir = env.path("remote");
+    let url = format!("file://{}", dir.display());
+    env.ok(&["write", "/f", "one"]);
+    env.ok(&["checkpoint", "save", "v1"]);
+    let added = doc(&env, &["remote", "add", "origin", &url]);
+    shape(
+        &added["added"],
+        &[("name", Str), ("url", Str), ("refs", Arr)],
+    );
+    let p = doc(&env, &["push"]);
+    shape(
+        &p,
+        &[
+            ("remote", Str),
+            ("url", Str),
+            ("refs", Arr),
+            ("packs", Num),
+            ("objects", Num),
+            ("bytes", Num),
+            ("traffic", Obj),
+            ("seconds", Any),
+            ("unsaved_changes", Arr),
+        ],
+    );
+    assert!(p["seconds"].is_number());
+    shape(&p["traffic"], TRAFFIC);
+    shape(
+        &p["refs"][0],
+        &[
+            ("workspace", Str),
+            ("checkpoint", Str),
+            ("old", NullOr(&Str)),
+            ("new", Str),
+            ("status", Str),
+        ],
+    );
+    assert_eq!(p["refs"][0]["status"], "created");
+    let l = doc(&env, &["remote", "list"]);
+    shape(
+        &l["remotes"][0],
+        &[("name", Str), ("url", Str), ("refs", Arr)],
+    );
+    shape(
+        &l["remotes"][0]["refs"][0],
+        &[("workspace", Str), ("head", Str)],
+    );
+    let f = doc(&env, &["fetch"]);
+    shape(
+        &f,
+        &[
+            ("remote", Str),
+            ("url", Str),
+            ("refs", Arr),
+            ("lazy", Bool),
+            ("fetched", Obj),
+            ("traffic", Obj),
+            ("seconds", Any),
+        ],
+    );
+    shape(
+        &f["refs"][0],
+        &[
+            ("workspace", Str),
+            ("checkpoint", Str),
+            ("head", Str),
+            ("previous", NullOr(&Str)),
+        ],
+    );
+    shape(&f["fetched"], &[("objects", Num), ("bytes", Num)]);
+    let other = Env::new();
+    let c = doc(&other, &["clone", &url, "copy"]);
+    shape(&c, &[("vault", Obj), ("clone", Obj)]);
+    shape(
+        &c["clone"],
+        &[
+            ("url", Str),
+            ("path", Str),
+            ("workspace", Str),
+            ("checkpoint", Str),
+            ("head", Str),
+            ("lazy", Bool),
+            ("resumed", Bool),
+            ("fetched", Obj),
+            ("traffic", Obj),
+            ("seconds", Any),
+        ],
+    );
+    let pl = doc(&env, &["pull"]);
+    shape(
+        &pl,
+        &[
+            ("remote", Str),
+            ("workspace", Str),
+            ("status", Str),
+            ("checkpoint", NullOr(&Str)),
+            ("before", NullOr(&Str)),
+            ("taken", Arr),
+            ("conflicts", Arr),
+            ("unresolved", Num),
+            ("fetch", Obj),
+        ],
+    );
+    assert_eq!(pl["status"], "up_to_date");
+    let g = doc(&env, &["remote", "gc", "origin"]);
+    shape(
+        &g,
+        &[
+            ("remote", Str),
+            ("packs_deleted", Num),
+            ("bytes_freed", Num),
+            ("packs_kept_young", Num),
+            ("traffic", Obj),
+        ],
+    );
+    err_doc(&env, &["push", "nowhere"], 1, "no_such_remote");
+    other.ok(&["--vault", "copy", "write", "/f", "two"]);
+    other.ok(&["--vault", "copy", "checkpoint", "save", "v2"]);
+    env.ok(&["write", "/g", "x"]);
+    env.ok(&["checkpoint", "save", "v2b"]);
+    doc(&other, &["--vault", "copy", "push"]);
+    err_doc(&env, &["push"], 1, "push_rejected");
+    let removed = doc(&env, &["remote", "remove", "origin"]);
+    shape(&removed["removed"], &[("name", Str), ("url", Str)]);
+}

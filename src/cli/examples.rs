@@ -257,6 +257,45 @@ const EXAMPLES: &[(&str, &str)] = &[
   avfs mcp --no-mount                   # keep nothing mounted between exec calls
   avfs audit | grep mcp                 # what the agent did through the server",
     ),
+    (
+        "remote",
+        "  avfs remote add origin s3://team-bucket/projects/web
+  avfs remote list",
+    ),
+    (
+        "remote add",
+        "  avfs remote add origin s3://team-bucket/projects/web   # endpoint, keys: AWS_* or $AVFS_HOME/remotes.toml
+  avfs remote add backup file:///mnt/shared/avfs",
+    ),
+    ("remote list", "  avfs remote list\n  avfs --json remote list"),
+    ("remote remove", "  avfs remote remove backup"),
+    (
+        "remote gc",
+        "  avfs remote gc origin              # packs of killed pushes, older than an hour
+  avfs remote gc origin --grace 0",
+    ),
+    (
+        "push",
+        "  avfs checkpoint save ready && avfs push      # the head checkpoint, to origin
+  avfs push origin v1                          # move origin's ref to checkpoint v1
+  avfs push origin --all                       # every workspace (forks too)",
+    ),
+    (
+        "fetch",
+        "  avfs fetch
+  avfs fetch origin --full                     # a lazy clone fetches every file now",
+    ),
+    (
+        "pull",
+        "  avfs pull                                    # fast-forward, or merge with a checkpoint
+  avfs pull origin --conflicts=markers",
+    ),
+    (
+        "clone",
+        "  avfs clone s3://team-bucket/projects/web      # vault `web`, files fetched on first read
+  avfs clone s3://team-bucket/projects/web web-v1 --checkpoint v1
+  avfs clone file:///mnt/shared/avfs copy --full",
+    ),
 ];
 
 fn lookup(path: &str) -> Option<&'static str> {

@@ -8,6 +8,7 @@ mod merge;
 mod mount;
 mod output;
 mod quota;
+mod remote;
 mod shell;
 mod tools;
 mod upkeep;
@@ -134,6 +135,18 @@ pub enum Command {
     Man(ManArgs),
     /// Serve the Model Context Protocol on stdin/stdout: the avfs tools for an MCP client.
     Mcp(McpArgs),
+    /// Add, list and remove the object stores this vault shares checkpoints through.
+    #[command(subcommand)]
+    Remote(remote::RemoteCmd),
+    /// Upload checkpoints the remote lacks and move its refs (refused if someone else
+    /// pushed since: pull first).
+    Push(remote::PushArgs),
+    /// Download the remote's checkpoints (and, unless this is a lazy clone, their files).
+    Fetch(remote::FetchArgs),
+    /// Fetch, then fast-forward or merge the remote's checkpoint into this workspace.
+    Pull(remote::PullArgs),
+    /// Make a new vault from a remote: trees now, file contents on first read (--full: all now).
+    Clone(remote::CloneArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -362,6 +375,8 @@ fn wants_json(args: &[OsString]) -> bool {
 }
 
 pub fn main() -> i32 {
+    // A lazy clone's missing file contents are fetched on first read, by any reader.
+    crate::remote::lazy::install();
     let args: Vec<OsString> = std::env::args_os().collect();
     let parsed = cli_command()
         .try_get_matches_from(&args)
@@ -443,5 +458,10 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
                 a.mount || (!a.no_mount && crate::engine::overlay_unavailable(&ctx.home).is_some());
             crate::mcp::serve(&ctx.home, ctx.vault_sel.clone(), mount)
         }
+        Command::Remote(c) => remote::run(ctx, c),
+        Command::Push(a) => remote::push(ctx, a),
+        Command::Fetch(a) => remote::fetch(ctx, a),
+        Command::Pull(a) => remote::pull(ctx, a),
+        Command::Clone(a) => remote::clone(ctx, a),
     }
 }

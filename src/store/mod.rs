@@ -4,6 +4,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod content;
+pub mod missing;
 pub mod objects;
 pub mod quota;
 pub mod schema;
@@ -335,6 +336,17 @@ impl Store {
             );
             views.push(
                 "CREATE TEMP VIEW checkpoint AS SELECT *, NULL AS audit_head FROM main.checkpoint;",
+            );
+        }
+        if version < 7 {
+            // Format 7: no remotes. Empty tables, so `remote list` and a lookup of a
+            // promised object find nothing rather than fail.
+            views.push(
+                "CREATE TEMP TABLE remote (name TEXT PRIMARY KEY, url TEXT NOT NULL, created_at_ns INTEGER NOT NULL);
+                 CREATE TEMP TABLE remote_pack (id INTEGER PRIMARY KEY, remote TEXT NOT NULL, index_name TEXT NOT NULL, pack_name TEXT NOT NULL);
+                 CREATE TEMP TABLE remote_object (hash BLOB NOT NULL, pack INTEGER NOT NULL, kind INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL);
+                 CREATE TEMP TABLE remote_ref (remote TEXT NOT NULL, name TEXT NOT NULL, head BLOB NOT NULL, updated_at_ns INTEGER NOT NULL);
+                 CREATE TEMP TABLE checkpoint_object (hash BLOB PRIMARY KEY, data BLOB NOT NULL, checkpoint INTEGER UNIQUE);",
             );
         }
         if !views.is_empty() {

@@ -3,6 +3,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
+use super::missing::{self, Missing};
 use crate::error::{Error, Result};
 
 /// Fixed block size: a write in the middle of a large file re-stores only the blocks it touched.
@@ -295,6 +296,25 @@ pub fn tree_usage(db: &Connection, hash: &Hash) -> Result<Usage> {
         }
         None => match super::scratch::get(db, hash)? {
             Some((_, files, bytes)) => Ok(Usage { files, bytes }),
+            None if missing::fetch(db, Missing::Tree, hash)?.is_some() => {
+                let tree = get_tree(db, hash)?;
+                let mut u = Usage::default();
+                for e in &tree.entries {
+                    match (e.kind, e.hash) {
+                        (Kind::Dir, Some(sub)) => {
+                            let s = tree_usage(db, &sub)?;
+                            u.files += s.files;
+                            u.bytes += s.bytes;
+                        }
+                        (Kind::Dir, None) => {}
+                        _ => {
+                            u.files += 1;
+                            u.bytes += e.size;
+                        }
+                    }
+                }
+                Ok(u)
+            }
             None => Err(Error::Corrupt {
                 path: Default::default(),
                 reason: format!("missing tree {}", hash.to_hex()),
@@ -310,12 +330,13 @@ pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {
         .optional()?;
     let data = match data {
         Some(d) => d,
-        None => super::scratch::get(db, hash)?
-            .map(|(d, _, _)| d)
-            .ok_or_else(|| Error::Corrupt {
+        None => match super::scratch::get(db, hash)? {
+            Some((d, _, _)) => d,
+            None => missing::fetch(db, Missing::Tree, hash)?.ok_or_else(|| Error::Corrupt {
                 path: Default::default(),
                 reason: format!("missing tree {}", hash.to_hex()),
             })?,
+        },
     };
     if Tree::hash_of(&data) != *hash {
         return Err(Error::Corrupt {
@@ -344,12 +365,13 @@ pub fn visit_tree(
         .optional()?;
     let data = match data {
         Some(d) => d,
-        None => super::scratch::get(db, hash)?
-            .map(|(d, _, _)| d)
-            .ok_or_else(|| Error::Corrupt {
+        None => match super::scratch::get(db, hash)? {
+            Some((d, _, _)) => d,
+            None => missing::fetch(db, Missing::Tree, hash)?.ok_or_else(|| Error::Corrupt {
                 path: Default::default(),
                 reason: format!("missing tree {}", hash.to_hex()),
             })?,
+        },
     };
     let corrupt = |reason: String| Error::Corrupt {
         path: Default::default(),
@@ -402,6 +424,10 @@ pub fn get_chunk(db: &Connection, hash: &Hash) -> Result<Vec<u8>> {
         .prepare_cached("SELECT data FROM chunk WHERE hash = ?1")?
         .query_row([&hash.0[..]], |r| r.get(0))
         .optional()?;
+    let data = match data {
+        Some(d) => Some(d),
+        None => missing::fetch(db, Missing::Chunk, hash)?,
+    };
     let data = data.ok_or_else(|| Error::Corrupt {
         path: Default::default(),
         reason: format!("missing chunk {}", hash.to_hex()),

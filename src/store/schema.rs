@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 6;
+pub const FORMAT_VERSION: i64 = 7;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -186,4 +186,53 @@ CREATE TABLE reclaim_young (tbl INTEGER NOT NULL, id INTEGER NOT NULL, PRIMARY K
 const V6: &str = r#"
 ALTER TABLE workspace ADD COLUMN audit_head INTEGER;
 ALTER TABLE checkpoint ADD COLUMN audit_head INTEGER;
+"#;
+
+/// Format 7: remotes (`avfs remote`, `push`, `fetch`, `clone`). `remote` names object
+/// stores by URL only: credentials never enter the vault. `remote_pack` and
+/// `remote_object` cache the remote's pack indexes (which object lies where), so a push
+/// sends only what the remote lacks and a lazy clone fetches a missing object by range;
+/// an object listed there but absent from `chunk`/`content`/`tree` is *promised*: not
+/// fetched yet, not missing. `checkpoint_object` gives checkpoints their identity across
+/// machines: an immutable, content-addressed record (root, parents, name, time, origin,
+/// message); `checkpoint` is the local checkpoint it stands for, if any (a trigger clears
+/// it when that checkpoint is deleted, so a reused id never inherits it). `remote_ref`
+/// is what each remote's workspaces pointed at when last fetched or pushed.
+const V7: &str = r#"
+CREATE TABLE remote (
+  name TEXT PRIMARY KEY,
+  url TEXT NOT NULL,
+  created_at_ns INTEGER NOT NULL
+);
+CREATE TABLE remote_pack (
+  id INTEGER PRIMARY KEY,
+  remote TEXT NOT NULL,
+  index_name TEXT NOT NULL,
+  pack_name TEXT NOT NULL,
+  UNIQUE (remote, index_name)
+);
+CREATE TABLE remote_object (
+  hash BLOB NOT NULL,
+  pack INTEGER NOT NULL,
+  kind INTEGER NOT NULL,
+  offset INTEGER NOT NULL,
+  length INTEGER NOT NULL,
+  PRIMARY KEY (hash, pack)
+) WITHOUT ROWID;
+CREATE INDEX remote_object_by_pack ON remote_object (pack, offset);
+CREATE TABLE remote_ref (
+  remote TEXT NOT NULL,
+  name TEXT NOT NULL,
+  head BLOB NOT NULL,
+  updated_at_ns INTEGER NOT NULL,
+  PRIMARY KEY (remote, name)
+) WITHOUT ROWID;
+CREATE TABLE checkpoint_object (
+  hash BLOB PRIMARY KEY,
+  data BLOB NOT NULL,
+  checkpoint INTEGER UNIQUE
+);
+CREATE TRIGGER checkpoint_object_forget AFTER DELETE ON checkpoint BEGIN
+  UPDATE checkpoint_object SET checkpoint = NULL WHERE checkpoint = old.id;
+END;
 "#;

@@ -43,6 +43,7 @@ const USAGE: &str =
                   [--tar-files N] [--io-mib N] [--cargo-release] [--cargo-src DIR]
                   [--exec-files N] [--engine-workloads tar,git,...] [--engines overlay,fuse]
                   [--policy-old-avfs PATH] [--fsx-ops N] [--bigdir-sizes N,N]
+                  [--remote-files N] [--remote-reps N]
 
   --groups           which groups to run (default all but space and integrity; `all` adds
                      them): vault (vault operations), mount (real tools in a FUSE mount vs a native directory),
@@ -89,7 +90,11 @@ const USAGE: &str =
   --fsx-ops          operations of the fsx-like workload (default 125000)
 
  integrity group (not in the default groups; in `all`):
-  --bigdir-sizes     entries of the one big directory listed (default 100000,1000000)";
+  --bigdir-sizes     entries of the one big directory listed (default 100000,1000000)
+
+ remote group (not in the default groups; in `all`; needs moto, see AVFS_S3_PYTHON, and restic):
+  --remote-files     files in the tree pushed and cloned (default 100000)
+  --remote-reps      repetitions, interleaved avfs / restic / git (default 3)";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
@@ -100,6 +105,7 @@ enum Group {
     Integrity,
     Engines,
     Space,
+    Remote,
 }
 
 struct Args {
@@ -124,6 +130,8 @@ struct Args {
     engines: Vec<String>,
     /// Operations of the space group's fsx workload.
     fsx_ops: usize,
+    remote_files: usize,
+    remote_reps: usize,
 }
 
 fn list(v: &str) -> Vec<String> {
@@ -161,6 +169,8 @@ fn parse_args() -> BoxResult<Args> {
         engine_workloads: ENGINE_WORKLOADS.iter().map(|s| s.to_string()).collect(),
         engines: vec!["overlay".into(), "fuse".into()],
         fsx_ops: 125_000,
+        remote_files: 100_000,
+        remote_reps: 3,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -187,6 +197,7 @@ fn parse_args() -> BoxResult<Args> {
                         "policy" => Group::Policy,
                         "space" => Group::Space,
                         "integrity" => Group::Integrity,
+                        "remote" => Group::Remote,
                         "all" => {
                             g.extend([
                                 Group::Vault,
@@ -196,6 +207,7 @@ fn parse_args() -> BoxResult<Args> {
                                 Group::Policy,
                                 Group::Space,
                                 Group::Integrity,
+                                Group::Remote,
                             ]);
                             continue;
                         }
@@ -279,6 +291,8 @@ fn parse_args() -> BoxResult<Args> {
                     return Err(format!("--engines: unknown engine {e:?}").into());
                 }
             }
+            "--remote-files" => a.remote_files = count(value("--remote-files")?)?.max(200),
+            "--remote-reps" => a.remote_reps = count(value("--remote-reps")?)?.max(1),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -1002,6 +1016,7 @@ mod group_exec;
 mod group_integrity;
 mod group_mount;
 mod group_policy;
+mod group_remote;
 mod group_space;
 mod group_vault;
 
@@ -1187,6 +1202,9 @@ fn real_main() -> BoxResult<()> {
         }
         if has(Group::Space) {
             space_result = Some(group_space::bench_space(&args, &avfs, &base, t0)?);
+        }
+        if has(Group::Remote) {
+            group_remote::bench_remote(&args, &avfs, &base, t0)?;
         }
         Ok(())
     })();

@@ -289,7 +289,19 @@ pub fn extents(db: &Connection, hash: &Hash, size: u64) -> Result<Arc<Extents>> 
         .prepare_cached("SELECT format, size, chunks FROM content WHERE hash = ?1")?
         .query_row([&hash.0[..]], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
-    let (format, stored_size, blob) = row.ok_or_else(|| missing("content", hash))?;
+    let (format, stored_size, blob) = match row {
+        Some(r) => r,
+        None => {
+            // A lazy clone's promised content comes from its remote (checked there).
+            let wire = super::missing::fetch(db, super::missing::Missing::Content, hash)?
+                .ok_or_else(|| missing("content", hash))?;
+            let ext = wire_decode(&wire).map_err(|reason| Error::Corrupt {
+                path: Default::default(),
+                reason: format!("content {}: {reason}", hash.to_hex()),
+            })?;
+            (FORMAT_EXTENTS, ext.size as i64, encode_extents(&ext.list))
+        }
+    };
     let corrupt = |reason: String| Error::Corrupt {
         path: Default::default(),
         reason: format!("content {}: {reason}", hash.to_hex()),
@@ -308,6 +320,65 @@ pub fn extents(db: &Connection, hash: &Hash, size: u64) -> Result<Arc<Extents>> 
     let ext = Arc::new(ext);
     remember(*hash, &ext);
     Ok(ext)
+}
+
+/// The wire form of a content object (what `avfs push` sends and a lazy clone fetches):
+/// the size, 8 bytes little-endian, then the extent list of format 1. Its hash is
+/// [`hash_of`] of what it decodes to, whatever form the sender stored it in.
+pub fn wire_encode(ext: &Extents) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + ext.list.len() * EXTENT_BYTES);
+    v.extend_from_slice(&ext.size.to_le_bytes());
+    v.extend_from_slice(&encode_extents(&ext.list));
+    v
+}
+
+/// Decodes and checks the wire form (see [`wire_encode`]); never panics.
+pub fn wire_decode(data: &[u8]) -> std::result::Result<Extents, String> {
+    let Some((size, list)) = data.split_first_chunk::<8>() else {
+        return Err("content shorter than its size field".into());
+    };
+    let size = u64::from_le_bytes(*size);
+    if size <= CS {
+        return Err(format!("a {size}-byte file has no content object"));
+    }
+    decode_row(FORMAT_EXTENTS, list, size)
+}
+
+/// Stores a content object received in its wire form, after checking it is `hash`.
+pub fn insert_wire(db: &Connection, hash: &Hash, data: &[u8]) -> Result<()> {
+    let ext = wire_decode(data).map_err(|reason| Error::Corrupt {
+        path: Default::default(),
+        reason: format!("content {}: {reason}", hash.to_hex()),
+    })?;
+    if hash_of(&ext) != *hash {
+        return Err(Error::Corrupt {
+            path: Default::default(),
+            reason: format!("content {} fails its hash", hash.to_hex()),
+        });
+    }
+    db.prepare_cached(
+        "INSERT OR IGNORE INTO content (hash, size, chunks, format) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![
+        &hash.0[..],
+        ext.size as i64,
+        encode_extents(&ext.list),
+        FORMAT_EXTENTS
+    ])?;
+    Ok(())
+}
+
+/// The wire form of stored (or promised) content `hash`.
+pub fn wire_of(db: &Connection, hash: &Hash) -> Result<Vec<u8>> {
+    let size: Option<i64> = db
+        .prepare_cached("SELECT size FROM content WHERE hash = ?1")?
+        .query_row([&hash.0[..]], |r| r.get(0))
+        .optional()?;
+    match size {
+        Some(size) => Ok(wire_encode(&*extents(db, hash, size as u64)?)),
+        None => super::missing::fetch(db, super::missing::Missing::Content, hash)?
+            .ok_or_else(|| missing("content", hash)),
+    }
 }
 
 /// Records the extent map of a file whose chunks are stored already; returns its content

@@ -1,0 +1,283 @@
+//! Remotes: sharing a vault's checkpoints across machines through S3-compatible object
+//! storage (or a directory).
+//!
+//! Layout of a remote (below its URL):
+//!
+//! ```text
+//! packs/<blake3>   many objects back to back (chunks in data packs; trees, chunk lists
+//!                  and checkpoints in metadata packs), immutable
+//! index/<blake3>   one per pack: kind, hash, offset, length of each object, immutable
+//! refs/<workspace> JSON: the checkpoint the workspace points at; moved only by
+//!                  conditional writes (If-Match / If-None-Match)
+//! ```
+//!
+//! Modules: `config` (URLs, credentials from the environment and `$AVFS_HOME/remotes.toml`),
+//! `transport` (the object store client, request counters, conditional writes), `pack`
+//! (the object and index formats), `catalog` (this vault's copy of the remote's indexes),
+//! `commits` (checkpoints as content-addressed objects), `refs`, `push`, `fetch` (and
+//! clone), `pull`, `lazy` (a lazy clone's fault handler) and `gc` below.
+
+pub mod catalog;
+pub mod commits;
+pub mod config;
+pub mod fetch;
+pub mod lazy;
+pub mod objects;
+pub mod pack;
+pub mod pull;
+pub mod push;
+pub mod refs;
+pub mod transport;
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::store::{Store, audit, meta_get};
+pub use fetch::{CloneOptions, CloneReport, FetchReport, clone, fetch};
+pub use pull::{PullReport, pull};
+pub use push::{PushReport, Target, push};
+use transport::Transport;
+
+/// The name a clone gives the remote it came from.
+pub const ORIGIN: &str = "origin";
+
+/// Long work reports its progress here (the CLI draws bars on a terminal).
+pub trait Progress: Sync {
+    fn phase(&self, _what: &str, _total: Option<u64>) {}
+    fn advance(&self, _n: u64) {}
+}
+
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// Remote names: like vault names.
+pub fn validate_name(name: &str) -> Result<()> {
+    crate::registry::validate_name(name).map_err(|_| {
+        Error::InvalidArgument(
+            name.into(),
+            "remote names are 1-128 characters of letters, digits, '-', '_' and '.', not starting with '.'".into(),
+        )
+    })
+}
+
+/// The URL of remote `name` of this vault.
+pub fn remote_url(db: &Connection, name: &str) -> Result<(String, String)> {
+    let url: Option<String> = db
+        .prepare_cached("SELECT url FROM remote WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .optional()?;
+    url.map(|u| (name.to_string(), u))
+        .ok_or_else(|| Error::NoSuchRemote(name.into()))
+}
+
+/// The remote to use when none is named: `origin`, else the only one.
+pub fn default_remote(db: &Connection) -> Result<String> {
+    let names: Vec<String> = db
+        .prepare("SELECT name FROM remote ORDER BY name")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    if names.iter().any(|n| n == ORIGIN) {
+        return Ok(ORIGIN.into());
+    }
+    match names.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(Error::NoSuchRemote(
+            "(none configured; add one with `avfs remote add NAME URL`)".into(),
+        )),
+        _ => Err(Error::InvalidArgument(
+            "REMOTE".into(),
+            format!(
+                "this vault has several remotes ({}); name one",
+                names.join(", ")
+            ),
+        )),
+    }
+}
+
+pub(crate) fn add_remote_row(db: &Connection, name: &str, url: &str) -> Result<()> {
+    validate_name(name)?;
+    config::parse_url(url)?;
+    let n = db.execute(
+        "INSERT OR IGNORE INTO remote (name, url, created_at_ns) VALUES (?1, ?2, ?3)",
+        params![name, url, crate::store::now_ns()],
+    )?;
+    if n == 0 {
+        return Err(Error::Exists(format!("remote {name}")));
+    }
+    Ok(())
+}
+
+pub fn open_transport(home: &Path, name: &str, url: &str) -> Result<Transport> {
+    let location = config::parse_url(url)?;
+    let settings = config::settings_for(home, &location)?;
+    Transport::open(name, &location, &settings)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RemoteInfo {
+    pub name: String,
+    pub url: String,
+    /// Workspaces of the remote as last fetched or pushed: name and checkpoint object.
+    pub refs: Vec<RefInfo>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RefInfo {
+    pub workspace: String,
+    pub head: String,
+}
+
+pub fn add(vault: &Path, workspace: &str, name: &str, url: &str) -> Result<RemoteInfo> {
+    let mut store = Store::open(vault)?;
+    store.write(|db| {
+        add_remote_row(db, name, url)?;
+        audit::append(
+            db,
+            Some(workspace),
+            audit::cli_actor(),
+            "remote.add",
+            &serde_json::json!({"name": name, "url": url}),
+        )?;
+        Ok(())
+    })?;
+    Ok(RemoteInfo {
+        name: name.into(),
+        url: url.into(),
+        refs: vec![],
+    })
+}
+
+pub fn list(vault: &Path) -> Result<Vec<RemoteInfo>> {
+    let mut store = Store::open(vault)?;
+    store.read(|db| {
+        let rows: Vec<(String, String)> = db
+            .prepare("SELECT name, url FROM remote ORDER BY name")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        rows.into_iter()
+            .map(|(name, url)| {
+                let refs = refs::remembered(db, &name)?
+                    .into_iter()
+                    .map(|(w, h)| RefInfo {
+                        workspace: w,
+                        head: h.to_hex(),
+                    })
+                    .collect();
+                Ok(RemoteInfo { name, url, refs })
+            })
+            .collect()
+    })
+}
+
+/// Objects of this vault that only `remote` can supply (a lazy clone's unfetched
+/// contents): removing the remote would lose them.
+fn only_promised_by(db: &Connection, remote: &str) -> Result<u64> {
+    let n: i64 = db.query_row(
+        "SELECT COUNT(*) FROM remote_object o JOIN remote_pack p ON p.id = o.pack
+         WHERE p.remote = ?1
+           AND NOT EXISTS (SELECT 1 FROM chunk WHERE hash = o.hash)
+           AND NOT EXISTS (SELECT 1 FROM content WHERE hash = o.hash)
+           AND NOT EXISTS (SELECT 1 FROM tree WHERE hash = o.hash)
+           AND NOT EXISTS (SELECT 1 FROM checkpoint_object WHERE hash = o.hash)
+           AND NOT EXISTS (SELECT 1 FROM remote_object o2 JOIN remote_pack p2 ON p2.id = o2.pack
+                           WHERE o2.hash = o.hash AND p2.remote != ?1)",
+        [remote],
+        |r| r.get(0),
+    )?;
+    Ok(n as u64)
+}
+
+pub fn remove(vault: &Path, workspace: &str, name: &str, force: bool) -> Result<RemoteInfo> {
+    let mut store = Store::open(vault)?;
+    store.write(|db| {
+        let (_, url) = remote_url(db, name)?;
+        let lazy = meta_get(db, fetch::LAZY_KEY)?.unwrap_or(0) == 1;
+        if lazy && !force {
+            let n = only_promised_by(db, name)?;
+            if n > 0 {
+                return Err(Error::Refused(format!(
+                    "this vault is a lazy clone and {n} of its objects are still only on {name}; run `avfs fetch {name} --full` first (or --force to lose them)"
+                )));
+            }
+        }
+        catalog::forget_remote(db, name)?;
+        db.execute("DELETE FROM remote_ref WHERE remote = ?1", [name])?;
+        db.execute("DELETE FROM remote WHERE name = ?1", [name])?;
+        audit::append(
+            db,
+            Some(workspace),
+            audit::cli_actor(),
+            "remote.remove",
+            &serde_json::json!({"name": name, "url": url}),
+        )?;
+        Ok(RemoteInfo {
+            name: name.into(),
+            url,
+            refs: vec![],
+        })
+    })
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GcReport {
+    pub remote: String,
+    /// Packs no index names (left by killed pushes) and older than the grace period.
+    pub packs_deleted: u64,
+    pub bytes_freed: u64,
+    /// Such packs still inside the grace period (a push may be uploading them now).
+    pub packs_kept_young: u64,
+    pub traffic: transport::Traffic,
+}
+
+/// `avfs remote gc`: deletes packs that no index names, once older than `grace_secs`
+/// (a push in flight uploads its pack before its index, so a young one is left alone).
+pub fn gc(home: &Path, vault: &Path, name: &str, grace_secs: u64) -> Result<GcReport> {
+    let mut store = Store::open(vault)?;
+    let (name, url) = store.read(|db| remote_url(db, name))?;
+    let t = open_transport(home, &name, &url)?;
+    let before = t.traffic();
+    let indexes = t.run(t.list("index"))?;
+    let mut named = std::collections::HashSet::new();
+    for l in &indexes {
+        let Some(n) = l.key.strip_prefix("index/") else {
+            continue;
+        };
+        let data = t
+            .run(t.get(&l.key))?
+            .ok_or_else(|| t.err(&l.key, "listed but gone"))?;
+        let idx = pack::PackIndex::decode(n, &data).map_err(|reason| Error::RemoteCorrupt {
+            remote: name.clone(),
+            what: format!("index {n}"),
+            reason,
+        })?;
+        named.insert(idx.pack);
+    }
+    let now = crate::store::now_ns() / 1_000_000_000;
+    let mut r = GcReport {
+        remote: name.clone(),
+        packs_deleted: 0,
+        bytes_freed: 0,
+        packs_kept_young: 0,
+        traffic: Default::default(),
+    };
+    for l in t.run(t.list("packs"))? {
+        let Some(n) = l.key.strip_prefix("packs/") else {
+            continue;
+        };
+        if named.contains(n) {
+            continue;
+        }
+        if now - l.modified_unix < grace_secs as i64 {
+            r.packs_kept_young += 1;
+            continue;
+        }
+        t.run(t.delete(&l.key))?;
+        r.packs_deleted += 1;
+        r.bytes_freed += l.size;
+    }
+    r.traffic = t.traffic() - before;
+    Ok(r)
+}

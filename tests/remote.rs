@@ -1,0 +1,551 @@
+//! `avfs remote`, `push`, `fetch`, `pull`, `clone` against a real S3-compatible server
+//! (moto, over HTTP on loopback) and against a directory: two "machines" are two
+//! `$AVFS_HOME`s with vaults of their own.
+
+mod common;
+#[path = "common/s3.rs"]
+mod s3;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::Env;
+use s3::S3;
+use serde_json::Value;
+
+/// A machine that reaches `s3` through `$AVFS_HOME/remotes.toml`.
+fn machine(s3: &S3) -> Env {
+    let env = Env::new();
+    std::fs::create_dir_all(env.home()).unwrap();
+    std::fs::write(
+        env.home().join("remotes.toml"),
+        format!(
+            "[s3.default]\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"k-test\"\nsecret_access_key = \"s-test-secret\"\n",
+            s3.endpoint()
+        ),
+    )
+    .unwrap();
+    env
+}
+
+/// A project tree on the host: small files in nested directories, a large file of
+/// several chunks, an empty file, a symlink.
+fn project(dir: &Path, files: usize) {
+    for i in 0..files {
+        let d = dir.join(format!("src/m{}", i % 7));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join(format!("f{i}.txt")),
+            format!("file {i}\n").repeat(i % 5 + 1),
+        )
+        .unwrap();
+    }
+    let big: Vec<u8> = (0..700_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("big.bin"), big).unwrap();
+    std::fs::write(dir.join("empty"), b"").unwrap();
+    std::os::unix::fs::symlink("src/m1/f1.txt", dir.join("link")).unwrap();
+}
+
+fn exported_equals(env: &Env, vault: &str, original: &Path) {
+    let out = env.path(&format!("export-{vault}"));
+    env.ok(&["--vault", vault, "export", "/", out.to_str().unwrap()]);
+    let d = Command::new("diff")
+        .arg("-r")
+        .arg("--no-dereference")
+        .arg(original)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        d.status.success(),
+        "the clone differs from the original:\n{}",
+        String::from_utf8_lossy(&d.stdout)
+    );
+}
+
+fn stats_chunks(env: &Env, vault: &str) -> u64 {
+    env.json(&["--vault", vault, "stats"])["stats"]["vault"]["chunks"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn s3_server_refuses_a_second_conditional_write() {
+    // Without this the race test below would prove nothing: a second create with
+    // If-None-Match and an update with a stale If-Match are refused (412), and the
+    // object keeps the first writer's bytes.
+    let s3 = S3::start();
+    let out = s3.boto3(
+        r#"
+def put(body, **kw):
+    try:
+        return s3.put_object(Bucket=bucket, Key='cas', Body=body, **kw)['ETag']
+    except botocore.exceptions.ClientError as e:
+        return 'refused %s' % e.response['ResponseMetadata']['HTTPStatusCode']
+first = put(b'one', IfNoneMatch='*')
+print(put(b'two', IfNoneMatch='*'))
+second = put(b'three', IfMatch=first)
+print(put(b'four', IfMatch=first))
+print(s3.get_object(Bucket=bucket, Key='cas')['Body'].read().decode())
+"#,
+    );
+    assert_eq!(out, "refused 412\nrefused 412\nthree\n");
+}
+
+#[test]
+fn push_then_lazy_and_full_clone_over_s3() {
+    let s3 = S3::start();
+    let a = machine(&s3);
+    let src = a.path("src");
+    project(&src, 120);
+    a.ok(&["import", src.to_str().unwrap(), "/"]);
+    a.ok(&["checkpoint", "save", "v1", "-m", "first"]);
+    let url = s3.url("team/web");
+    a.ok(&["remote", "add", "origin", &url]);
+    let p = a.json(&["push"]);
+    assert_eq!(p["refs"][0]["status"], "created");
+    assert_eq!(p["refs"][0]["checkpoint"], "v1");
+    // Few, large requests: 120 files in a couple of packs, not a PUT per object.
+    assert!(p["objects"].as_u64().unwrap() > 120);
+    assert!(p["traffic"]["requests"].as_u64().unwrap() <= 10, "{p}");
+
+    // Another machine: a lazy clone holds the trees, no file contents yet.
+    let b = machine(&s3);
+    let c = b.json(&["clone", &url, "web"]);
+    assert_eq!(c["clone"]["lazy"], true);
+    assert_eq!(c["clone"]["checkpoint"], "v1");
+    assert_eq!(stats_chunks(&b, "web"), 0);
+    let ls = b.ok(&["--vault", "web", "ls", "/src/m3"]).stdout;
+    assert!(ls.contains("f3.txt"), "{ls}");
+    // First read fetches, and the content is kept.
+    assert_eq!(b.cat(Some("web"), "/src/m3/f3.txt"), "file 3\n".repeat(4));
+    assert!(stats_chunks(&b, "web") > 0);
+    exported_equals(&b, "web", &src);
+    assert_eq!(
+        b.json(&["--vault", "web", "vault", "verify"])["report"]["ok"],
+        true
+    );
+    b.ok(&["--vault", "web", "gc"]);
+    let cps = b.json(&["--vault", "web", "checkpoint", "list"]);
+    assert_eq!(cps["checkpoints"][0]["name"], "v1");
+
+    // A full clone needs the server no more.
+    let full = machine(&s3);
+    let c = full.json(&["clone", &url, "web", "--full"]);
+    assert_eq!(c["clone"]["lazy"], false);
+    drop(s3);
+    exported_equals(&full, "web", &src);
+    assert_eq!(
+        full.json(&["--vault", "web", "vault", "verify"])["report"]["ok"],
+        true
+    );
+    // The lazy clone still reads what it fetched; what it never read is an error that
+    // names the remote, not a corrupt vault.
+    assert_eq!(b.cat(Some("web"), "/src/m3/f3.txt"), "file 3\n".repeat(4));
+}
+
+#[test]
+fn incremental_push_after_ten_changes_is_a_handful_of_requests() {
+    let s3 = S3::start();
+    let a = machine(&s3);
+    let src = a.path("src");
+    project(&src, 400);
+    a.ok(&["import", src.to_str().unwrap(), "/"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    a.ok(&["remote", "add", "origin", &s3.url("inc")]);
+    a.json(&["push"]);
+    for i in 0..10 {
+        a.ok(&[
+            "write",
+            &format!("/src/m{}/f{i}.txt", i % 7),
+            &format!("changed {i}"),
+        ]);
+    }
+    a.ok(&["checkpoint", "save", "v2"]);
+    let p = a.json(&["push"]);
+    assert_eq!(p["refs"][0]["status"], "updated");
+    // 10 chunks + changed trees + 1 checkpoint; list + ref + 2 packs + 2 indexes + ref.
+    let objects = p["objects"].as_u64().unwrap();
+    assert!((11..=30).contains(&objects), "{p}");
+    assert!(p["traffic"]["requests"].as_u64().unwrap() <= 8, "{p}");
+    // Nothing new: nothing sent.
+    let again = a.json(&["push"]);
+    assert_eq!(again["refs"][0]["status"], "up_to_date");
+    assert_eq!(again["objects"], 0);
+}
+
+fn spawn(env: &Env, args: &[&str]) -> std::process::Child {
+    env.cmd(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn outcome(child: std::process::Child) -> (i32, Value) {
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), v)
+}
+
+#[test]
+fn two_pushers_at_once_one_wins_the_other_is_told_to_pull() {
+    let s3 = S3::start();
+    let url = s3.url("race");
+    let seed = machine(&s3);
+    seed.ok(&["write", "/shared.txt", "base"]);
+    seed.ok(&["checkpoint", "save", "base"]);
+    seed.ok(&["remote", "add", "origin", &url]);
+    seed.json(&["push"]);
+    let a = machine(&s3);
+    let b = machine(&s3);
+    a.json(&["clone", &url, "w"]);
+    b.json(&["clone", &url, "w"]);
+    for round in 0..4 {
+        a.ok(&["--vault", "w", "write", &format!("/a{round}.txt"), "from a"]);
+        a.ok(&["--vault", "w", "checkpoint", "save", &format!("a{round}")]);
+        b.ok(&["--vault", "w", "write", &format!("/b{round}.txt"), "from b"]);
+        b.ok(&["--vault", "w", "checkpoint", "save", &format!("b{round}")]);
+        let pa = spawn(&a, &["--json", "--vault", "w", "push"]);
+        let pb = spawn(&b, &["--json", "--vault", "w", "push"]);
+        let (ca, va) = outcome(pa);
+        let (cb, vb) = outcome(pb);
+        assert_eq!(
+            [ca, cb].iter().filter(|c| **c == 0).count(),
+            1,
+            "round {round}: exactly one push wins\na: {va}\nb: {vb}"
+        );
+        let (loser, lv) = if ca == 0 { (&b, vb) } else { (&a, va) };
+        assert_eq!(lv["error"]["kind"], "push_rejected", "{lv}");
+        assert!(
+            lv["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("avfs pull"),
+            "{lv}"
+        );
+        // The loser merges and pushes; now both changes are on the remote.
+        let pull = loser.json(&["--vault", "w", "pull"]);
+        assert_eq!(pull["status"], "merged", "{pull}");
+        loser.json(&["--vault", "w", "push"]);
+        let winner = if ca == 0 { &a } else { &b };
+        let ff = winner.json(&["--vault", "w", "pull"]);
+        assert_eq!(ff["status"], "fast_forward", "{ff}");
+    }
+    let check = machine(&s3);
+    check.json(&["clone", &url, "w", "--full"]);
+    for round in 0..4 {
+        assert_eq!(check.cat(Some("w"), &format!("/a{round}.txt")), "from a");
+        assert_eq!(check.cat(Some("w"), &format!("/b{round}.txt")), "from b");
+    }
+    assert_eq!(check.cat(Some("w"), "/shared.txt"), "base");
+}
+
+#[test]
+fn pull_fast_forwards_merges_and_keeps_unsaved_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("remote").display());
+    let a = Env::new();
+    a.ok(&["write", "/readme", "one"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    a.ok(&["remote", "add", "origin", &url]);
+    a.json(&["push"]);
+    let b = Env::new();
+    b.json(&["clone", &url, "w"]);
+    a.ok(&["write", "/readme", "two"]);
+    a.ok(&["checkpoint", "save", "v2"]);
+    a.json(&["push"]);
+    let ff = b.json(&["--vault", "w", "pull"]);
+    assert_eq!(ff["status"], "fast_forward");
+    assert_eq!(b.cat(Some("w"), "/readme"), "two");
+    // Unsaved work on B and a new push from A: merged, nothing lost.
+    b.ok(&["--vault", "w", "write", "/notes", "b's notes"]);
+    a.ok(&["write", "/other", "a's file"]);
+    a.ok(&["checkpoint", "save", "v3"]);
+    a.json(&["push"]);
+    let m = b.json(&["--vault", "w", "pull"]);
+    assert_eq!(m["status"], "merged", "{m}");
+    assert!(
+        m["before"]
+            .as_str()
+            .unwrap()
+            .starts_with("auto-before-pull")
+    );
+    assert_eq!(b.cat(Some("w"), "/notes"), "b's notes");
+    assert_eq!(b.cat(Some("w"), "/other"), "a's file");
+    // The merge has both heads as parents: pushing it is a fast-forward.
+    let p = b.json(&["--vault", "w", "push"]);
+    assert_eq!(p["refs"][0]["status"], "updated");
+    let up = a.json(&["pull"]);
+    assert_eq!(up["status"], "fast_forward");
+    assert_eq!(a.cat(None, "/notes"), "b's notes");
+}
+
+/// Bytes of every file of a vault (with its -wal), to search for a secret.
+fn vault_bytes(env: &Env) -> Vec<u8> {
+    let mut all = Vec::new();
+    for e in walk(&env.home()) {
+        all.extend(std::fs::read(e).unwrap_or_default());
+    }
+    all
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn credentials_never_reach_the_vault_the_audit_log_or_messages() {
+    let s3 = S3::start();
+    let secret = "SECRET-9f3b2c7d-do-not-store";
+    let key_id = "KEYID-77aa";
+    let env = Env::new();
+    let with_creds = |args: &[&str]| {
+        let out = env
+            .cmd(args)
+            .env("AWS_ENDPOINT_URL", s3.endpoint())
+            .env("AWS_ACCESS_KEY_ID", key_id)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_SESSION_TOKEN", format!("{secret}-token"))
+            .env("AVFS_REMOTE_RETRIES", "0")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains(secret),
+            "{args:?} printed the secret: {text}"
+        );
+        (out.status.code().unwrap(), text)
+    };
+    with_creds(&["write", "/f", "x"]);
+    with_creds(&["checkpoint", "save", "v1"]);
+    // Credentials in a URL are refused, and not repeated back.
+    let (code, text) = with_creds(&[
+        "--json",
+        "remote",
+        "add",
+        "bad",
+        &format!("s3://{key_id}:{secret}@bucket/x"),
+    ]);
+    assert_eq!(code, 1, "{text}");
+    with_creds(&["remote", "add", "origin", &s3.url("sec")]);
+    let (code, text) = with_creds(&["--json", "push"]);
+    assert_eq!(code, 0, "{text}");
+    with_creds(&["--json", "fetch"]);
+    with_creds(&["--json", "pull"]);
+    // A failing request (no such bucket) is an error without the secret.
+    with_creds(&["remote", "add", "nobucket", "s3://no-such-bucket-xyz/p"]);
+    let (code, text) = with_creds(&["--json", "push", "nobucket"]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("\"kind\": \"remote\""), "{text}");
+    let (code, _) = with_creds(&["clone", &s3.url("sec"), "copy"]);
+    assert_eq!(code, 0);
+    with_creds(&["--vault", "copy", "cat", "/f"]);
+    let audit = with_creds(&["--json", "audit", "--limit", "100"]).1;
+    assert!(audit.contains("remote.push"), "{audit}");
+    let bytes = vault_bytes(&env);
+    assert!(
+        !contains(&bytes, secret),
+        "a vault or registry file holds the secret"
+    );
+    assert!(
+        !contains(&bytes, key_id),
+        "a vault or registry file holds the key id"
+    );
+}
+
+#[test]
+fn a_corrupt_or_foreign_object_on_the_remote_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let url = format!("file://{}", remote.display());
+    let a = Env::new();
+    let src = a.path("src");
+    project(&src, 20);
+    a.ok(&["import", src.to_str().unwrap(), "/"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    a.ok(&["remote", "add", "origin", &url]);
+    a.json(&["push"]);
+    // Flip one byte in the middle of every pack.
+    for p in std::fs::read_dir(remote.join("packs")).unwrap() {
+        let p = p.unwrap().path();
+        let mut d = std::fs::read(&p).unwrap();
+        let i = d.len() / 2;
+        d[i] ^= 0x40;
+        std::fs::write(&p, d).unwrap();
+    }
+    let b = Env::new();
+    let e = b.json_err(&["clone", &url, "w", "--full"], 1);
+    assert_eq!(e["kind"], "remote_corrupt", "{e}");
+    // A foreign file among the indexes is refused too.
+    std::fs::write(remote.join("index").join("0".repeat(64)), b"not an index").unwrap();
+    let c = Env::new();
+    let e = c.json_err(&["clone", &url, "w2"], 1);
+    assert_eq!(e["kind"], "remote_corrupt", "{e}");
+}
+
+#[test]
+fn kill_9_during_push_and_clone_leaves_both_sides_consistent() {
+    let s3 = S3::start();
+    let url = s3.url("kill");
+    let a = machine(&s3);
+    let src = a.path("src");
+    project(&src, 300);
+    // Enough bytes that the push takes a while: 24 MiB of incompressible data.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let noise: Vec<u8> = (0..24 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(src.join("noise.bin"), noise).unwrap();
+    a.ok(&["import", src.to_str().unwrap(), "/"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    a.ok(&["remote", "add", "origin", &url]);
+    for (round, delay) in [40u64, 150, 400].into_iter().enumerate() {
+        let mut child = a
+            .cmd(["--json", "push"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Local side: the vault is whole.
+        assert_eq!(
+            a.json(&["vault", "verify"])["report"]["ok"],
+            true,
+            "round {round}"
+        );
+        // Remote side: either no ref yet, or a ref whose every object is there.
+        let probe = machine(&s3);
+        let r = probe.run(&["--json", "clone", &url, "p", "--full"]);
+        if r.code == 0 {
+            exported_equals(&probe, "p", &src);
+        } else {
+            assert!(
+                r.stdout.contains("no workspaces yet"),
+                "round {round}: {}",
+                r.stdout
+            );
+        }
+    }
+    // Re-running finishes the push.
+    let done = a.json(&["push"]);
+    assert_ne!(done["refs"][0]["status"], "updated", "{done}");
+    let probe = machine(&s3);
+    probe.json(&["clone", &url, "p", "--full"]);
+    exported_equals(&probe, "p", &src);
+    let c = machine(&s3);
+    for delay in [60u64, 250] {
+        let mut child = c
+            .cmd(["--json", "clone", &url, "w", "--full"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+        // A half-made clone is not registered as a vault.
+        let list = c.json(&["vault", "list"]);
+        assert!(
+            !list["vaults"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["name"] == "w"),
+            "{list}"
+        );
+    }
+    let r = c.run(&["--json", "clone", &url, "w", "--full"]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    exported_equals(&c, "w", &src);
+    assert_eq!(
+        c.json(&["--vault", "w", "vault", "verify"])["report"]["ok"],
+        true
+    );
+}
+
+#[test]
+fn remote_gc_deletes_only_packs_no_index_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let url = format!("file://{}", remote.display());
+    let a = Env::new();
+    a.ok(&["write", "/f", "data"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    a.ok(&["remote", "add", "origin", &url]);
+    a.json(&["push"]);
+    // What a push killed between its pack and its index leaves.
+    std::fs::write(remote.join("packs").join("f".repeat(64)), b"half a push").unwrap();
+    let young = a.json(&["remote", "gc", "origin"]);
+    assert_eq!(young["packs_deleted"], 0);
+    assert_eq!(young["packs_kept_young"], 1);
+    let g = a.json(&["remote", "gc", "origin", "--grace", "0"]);
+    assert_eq!(g["packs_deleted"], 1);
+    let b = Env::new();
+    b.json(&["clone", &url, "w", "--full"]);
+    assert_eq!(b.cat(Some("w"), "/f"), "data");
+}
+
+#[test]
+fn lazy_clone_contents_reach_a_mount() {
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        if std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
+            panic!("FUSE is required (AVFS_REQUIRE_FUSE=1) but /dev/fuse is unusable");
+        }
+        eprintln!("SKIPPED lazy_clone_contents_reach_a_mount: no FUSE");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().join("remote").display());
+    let a = Env::new();
+    let src = a.path("src");
+    project(&src, 30);
+    a.ok(&["import", src.to_str().unwrap(), "/"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    a.ok(&["remote", "add", "origin", &url]);
+    a.json(&["push"]);
+    let b = Env::new();
+    b.json(&["clone", &url, "w"]);
+    let mnt = b.path("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    b.ok(&["mount", "w", mnt.to_str().unwrap()]);
+    let got = std::fs::read(mnt.join("big.bin"));
+    let small = std::fs::read_to_string(mnt.join("src/m2/f2.txt"));
+    b.ok(&["unmount", mnt.to_str().unwrap()]);
+    assert_eq!(got.unwrap(), std::fs::read(src.join("big.bin")).unwrap());
+    assert_eq!(small.unwrap(), "file 2\n".repeat(3));
+}
