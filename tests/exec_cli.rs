@@ -1672,10 +1672,12 @@ fn exit_status_is_the_commands() {
         assert_eq!(x.env["result"]["exit_code"], code);
         assert!(x.env["result"]["signal"].is_null());
     }
-    // Killed by a signal: 128 + N.
+    // Killed by a signal: 128 + N. (`kill` is refused by the built-in policy: it can
+    // signal host processes; this vault's policy allows it.)
+    std::fs::create_dir_all(env.home().join("policies")).unwrap();
     std::fs::write(
-        env.home().join("policy.toml"),
-        "[[rule]]\nname = \"self-kill\"\nprogram = \"kill\"\nargs = [\"-9\", \"$$\"]\ncategory = \"mutating\"\n",
+        env.home().join("policies/t.toml"),
+        "[defaults]\nhost_escape_risk = \"allow\"\n",
     )
     .unwrap();
     let x = exec(&env, &["--shell", "kill -9 $$"]);
