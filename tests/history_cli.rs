@@ -378,10 +378,11 @@ fn gc_verify_stats() {
         g["chunks_removed"], 0,
         "everything is still referenced by a checkpoint: {g}"
     );
+    // Deleting the checkpoint gives its space back at once (docs/storage.md): a later
+    // gc finds nothing left, and the stored bytes went down (below).
     env.json(&["checkpoint", "delete", "old"]);
     let g = env.json(&["gc"]);
-    assert!(g["chunks_removed"].as_u64().unwrap() >= 3, "{g}");
-    assert!(g["bytes_freed"].as_u64().unwrap() >= 150_000, "{g}");
+    assert_eq!(g["chunks_removed"], 0, "{g}");
     assert_eq!(env.cmd(["cat", "/big"]).output().unwrap().stdout, big_b);
     let after = env.json(&["stats"]);
     assert!(

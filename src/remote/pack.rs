@@ -90,13 +90,22 @@ impl PackIndex {
         if idx.pack.len() != 64 || !idx.pack.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err("bad pack name".into());
         }
+        // A pack is its objects back to back, in index order: anything else is damage.
+        let mut end = 0u64;
         for e in &idx.entries {
             if ObjKind::from_u8(e.kind).is_none() {
                 return Err(format!("unknown object kind {}", e.kind));
             }
-            if e.offset + e.length as u64 > idx.size {
+            if e.offset != end {
+                return Err("the entries do not follow each other through the pack".into());
+            }
+            end = e.offset.saturating_add(e.length as u64);
+            if end > idx.size {
                 return Err("an entry lies outside its pack".into());
             }
+        }
+        if end != idx.size {
+            return Err("the entries do not cover the pack".into());
         }
         Ok(idx)
     }
