@@ -842,8 +842,8 @@ pub fn verify(db: &Connection) -> Result<VerifyReport> {
     v.run("sqlite integrity", Verifier::integrity)?;
     v.chunks_complete = v.run("chunks", Verifier::scan_chunks)?;
     v.trees_complete = v.run("tree index", Verifier::scan_tree_hashes)?;
-    v.contents_complete = v.run("contents", Verifier::scan_contents)?;
-    // What a remote promises (a lazy clone's unfetched objects) is not missing.
+    // What a remote promises (a lazy clone's unfetched objects, or a clone killed half
+    // way) is not missing: known before the contents are checked for their chunks.
     for (kind, h) in crate::remote::catalog::promised_all(db)? {
         match kind {
             crate::remote::pack::ObjKind::Chunk => v.chunks.insert(h),
@@ -852,6 +852,7 @@ pub fn verify(db: &Connection) -> Result<VerifyReport> {
             crate::remote::pack::ObjKind::Checkpoint => false,
         };
     }
+    v.contents_complete = v.run("contents", Verifier::scan_contents)?;
     v.run("trees", Verifier::scan_trees)?;
     v.run("workspaces", Verifier::check_workspaces)?;
     v.run("checkpoints", Verifier::check_checkpoints)?;
