@@ -216,9 +216,10 @@ impl Classifier<'_> {
             }
         }
         let a = tools::analyze(argv, stdin);
-        if !a.transparent
-            && !(prog.contains('/') && !SYSTEM_BIN.iter().any(|p| prog.starts_with(p)))
-        {
+        // A program named by a path outside the system's bin directories is judged by
+        // the workspace-program rule, not by the rules for its basename.
+        let system_program = !prog.contains('/') || SYSTEM_BIN.iter().any(|p| prog.starts_with(p));
+        if !a.transparent && system_program {
             let f = self.policy.finding_for(argv, &a.rule_argv);
             if self.out.len() < MAX_FINDINGS {
                 self.out.push(f);

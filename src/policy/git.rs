@@ -229,17 +229,16 @@ fn subcommand(a: &mut Analysis, sub: &[String], at: usize) {
                 "git-writes",
                 format!("git {name} writes {f}"),
             );
-        } else if w == "--output"
-            || (name == "format-patch" && (w == "-o" || w == "--output-directory"))
+        } else if (w == "--output"
+            || (name == "format-patch" && (w == "-o" || w == "--output-directory")))
+            && let Some(f) = args.get(k + 1)
         {
-            if let Some(f) = args.get(k + 1) {
-                a.writes.push(f.clone());
-                a.effect(
-                    Category::Mutating,
-                    "git-writes",
-                    format!("git {name} writes {f}"),
-                );
-            }
+            a.writes.push(f.clone());
+            a.effect(
+                Category::Mutating,
+                "git-writes",
+                format!("git {name} writes {f}"),
+            );
         }
         if name == "grep" && (w.starts_with("-O") || w.starts_with("--open-files-in-pager")) {
             a.effect(

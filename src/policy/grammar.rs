@@ -381,7 +381,7 @@ impl Lower {
         &mut self,
         f: &ast::ForClauseCommand,
         depth: usize,
-        cds: &mut Vec<String>,
+        cds: &[String],
     ) -> Result<(), ParseError> {
         let mut values = Vec::new();
         let mut fixed = f.values.is_some();
@@ -394,12 +394,12 @@ impl Lower {
         if fixed && !values.is_empty() && values.len() <= MAX_UNROLL {
             for v in values {
                 self.vars.insert(f.variable_name.clone(), Some(v));
-                let mut local = cds.clone();
+                let mut local = cds.to_vec();
                 self.list(&f.body.list, depth, &mut local)?;
             }
         } else {
             self.vars.insert(f.variable_name.clone(), None);
-            let mut local = cds.clone();
+            let mut local = cds.to_vec();
             self.list(&f.body.list, depth, &mut local)?;
         }
         match saved {

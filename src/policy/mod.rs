@@ -211,7 +211,7 @@ impl Policy {
         }
         match req.command {
             CommandLine::Shell(line) => c.script("", line, 0, &dir),
-            CommandLine::Argv(argv) if argv.is_empty() => {}
+            CommandLine::Argv([]) => {}
             CommandLine::Argv(argv) => c.command(
                 &SimpleCommand {
                     argv: argv.to_vec(),

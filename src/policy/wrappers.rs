@@ -39,9 +39,8 @@ fn skip_options(
             return Err(a.to_string());
         }
         // A group of short options: flags, then at most one that takes a value.
-        let mut chars = a[1..].char_indices();
         let mut consumed_next = false;
-        while let Some((k, c)) = chars.next() {
+        for (k, c) in a[1..].char_indices() {
             if short_value.contains(&c) {
                 if k + c.len_utf8() == a.len() - 1 {
                     consumed_next = true;

@@ -274,70 +274,61 @@ pub fn tree_usage(db: &Connection, hash: &Hash) -> Result<Usage> {
             bytes: b as u64,
         }),
         Some(_) => {
-            let tree = get_tree(db, hash)?;
-            let mut u = Usage::default();
-            for e in &tree.entries {
-                match (e.kind, e.hash) {
-                    (Kind::Dir, Some(sub)) => {
-                        let s = tree_usage(db, &sub)?;
-                        u.files += s.files;
-                        u.bytes += s.bytes;
-                    }
-                    (Kind::Dir, None) => {}
-                    _ => {
-                        u.files += 1;
-                        u.bytes += e.size;
-                    }
-                }
-            }
+            let u = usage_of_entries(db, hash)?;
             db.prepare_cached("UPDATE tree SET files = ?2, bytes = ?3 WHERE hash = ?1")?
                 .execute(params![&hash.0[..], u.files as i64, u.bytes as i64])?;
             Ok(u)
         }
         None => match super::scratch::get(db, hash)? {
             Some((_, files, bytes)) => Ok(Usage { files, bytes }),
-            None if missing::fetch(db, Missing::Tree, hash)?.is_some() => {
-                let tree = get_tree(db, hash)?;
-                let mut u = Usage::default();
-                for e in &tree.entries {
-                    match (e.kind, e.hash) {
-                        (Kind::Dir, Some(sub)) => {
-                            let s = tree_usage(db, &sub)?;
-                            u.files += s.files;
-                            u.bytes += s.bytes;
-                        }
-                        (Kind::Dir, None) => {}
-                        _ => {
-                            u.files += 1;
-                            u.bytes += e.size;
-                        }
-                    }
-                }
-                Ok(u)
-            }
-            None => Err(Error::Corrupt {
-                path: Default::default(),
-                reason: format!("missing tree {}", hash.to_hex()),
-            }),
+            // A promised tree (lazy clone): fetched, stored without totals, summed here.
+            None => usage_of_entries(db, hash),
         },
     }
 }
 
-pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {
+/// Sums the totals of a tree's entries (subtrees through `tree_usage`).
+fn usage_of_entries(db: &Connection, hash: &Hash) -> Result<Usage> {
+    let tree = get_tree(db, hash)?;
+    let mut u = Usage::default();
+    for e in &tree.entries {
+        match (e.kind, e.hash) {
+            (Kind::Dir, Some(sub)) => {
+                let s = tree_usage(db, &sub)?;
+                u.files += s.files;
+                u.bytes += s.bytes;
+            }
+            (Kind::Dir, None) => {}
+            _ => {
+                u.files += 1;
+                u.bytes += e.size;
+            }
+        }
+    }
+    Ok(u)
+}
+
+/// The encoded bytes of tree `hash`: stored, in the connection's scratch space, or
+/// promised by a remote (fetched now). Not yet checked against the hash.
+fn tree_data(db: &Connection, hash: &Hash) -> Result<Vec<u8>> {
     let data: Option<Vec<u8>> = db
         .prepare_cached("SELECT data FROM tree WHERE hash = ?1")?
         .query_row([&hash.0[..]], |r| r.get(0))
         .optional()?;
-    let data = match data {
-        Some(d) => d,
-        None => match super::scratch::get(db, hash)? {
-            Some((d, _, _)) => d,
-            None => missing::fetch(db, Missing::Tree, hash)?.ok_or_else(|| Error::Corrupt {
-                path: Default::default(),
-                reason: format!("missing tree {}", hash.to_hex()),
-            })?,
-        },
-    };
+    if let Some(d) = data {
+        return Ok(d);
+    }
+    if let Some((d, _, _)) = super::scratch::get(db, hash)? {
+        return Ok(d);
+    }
+    missing::fetch(db, Missing::Tree, hash)?.ok_or_else(|| Error::Corrupt {
+        path: Default::default(),
+        reason: format!("missing tree {}", hash.to_hex()),
+    })
+}
+
+pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {
+    let data = tree_data(db, hash)?;
     if Tree::hash_of(&data) != *hash {
         return Err(Error::Corrupt {
             path: Default::default(),
@@ -359,20 +350,7 @@ pub fn visit_tree(
     hash: &Hash,
     f: &mut dyn FnMut(&mut Entry) -> Result<bool>,
 ) -> Result<()> {
-    let data: Option<Vec<u8>> = db
-        .prepare_cached("SELECT data FROM tree WHERE hash = ?1")?
-        .query_row([&hash.0[..]], |r| r.get(0))
-        .optional()?;
-    let data = match data {
-        Some(d) => d,
-        None => match super::scratch::get(db, hash)? {
-            Some((d, _, _)) => d,
-            None => missing::fetch(db, Missing::Tree, hash)?.ok_or_else(|| Error::Corrupt {
-                path: Default::default(),
-                reason: format!("missing tree {}", hash.to_hex()),
-            })?,
-        },
-    };
+    let data = tree_data(db, hash)?;
     let corrupt = |reason: String| Error::Corrupt {
         path: Default::default(),
         reason: format!("tree {}: {reason}", hash.to_hex()),
