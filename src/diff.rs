@@ -8,6 +8,10 @@ use crate::error::Result;
 use crate::store::objects::{Entry, Hash, Kind, get_tree};
 use crate::workspace::path::display;
 
+pub mod filter;
+pub mod renames;
+pub mod stat;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
@@ -18,6 +22,9 @@ pub enum ChangeKind {
     ModeChanged,
     /// Only the extended attributes (tags, metadata, other `user.*`) differ.
     MetaChanged,
+    /// A deleted file and an added file paired by content (see `renames`): `path` is
+    /// the new path, `from` the old one. Only `renames::detect` makes these.
+    Renamed,
 }
 
 impl ChangeKind {
@@ -29,6 +36,7 @@ impl ChangeKind {
             ChangeKind::TypeChanged => "T",
             ChangeKind::ModeChanged => "P",
             ChangeKind::MetaChanged => "X",
+            ChangeKind::Renamed => "R",
         }
     }
 }
@@ -46,6 +54,12 @@ pub struct Change {
     pub mode_after: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,
+    /// A rename's old path (only on `renamed` changes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// A rename's similarity in percent: 100 for the same content (only on `renamed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similarity: Option<u8>,
     #[serde(skip)]
     pub before: Option<Entry>,
     #[serde(skip)]
@@ -78,6 +92,14 @@ pub struct ChangeSummary {
     pub type_changed: usize,
     pub mode_changed: usize,
     pub meta_changed: usize,
+    /// Present only when some change is a rename, so consumers of change lists without
+    /// rename detection (the exec envelope) see the shape they always saw.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub renamed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl ChangeSummary {
@@ -91,6 +113,7 @@ impl ChangeSummary {
                 ChangeKind::TypeChanged => s.type_changed += 1,
                 ChangeKind::ModeChanged => s.mode_changed += 1,
                 ChangeKind::MetaChanged => s.meta_changed += 1,
+                ChangeKind::Renamed => s.renamed += 1,
             }
         }
         s
@@ -119,6 +142,8 @@ pub fn change(
         mode_before: a.map(|e| format!("{:04o}", e.mode & 0o7777)),
         mode_after: b.map(|e| format!("{:04o}", e.mode & 0o7777)),
         patch: None,
+        from: None,
+        similarity: None,
         before: a.cloned(),
         after: b.cloned(),
     }
@@ -336,10 +361,15 @@ pub fn add_patches(db: &Connection, changes: &mut [Change], limit: u64) -> Resul
                     e.as_ref()
                         .is_none_or(|e| e.kind == Kind::File && e.size <= limit)
                 };
-                if !matches!(
-                    c.kind,
-                    ChangeKind::Added | ChangeKind::Modified | ChangeKind::Deleted
-                ) || !sized(&c.before)
+                // An exact rename has no patch: its content did not change.
+                let edited_rename = c.kind == ChangeKind::Renamed
+                    && c.before.as_ref().map(|e| e.hash) != c.after.as_ref().map(|e| e.hash);
+                if !(edited_rename
+                    || matches!(
+                        c.kind,
+                        ChangeKind::Added | ChangeKind::Modified | ChangeKind::Deleted
+                    ))
+                    || !sized(&c.before)
                     || !sized(&c.after)
                 {
                     continue;
@@ -350,7 +380,9 @@ pub fn add_patches(db: &Connection, changes: &mut [Change], limit: u64) -> Resul
                 ) else {
                     continue;
                 };
-                let from = if c.before.is_some() {
+                let from = if let Some(old) = &c.from {
+                    format!("a{old}")
+                } else if c.before.is_some() {
                     format!("a{}", c.path)
                 } else {
                     "/dev/null".into()

@@ -7,6 +7,7 @@ pub mod diff;
 pub mod engine;
 pub mod error;
 pub mod exec;
+pub mod history;
 pub mod mcp;
 pub mod merge;
 pub mod names;

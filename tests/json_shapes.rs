@@ -1530,3 +1530,182 @@ fn remote_push_fetch_pull_clone_gc() {
     let removed = doc(&env, &["remote", "remove", "origin"]);
     shape(&removed["removed"], &[("name", Str), ("url", Str)]);
 }
+
+// ---- history tools (status, graph, prune, retention, diff --stat, renames) ---------------
+
+#[test]
+fn status_shape() {
+    let env = Env::new();
+    doc(&env, &["write", "/a", "a\n"]);
+    doc(&env, &["checkpoint", "save", "c1", "-m", "first"]);
+    doc(&env, &["mv", "/a", "/b"]);
+    let s = doc(&env, &["status"]);
+    shape(
+        &s,
+        &[
+            ("vault", Str),
+            ("vault_path", Str),
+            ("workspace", Str),
+            ("parent", NullOr(&Str)),
+            ("workspace_path", Str),
+            ("head", NullOr(&Obj)),
+            ("clean", Bool),
+            ("summary", Obj),
+            ("changes", Arr),
+            ("changes_truncated", Bool),
+            ("checkpoints", Num),
+            ("automatic_checkpoints", Num),
+            ("auto_prune_keep_last", NullOr(&Num)),
+            ("mounts", Arr),
+            ("runs", Arr),
+            ("pending_approvals", Arr),
+            ("next", Arr),
+        ],
+    );
+    shape(
+        &s["head"],
+        &[
+            ("name", Str),
+            ("created_at", Str),
+            ("origin", Str),
+            ("message", NullOr(&Str)),
+        ],
+    );
+    assert_time(&s["head"]["created_at"]);
+    shape(&s["summary"], SUMMARY);
+    assert_eq!(s["summary"]["renamed"], 1);
+    let changes = each(
+        &s["changes"],
+        &[("path", Str), ("kind", Str), ("from", Opt(&Str))],
+    );
+    assert_eq!(changes[0]["from"], "/a");
+    assert!(s["next"].as_array().unwrap().iter().all(|n| n.is_string()));
+}
+
+#[test]
+fn diff_stat_names_paths_and_renames_shape() {
+    let env = Env::new();
+    doc(&env, &["write", "-p", "/src/a.txt", "one\ntwo\n"]);
+    doc(&env, &["checkpoint", "save", "c1"]);
+    doc(&env, &["mv", "/src/a.txt", "/src/b.txt"]);
+    doc(&env, &["write", "/src/new.txt", "x\n"]);
+    let d = doc(&env, &["diff", "c1", "--stat", "--path", "/src"]);
+    let changes = check_diff_with_renames(&d);
+    let r = changes.iter().find(|c| c["kind"] == "renamed").unwrap();
+    shape(r, &[("from", Str), ("similarity", Num)]);
+    assert_eq!(d["paths"], serde_json::json!(["/src"]));
+    shape(&d["stat"], &[("files", Arr), ("totals", Obj)]);
+    each(
+        &d["stat"]["files"],
+        &[
+            ("path", Str),
+            ("kind", Str),
+            ("from", Opt(&Str)),
+            ("insertions", NullOr(&Num)),
+            ("deletions", NullOr(&Num)),
+            ("binary", Bool),
+        ],
+    );
+    shape(
+        &d["stat"]["totals"],
+        &[("files", Num), ("insertions", Num), ("deletions", Num)],
+    );
+    let n = doc(&env, &["diff", "c1", "--name-only"]);
+    check_diff_with_renames(&n);
+    assert_eq!(
+        n["names"],
+        serde_json::json!(["/src/b.txt", "/src/new.txt"])
+    );
+    err_doc(&env, &["diff", "c1", "--find-renames", "101"], 2, "usage");
+}
+
+/// `check_diff`, where `renamed` is one more kind (present in the summary when not 0).
+fn check_diff_with_renames(d: &Value) -> &Vec<Value> {
+    shape(
+        d,
+        &[
+            ("from", Str),
+            ("to", Str),
+            ("summary", Obj),
+            ("changes", Arr),
+        ],
+    );
+    shape(&d["summary"], SUMMARY);
+    let changes = each(&d["changes"], CHANGE);
+    let mut counted = 0;
+    for k in [
+        "added",
+        "modified",
+        "deleted",
+        "type_changed",
+        "mode_changed",
+        "meta_changed",
+        "renamed",
+    ] {
+        let n = d["summary"][k].as_u64().unwrap_or(0) as usize;
+        assert_eq!(
+            n,
+            changes.iter().filter(|c| c["kind"] == k).count(),
+            "{k}: {d:#}"
+        );
+        counted += n;
+    }
+    assert_eq!(counted, changes.len(), "a change of unknown kind: {d:#}");
+    changes
+}
+
+#[test]
+fn graph_prune_retention_shapes() {
+    let env = Env::new();
+    doc(&env, &["write", "/f", "x"]);
+    doc(&env, &["checkpoint", "save", "base"]);
+    doc(&env, &["vault", "fork", "default", "task"]);
+    doc(&env, &["--vault", "task", "checkpoint", "save", "t1"]);
+    let g = doc(&env, &["checkpoint", "list", "--graph"]);
+    shape(&g, &[("graph", Obj), ("head", NullOr(&Str))]);
+    shape(&g["graph"], &[("nodes", Arr), ("lines", Arr)]);
+    let nodes = each(
+        &g["graph"]["nodes"],
+        &[
+            ("name", Str),
+            ("workspace", Str),
+            ("parents", Arr),
+            ("heads", Arr),
+            ("created_at", Str),
+            ("origin", Str),
+            ("message", NullOr(&Str)),
+            ("column", Num),
+        ],
+    );
+    for n in nodes {
+        each(&n["parents"], &[("name", Str), ("workspace", Str)]);
+        assert_time(&n["created_at"]);
+    }
+    assert_eq!(nodes.len(), 2);
+
+    let p = doc(
+        &env,
+        &["checkpoint", "prune", "--keep-last", "1", "--dry-run"],
+    );
+    shape(
+        &p,
+        &[
+            ("workspace", Str),
+            ("dry_run", Bool),
+            ("retention", Obj),
+            ("pruned", Arr),
+            ("kept_automatic", Num),
+            ("kept_other", Num),
+        ],
+    );
+    shape(
+        &p["retention"],
+        &[("keep_last", NullOr(&Num)), ("keep_days", NullOr(&Num))],
+    );
+    err_doc(&env, &["checkpoint", "prune"], 1, "invalid_argument");
+    let r = doc(&env, &["checkpoint", "retention", "--keep-last", "3"]);
+    shape(&r, &[("keep_last", NullOr(&Num))]);
+    assert_eq!(r["keep_last"], 3);
+    assert_eq!(doc(&env, &["checkpoint", "retention"])["keep_last"], 3);
+    assert!(doc(&env, &["checkpoint", "retention", "--off"])["keep_last"].is_null());
+}

@@ -496,6 +496,7 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
     }
     let record = audit_record(envelope);
     store.write(|db| audit::append(db, Some(&v.workspace), "exec", "exec.run", &record))?;
+    crate::history::prune::after_run(&mut store, &v.workspace);
     Ok(())
 }
 

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::human_size;
-use crate::diff::{Change, ChangeSummary, PATCH_LIMIT, add_patches, diff_roots};
+use crate::diff::{Change, ChangeSummary, PATCH_LIMIT, add_patches, diff_roots, filter, renames};
 use crate::error::{Error, Result};
 use crate::store::objects::{self, Hash};
 use crate::util::rfc3339;
@@ -24,9 +24,10 @@ pub enum CheckpointCmd {
         #[arg(short = 'm', long)]
         message: Option<String>,
     },
-    /// List this workspace's checkpoints, oldest first.
+    /// List this workspace's checkpoints, oldest first (`--graph`: every workspace's,
+    /// newest first, with forks and merges drawn).
     #[command(visible_alias = "ls")]
-    List,
+    List(super::history::ListArgs),
     /// Make a checkpoint the live state. Unsaved changes are kept in an automatic checkpoint first.
     Restore { name: String },
     /// Delete a checkpoint (its content goes at the next `avfs gc` unless still referenced).
@@ -34,6 +35,10 @@ pub enum CheckpointCmd {
     Delete { name: String },
     /// Compare two checkpoints (default: the last checkpoint and the live state).
     Diff(DiffArgs),
+    /// Delete automatic checkpoints (exec's and shell's) beyond a retention; named ones stay.
+    Prune(super::history::PruneArgs),
+    /// Show or set the vault's automatic retention of exec checkpoints (applied after each exec).
+    Retention(super::history::RetentionArgs),
 }
 
 #[derive(Args, Debug)]
@@ -45,11 +50,34 @@ pub struct DiffArgs {
     /// Add unified diffs of text files.
     #[arg(long, short = 'p')]
     patch: bool,
+    /// Lines inserted and deleted per file, with totals.
+    #[arg(long)]
+    stat: bool,
+    /// Only the changed paths, one a line.
+    #[arg(long, conflicts_with_all = ["patch", "stat"])]
+    name_only: bool,
+    /// Only changes at or below this path (repeatable; or list paths after `--`).
+    #[arg(long = "path", value_name = "PATH")]
+    path: Vec<OsString>,
+    /// Paths to limit the diff to, after `--`: `avfs diff A B -- /src`.
+    #[arg(last = true, value_name = "PATH")]
+    paths: Vec<OsString>,
+    /// Least similarity, in percent, for a deleted and an added file to count as one
+    /// renamed file (100: identical content only).
+    #[arg(long, value_name = "PERCENT", default_value_t = crate::diff::renames::DEFAULT_THRESHOLD,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    find_renames: u8,
+    /// Show renames as a deletion and an addition.
+    #[arg(long)]
+    no_renames: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct LogArgs {
     path: OsString,
+    /// List every checkpoint, also those where the path did not change.
+    #[arg(long)]
+    all: bool,
 }
 
 #[derive(Args, Debug)]
@@ -111,7 +139,8 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
                 },
             );
         }
-        CheckpointCmd::List => {
+        CheckpointCmd::List(a) if a.graph => return super::history::graph(ctx),
+        CheckpointCmd::List(_) => {
             let (cps, head) = ctx.view(|ws| Ok((ws.checkpoints()?, ws.head()?.map(|h| h.name))))?;
             let list: Vec<_> = cps.iter().map(cp_json).collect();
             ctx.out
@@ -173,6 +202,8 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
             });
         }
         CheckpointCmd::Diff(a) => return diff(ctx, a),
+        CheckpointCmd::Prune(a) => return super::history::prune(ctx, a),
+        CheckpointCmd::Retention(a) => return super::history::retention(ctx, a),
     }
     Ok(0)
 }
@@ -224,10 +255,18 @@ pub fn print_changes(changes: &[Change], paint: super::output::Paint) {
             ),
             _ => String::new(),
         };
+        let shown = match &c.from {
+            Some(old) => format!(
+                "{old} -> {}  ({}% similar)",
+                c.path,
+                c.similarity.unwrap_or(100)
+            ),
+            None => c.path.clone(),
+        };
         println!(
             "{} {}{}{}",
             paint.sigil(c.kind.sigil()),
-            c.path,
+            shown,
             sizes,
             extra
         );
@@ -238,26 +277,54 @@ pub fn print_changes(changes: &[Change], paint: super::output::Paint) {
 }
 
 pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
-    let (from, to, changes) = ctx.view(|ws| {
+    let prefixes = a
+        .path
+        .iter()
+        .chain(&a.paths)
+        .map(|p| parse(p).map(|c| display(&c)))
+        .collect::<Result<Vec<_>>>()?;
+    let (from, to, changes, stat) = ctx.view(|ws| {
         let (from, ra) = base_side(ws, a.a.as_deref())?;
         let (to, rb) = side(ws, a.b.as_deref())?;
         let mut changes = diff_roots(ws.db, &ra, &rb)?;
+        if !a.no_renames {
+            changes = renames::detect(ws.db, changes, a.find_renames)?;
+        }
+        let mut changes = filter::keep_under(changes, &prefixes);
         if a.patch {
             add_patches(ws.db, &mut changes, PATCH_LIMIT)?;
         }
-        Ok((from, to, changes))
+        let stat = if a.stat {
+            Some(crate::diff::stat::stats(ws.db, &changes)?)
+        } else {
+            None
+        };
+        Ok((from, to, changes, stat))
     })?;
     let summary = ChangeSummary::of(&changes);
-    ctx.out.emit(
-        &json!({"from": from, "to": to, "summary": summary, "changes": changes}),
-        || {
-            if changes.is_empty() {
-                println!("no changes between {from} and {to}");
-            } else {
-                print_changes(&changes, ctx.out.paint());
+    let mut doc = json!({"from": from, "to": to, "summary": summary, "changes": changes});
+    if !prefixes.is_empty() {
+        doc["paths"] = json!(prefixes);
+    }
+    if let Some((files, totals)) = &stat {
+        doc["stat"] = json!({"files": files, "totals": totals});
+    }
+    if a.name_only {
+        doc["names"] = json!(changes.iter().map(|c| &c.path).collect::<Vec<_>>());
+    }
+    ctx.out.emit(&doc, || {
+        if a.name_only {
+            for c in &changes {
+                println!("{}", c.path);
             }
-        },
-    );
+        } else if let Some((files, totals)) = &stat {
+            super::history::print_stat(files, totals);
+        } else if changes.is_empty() {
+            println!("no changes between {from} and {to}");
+        } else {
+            print_changes(&changes, ctx.out.paint());
+        }
+    });
     Ok(0)
 }
 
@@ -300,6 +367,11 @@ pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
             );
             let changed = prev.as_ref() != Some(&key);
             prev = Some(key);
+            // Only the versions where the path changed, unless asked for every one; the
+            // live state is listed when it differs from the last checkpoint.
+            if !changed && !a.all {
+                continue;
+            }
             out.push(Version {
                 at: name,
                 created_at: at.map(rfc3339),

@@ -124,7 +124,22 @@ const EXAMPLES: &[(&str, &str)] = &[
         "  avfs checkpoint save
   avfs checkpoint save v1 -m 'tests pass'",
     ),
-    ("checkpoint list", "  avfs checkpoint list"),
+    (
+        "checkpoint list",
+        "  avfs checkpoint list\n  avfs checkpoint list --graph   # every workspace, forks and merges",
+    ),
+    (
+        "checkpoint prune",
+        "  avfs checkpoint prune --keep-last 10 --dry-run
+  avfs checkpoint prune --keep-last 10 --keep-days 7
+  avfs gc                                  # give the space back",
+    ),
+    (
+        "checkpoint retention",
+        "  avfs checkpoint retention --keep-last 10   # after each exec
+  avfs checkpoint retention
+  avfs checkpoint retention --off",
+    ),
     ("checkpoint restore", "  avfs checkpoint restore v1"),
     ("checkpoint delete", "  avfs checkpoint delete v1"),
     (
@@ -134,9 +149,18 @@ const EXAMPLES: &[(&str, &str)] = &[
     (
         "diff",
         "  avfs diff                # the head checkpoint against the live state
-  avfs diff v1 v2 --patch",
+  avfs diff v1 v2 --patch
+  avfs diff v1 --stat
+  avfs diff v1 v2 --name-only -- /src",
     ),
-    ("log", "  avfs log /src/main.rs"),
+    (
+        "log",
+        "  avfs log /src/main.rs          # the versions where it changed\n  avfs log /src/main.rs --all",
+    ),
+    (
+        "status",
+        "  avfs status\n  avfs --json status",
+    ),
     (
         "restore",
         "  avfs restore /src/main.rs --from v1\n  avfs restore /src --from v1",

@@ -4,6 +4,7 @@ mod checkpoint;
 mod examples;
 mod exec;
 mod fs;
+mod history;
 mod merge;
 mod mount;
 mod output;
@@ -81,8 +82,10 @@ pub enum Command {
     Checkpoint(checkpoint::CheckpointCmd),
     /// Show what changed between two checkpoints, or a checkpoint and the live state.
     Diff(checkpoint::DiffArgs),
-    /// List the versions of one file across checkpoints and the live state.
+    /// List the versions of one file where it changed, across checkpoints and the live state.
     Log(checkpoint::LogArgs),
+    /// Show the workspace, its head checkpoint, unsaved changes, mounts, runs and approvals.
+    Status,
     /// Restore one path from a checkpoint.
     Restore(checkpoint::RestoreArgs),
     /// Show the audit log, or verify its hash chain.
@@ -428,6 +431,7 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Checkpoint(c) => checkpoint::run(ctx, c),
         Command::Diff(a) => checkpoint::diff(ctx, a),
         Command::Log(a) => checkpoint::log(ctx, a),
+        Command::Status => history::status(ctx),
         Command::Restore(a) => checkpoint::restore_path(ctx, a),
         Command::Audit(a) => upkeep::audit(ctx, a),
         Command::Gc => upkeep::gc(ctx),
