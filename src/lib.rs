@@ -9,6 +9,7 @@ pub mod error;
 pub mod exec;
 pub mod mcp;
 pub mod merge;
+pub mod mergepending;
 pub mod names;
 pub mod reclaim;
 pub mod recover;
@@ -21,6 +22,7 @@ pub mod tags;
 pub mod textmerge;
 pub mod util;
 pub mod vaultcopy;
+pub mod vaultguard;
 pub mod walk;
 pub mod workspace;
 
