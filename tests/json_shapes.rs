@@ -1529,3 +1529,60 @@ fn remote_push_fetch_pull_clone_gc() {
     let removed = doc(&env, &["remote", "remove", "origin"]);
     shape(&removed["removed"], &[("name", Str), ("url", Str)]);
 }
+
+#[test]
+fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
+    let env = Env::new();
+    env.ok(&["vault", "create", "v"]);
+    env.ok(&["--vault", "v", "write", "/f.txt", "base\n"]);
+    env.ok(&["--vault", "v", "checkpoint", "save", "b"]);
+    env.ok(&["vault", "fork", "v", "t"]);
+    env.ok(&["--vault", "t", "write", "/f.txt", "fork\n"]);
+    env.ok(&["--vault", "v", "write", "/f.txt", "target\n"]);
+    let mut a = vec!["--json", "vault", "merge", "t"];
+    let r = env.run(&a);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let m = one_document(&r.stdout);
+    shape(
+        &m,
+        &[
+            ("clean", Bool),
+            ("pending", Bool),
+            ("checkpoint", NullOr(&Obj)),
+            ("before", NullOr(&Str)),
+            ("conflicts", Arr),
+        ],
+    );
+    assert_eq!(m["pending"], true);
+    err_doc(&env, &["vault", "merge", "t"], 1, "refused");
+    let ab = doc(&env, &["vault", "merge", "--abort", "--into", "v"]);
+    shape(
+        &ab,
+        &[
+            ("action", Str),
+            ("fork", Str),
+            ("into", Str),
+            ("restored", Str),
+            ("conflicts", Arr),
+        ],
+    );
+    a.push("--conflicts=markers");
+    assert_eq!(env.run(&a).code, 1);
+    env.ok(&["--vault", "v", "write", "/f.txt", "resolved\n"]);
+    let c = doc(&env, &["vault", "merge", "t", "--continue"]);
+    shape(
+        &c,
+        &[
+            ("action", Str),
+            ("fork", Str),
+            ("into", Str),
+            ("checkpoint", Obj),
+            ("conflicts", Arr),
+        ],
+    );
+    check_checkpoint(&c["checkpoint"]);
+    err_doc(&env, &["vault", "merge", "--continue", "--into", "v"], 1, "refused");
+    let d = doc(&env, &["vault", "delete", "t", "-y"]);
+    shape(&d, &[("deleted", Arr), ("unmounted", Arr)]);
+    err_doc(&env, &["--vault", "nosuch", "ls"], 1, "no_such_vault");
+}
