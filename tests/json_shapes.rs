@@ -839,6 +839,8 @@ fn import_and_export() {
 #[test]
 fn checkpoints_save_list_restore_delete() {
     let env = Env::new();
+    // Reads never create a vault: the first write does.
+    env.ok(&["vault", "create", "default"]);
     let l = doc(&env, &["checkpoint", "list"]);
     shape(&l, &[("checkpoints", Arr), ("head", NullOr(&Str))]);
     assert!(l["head"].is_null());
@@ -1581,7 +1583,12 @@ fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
         ],
     );
     check_checkpoint(&c["checkpoint"]);
-    err_doc(&env, &["vault", "merge", "--continue", "--into", "v"], 1, "refused");
+    err_doc(
+        &env,
+        &["vault", "merge", "--continue", "--into", "v"],
+        1,
+        "refused",
+    );
     let d = doc(&env, &["vault", "delete", "t", "-y"]);
     shape(&d, &[("deleted", Arr), ("unmounted", Arr)]);
     err_doc(&env, &["--vault", "nosuch", "ls"], 1, "no_such_vault");

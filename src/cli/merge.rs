@@ -261,7 +261,9 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
         let mut before = None;
         let mut checkpoint = None;
         let mut pending = false;
-        if !plan.actions.is_empty() {
+        // Conflicts that kept the target's side change nothing, but still leave the merge
+        // pending: the fork's side must not be dropped by moving the base.
+        if !plan.actions.is_empty() || (!dry_run && plan.unresolved() > 0) {
             if !dry_run {
                 before = Some(if ws.is_modified()? {
                     let name = format!("auto-before-merge-{}", crate::store::now_ns() / 1_000_000);

@@ -50,7 +50,6 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
     };
     let (_, v) = ctx2.target()?;
     let mp = std::path::absolute(&mp).map_err(|e| Error::host(mp.display(), e))?;
-    mount::check_mountpoint(&mp)?;
     if let Some(m) = mount::find_mount(&ctx.home, &v.path, &v.workspace)? {
         return Err(Error::Refused(format!(
             "{} is already mounted at {} (pid {})",
@@ -59,6 +58,7 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
             m.pid
         )));
     }
+    mount::check_mountpoint(&mp)?;
     if a.foreground {
         let ready_pipe = std::env::var_os(READY_ENV).is_some();
         let json = ctx.out.json;
