@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::registry::{DEFAULT_VAULT, Registry, VaultRef};
 use crate::store::{Store, audit};
 use crate::workspace::{MAIN, create_workspace};
@@ -29,6 +29,27 @@ impl Context {
 
     pub fn registry(&self) -> Result<Registry> {
         Registry::open(&self.home)
+    }
+
+    /// The selected vault for a command that only reads: a vault that does not exist is
+    /// `no_such_vault`, never a new empty one (only a first mutating use creates
+    /// `default`, see `target`).
+    pub fn existing(&self) -> Result<(Registry, VaultRef)> {
+        let reg = self.registry()?;
+        let v = match reg.resolve(self.vault_sel.as_deref())? {
+            Some(v) => v,
+            None => reg.get(DEFAULT_VAULT)?.ok_or(Error::NoVaultYet)?,
+        };
+        // A registered name whose file was removed behind avfs's back, or a path
+        // selector naming nothing: there is nothing to read.
+        if !v.path.exists() {
+            return Err(Error::NoSuchVault(format!(
+                "{} (its file {} does not exist)",
+                v.name,
+                v.path.display()
+            )));
+        }
+        Ok((reg, v))
     }
 
     /// The selected vault; with no selection and no vaults yet, creates `default`.

@@ -23,6 +23,11 @@ pub enum Error {
     },
     #[error("no such vault or workspace: {0} (see `avfs vault list`)")]
     NoSuchVault(String),
+    /// A read-only command on a fresh home: no vault was ever created.
+    #[error(
+        "no vault yet: nothing to read. Create one with `avfs vault create NAME`, or write a first file (`avfs write /notes.txt hello`), which creates the vault `default`"
+    )]
+    NoVaultYet,
     #[error("a vault or workspace named {0:?} already exists")]
     VaultExists(String),
     #[error("no such checkpoint: {0} (see `avfs checkpoint list`)")]
@@ -108,7 +113,7 @@ impl Error {
             Error::NotAVault { .. } => "not_a_vault",
             Error::Corrupt { .. } => "corrupt_vault",
             Error::TooNew { .. } => "vault_too_new",
-            Error::NoSuchVault(_) => "no_such_vault",
+            Error::NoSuchVault(_) | Error::NoVaultYet => "no_such_vault",
             Error::VaultExists(_) => "vault_exists",
             Error::NoSuchCheckpoint(_) => "no_such_checkpoint",
             Error::CheckpointExists(_) => "checkpoint_exists",
@@ -140,7 +145,10 @@ impl Error {
     /// The errno a filesystem call would return for this error.
     pub fn errno(&self) -> i32 {
         match self {
-            Error::NotFound(_) | Error::NoSuchCheckpoint(_) | Error::NoSuchVault(_) => libc::ENOENT,
+            Error::NotFound(_)
+            | Error::NoSuchCheckpoint(_)
+            | Error::NoSuchVault(_)
+            | Error::NoVaultYet => libc::ENOENT,
             Error::Exists(_) | Error::VaultExists(_) | Error::CheckpointExists(_) => libc::EEXIST,
             Error::NotADirectory(_) => libc::ENOTDIR,
             Error::IsADirectory(_) => libc::EISDIR,

@@ -10,6 +10,7 @@ pub mod exec;
 pub mod history;
 pub mod mcp;
 pub mod merge;
+pub mod mergepending;
 pub mod names;
 pub mod reclaim;
 pub mod recover;
@@ -22,6 +23,7 @@ pub mod tags;
 pub mod textmerge;
 pub mod util;
 pub mod vaultcopy;
+pub mod vaultguard;
 pub mod walk;
 pub mod workspace;
 

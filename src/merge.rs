@@ -43,7 +43,7 @@ pub enum ConflictKind {
     TypeChanged,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Resolution {
     /// The target's version stays as it was.

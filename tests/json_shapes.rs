@@ -839,6 +839,8 @@ fn import_and_export() {
 #[test]
 fn checkpoints_save_list_restore_delete() {
     let env = Env::new();
+    // Reads never create a vault: the first write does.
+    env.ok(&["vault", "create", "default"]);
     let l = doc(&env, &["checkpoint", "list"]);
     shape(&l, &[("checkpoints", Arr), ("head", NullOr(&Str))]);
     assert!(l["head"].is_null());
@@ -1708,4 +1710,66 @@ fn graph_prune_retention_shapes() {
     assert_eq!(r["keep_last"], 3);
     assert_eq!(doc(&env, &["checkpoint", "retention"])["keep_last"], 3);
     assert!(doc(&env, &["checkpoint", "retention", "--off"])["keep_last"].is_null());
+}
+
+#[test]
+fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
+    let env = Env::new();
+    env.ok(&["vault", "create", "v"]);
+    env.ok(&["--vault", "v", "write", "/f.txt", "base\n"]);
+    env.ok(&["--vault", "v", "checkpoint", "save", "b"]);
+    env.ok(&["vault", "fork", "v", "t"]);
+    env.ok(&["--vault", "t", "write", "/f.txt", "fork\n"]);
+    env.ok(&["--vault", "v", "write", "/f.txt", "target\n"]);
+    let mut a = vec!["--json", "vault", "merge", "t"];
+    let r = env.run(&a);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let m = one_document(&r.stdout);
+    shape(
+        &m,
+        &[
+            ("clean", Bool),
+            ("pending", Bool),
+            ("checkpoint", NullOr(&Obj)),
+            ("before", NullOr(&Str)),
+            ("conflicts", Arr),
+        ],
+    );
+    assert_eq!(m["pending"], true);
+    err_doc(&env, &["vault", "merge", "t"], 1, "refused");
+    let ab = doc(&env, &["vault", "merge", "--abort", "--into", "v"]);
+    shape(
+        &ab,
+        &[
+            ("action", Str),
+            ("fork", Str),
+            ("into", Str),
+            ("restored", Str),
+            ("conflicts", Arr),
+        ],
+    );
+    a.push("--conflicts=markers");
+    assert_eq!(env.run(&a).code, 1);
+    env.ok(&["--vault", "v", "write", "/f.txt", "resolved\n"]);
+    let c = doc(&env, &["vault", "merge", "t", "--continue"]);
+    shape(
+        &c,
+        &[
+            ("action", Str),
+            ("fork", Str),
+            ("into", Str),
+            ("checkpoint", Obj),
+            ("conflicts", Arr),
+        ],
+    );
+    assert_eq!(c["checkpoint"]["origin"], "merge");
+    err_doc(
+        &env,
+        &["vault", "merge", "--continue", "--into", "v"],
+        1,
+        "refused",
+    );
+    let d = doc(&env, &["vault", "delete", "t", "-y"]);
+    shape(&d, &[("deleted", Arr), ("unmounted", Arr)]);
+    err_doc(&env, &["--vault", "nosuch", "ls"], 1, "no_such_vault");
 }

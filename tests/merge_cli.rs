@@ -208,8 +208,37 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
     assert_eq!(env.cat(None, "/added-both.txt"), "target's\n");
     assert_eq!(env.cat(None, "/retyped"), "i, edited\n");
 
-    // A new checkpoint of the target holds the result; the state before it is kept.
-    let cp = &r["checkpoint"];
+    // Unresolved conflicts leave the merge pending: no merge checkpoint yet, and the
+    // state before it is kept.
+    assert_eq!(r["pending"], true);
+    assert!(r["checkpoint"].is_null(), "{r}");
+    let before = r["before"].as_str().unwrap();
+    assert!(before.starts_with("auto-before-merge-"), "{before}");
+    assert_eq!(env.ok(&["cat", "/src/a.txt", "--at", before]).stdout, "a\n");
+    let list = env.json(&["checkpoint", "list"]);
+    assert_eq!(list["head"], before);
+
+    // The fork's files and head are untouched; it holds the state being merged, not yet
+    // recorded as merged.
+    assert_eq!(
+        env.cat(Some("task"), "/both.txt"),
+        "one\nTWO (fork)\nthree\n"
+    );
+    let fork_cps = env.json(&["--vault", "task", "checkpoint", "list"]);
+    assert_eq!(fork_cps["head"], "base");
+    let held: Vec<&Value> = fork_cps["checkpoints"].as_array().unwrap().iter().collect();
+    assert_eq!(held.len(), 1, "{fork_cps}");
+    assert!(
+        held[0]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("pending-merge-into-main-")
+    );
+
+    // --continue: the live state becomes the merge's checkpoint and the fork's merge point.
+    let done = report(&env, &["vault", "merge", "--continue"], 0);
+    assert_eq!(done["action"], "continued");
+    let cp = &done["checkpoint"];
     assert_eq!(cp["origin"], "merge");
     assert_eq!(cp["workspace"], "main");
     let name = cp["name"].as_str().unwrap();
@@ -221,16 +250,6 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
             .as_array()
             .unwrap()
             .is_empty()
-    );
-    let before = r["before"].as_str().unwrap();
-    assert!(before.starts_with("auto-before-merge-"), "{before}");
-    assert_eq!(env.ok(&["cat", "/src/a.txt", "--at", before]).stdout, "a\n");
-
-    // The fork's files and head are untouched; it gained the record of what was merged
-    // (the base of the next merge).
-    assert_eq!(
-        env.cat(Some("task"), "/both.txt"),
-        "one\nTWO (fork)\nthree\n"
     );
     let fork_cps = env.json(&["--vault", "task", "checkpoint", "list"]);
     assert_eq!(fork_cps["head"], "base");
@@ -244,15 +263,16 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
             .starts_with("merged-into-main-")
     );
 
-    // One audit row: the checkpoints and the merge are one transaction.
+    // Two audit rows: the merge (its checkpoint and changes in one transaction), then
+    // the --continue.
     let entries = env.json(&["audit"])["entries"].as_array().unwrap().clone();
-    assert_eq!(entries.len(), audit_before + 1);
-    let row = entries.last().unwrap();
+    assert_eq!(entries.len(), audit_before + 2);
+    let row = &entries[entries.len() - 2];
     assert_eq!(row["action"], "vault.merge");
     assert_eq!(row["workspace"], "main");
     assert_eq!(row["detail"]["fork"], "task");
     assert_eq!(row["detail"]["taken"], 7);
-    assert_eq!(row["detail"]["checkpoint"], name);
+    assert!(row["detail"]["checkpoint"].is_null());
     assert_eq!(
         row["detail"]["conflicts"],
         serde_json::json!([
@@ -263,6 +283,9 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
             "/retyped"
         ])
     );
+    let row = entries.last().unwrap();
+    assert_eq!(row["action"], "vault.merge.continue");
+    assert_eq!(row["detail"]["checkpoint"], name);
     assert_eq!(env.json(&["audit", "verify"])["ok"], true);
 
     // Undo: the checkpoint before the merge.
@@ -444,6 +467,17 @@ fn markers_line_merge_text_conflicts() {
         "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n"
     );
     assert_eq!(env.ok(&["cat", "/bin.dat"]).stdout, "\0target");
+    // The merge is pending; --continue refuses while a file still holds markers.
+    let e = env.json_err(&["vault", "merge", "--continue"], 1);
+    assert_eq!(e["kind"], "refused");
+    assert!(e["message"].as_str().unwrap().contains("/both.txt"), "{e}");
+    env.ok(&["write", "/both.txt", "one\nTWO (both)\nthree\n"]);
+    let done = report(&env, &["vault", "merge", "--continue"], 0);
+    assert_eq!(
+        done["conflicts"],
+        serde_json::json!(["/bin.dat", "/both.txt"])
+    );
+    assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (both)\nthree\n");
 
     // Without --conflicts=markers the same merge keeps the target's text.
     env.ok(&["vault", "fork", "default", "t3", "--from", "base2"]);
@@ -470,6 +504,7 @@ fn markers_line_merge_text_conflicts() {
         env.cat(None, "/lines.txt"),
         "1\n2\n3\n4\n5\n6\n7\nanother\n"
     );
+    report(&env, &["vault", "merge", "--continue"], 0);
 
     // Only clean line merges: exit 0.
     env.ok(&["vault", "fork", "default", "t4"]);
@@ -633,6 +668,11 @@ fn directory_and_root_attributes_merge_by_key_and_conflict_on_the_same_key() {
     );
     assert_eq!(env.ok(&["meta", "/src", "owner"]).stdout, "target\n");
     assert_eq!(env.cat(None, "/src/a.txt"), "fork\n");
+    report(
+        &env,
+        &["vault", "merge", "--continue", "--into", "default"],
+        0,
+    );
 
     // The root's own attributes in conflict.
     env.ok(&["vault", "fork", "default", "t2"]);
@@ -703,4 +743,101 @@ fn a_second_merge_takes_only_what_changed_since_the_first() {
     env.ok(&["--vault", "task", "checkpoint", "delete", &marker]);
     let back = report(&env, &["vault", "merge", "task", "--dry-run"], 1);
     assert_eq!(back["base"], "base");
+}
+
+/// The example: a merge in report mode kept the target's side of a conflict;
+/// a second merge with markers must not say "0 taken, 0 conflicts" (the fork's edit
+/// gone for good). The first merge stays pending until continued or aborted.
+#[test]
+fn unresolved_conflicts_stay_pending_until_continued_or_aborted() {
+    let env = setup();
+    env.ok(&[
+        "--vault",
+        "task",
+        "write",
+        "/both.txt",
+        "one\nTWO (fork)\nthree\n",
+    ]);
+    env.ok(&[
+        "--vault",
+        "task",
+        "write",
+        "/src/a.txt",
+        "a from the fork\n",
+    ]);
+    env.ok(&["write", "/both.txt", "one\nTWO (target)\nthree\n"]);
+    let head_before = env.json(&["checkpoint", "list"])["head"].clone();
+
+    let r = env.run(&["vault", "merge", "task"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("merge pending: 1 unresolved conflict;")
+            && r.stdout
+                .contains("avfs vault merge --continue --into default")
+            && r.stdout.contains("avfs vault merge --abort --into default"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (target)\nthree\n");
+    assert_eq!(env.cat(None, "/src/a.txt"), "a from the fork\n");
+
+    // Another merge into the same target is refused while one is pending, with the way
+    // out; a dry run may still look.
+    let e = env.json_err(&["vault", "merge", "task", "--conflicts=markers"], 1);
+    assert_eq!(e["kind"], "refused");
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.contains("pending") && msg.contains("/both.txt") && msg.contains("--abort"),
+        "{msg}"
+    );
+    report(&env, &["vault", "merge", "task", "--dry-run"], 1);
+
+    // --abort: the target is as it was before the merge, the fork unmerged.
+    let a = report(&env, &["vault", "merge", "--abort", "--into", "default"], 0);
+    assert_eq!(a["action"], "aborted");
+    assert_eq!(a["conflicts"], serde_json::json!(["/both.txt"]));
+    assert_eq!(env.cat(None, "/src/a.txt"), "a\n");
+    assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (target)\nthree\n");
+    let fork_cps = env.json(&["--vault", "task", "checkpoint", "list"]);
+    assert_eq!(fork_cps["checkpoints"], serde_json::json!([]), "{fork_cps}");
+    assert_ne!(env.json(&["checkpoint", "list"])["head"], head_before);
+    let e = env.json_err(&["vault", "merge", "--abort"], 1);
+    assert_eq!(e["kind"], "refused");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("no merge is pending")
+    );
+
+    // The markers merge now sees the conflict and the fork's side.
+    let r = report(&env, &["vault", "merge", "task", "--conflicts=markers"], 1);
+    assert_eq!(r["summary"]["taken"], 1);
+    assert_eq!(r["summary"]["conflicts"], 1);
+    assert!(env.cat(None, "/both.txt").contains("TWO (fork)"));
+
+    // --continue after editing (FORK names the target too); the next merge starts from
+    // what was merged, so nothing is re-reported.
+    env.ok(&["write", "/both.txt", "one\nTWO (resolved)\nthree\n"]);
+    let done = report(&env, &["vault", "merge", "task", "--continue"], 0);
+    assert_eq!(done["action"], "continued");
+    assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (resolved)\nthree\n");
+    let again = report(&env, &["vault", "merge", "task"], 0);
+    assert_eq!(
+        (
+            again["summary"]["taken"].as_u64(),
+            again["summary"]["conflicts"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+    // And the fork's later edit is a plain take.
+    env.ok(&[
+        "--vault",
+        "task",
+        "write",
+        "/both.txt",
+        "one\nTWO (fork, later)\nthree\n",
+    ]);
+    let later = report(&env, &["vault", "merge", "task", "--dry-run"], 1);
+    assert_eq!(later["summary"]["conflicts"], 1, "{later}");
 }

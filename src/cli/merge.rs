@@ -20,7 +20,15 @@ use crate::workspace::{Workspace, find_workspace};
 #[derive(Args, Debug)]
 pub struct MergeArgs {
     /// The fork to merge (a registered name).
-    fork: String,
+    #[arg(required_unless_present_any = ["cont", "abort"])]
+    fork: Option<String>,
+    /// Finish the pending merge (one that left unresolved conflicts) after editing the
+    /// conflicting files: the target's live state becomes the merge's checkpoint.
+    #[arg(long = "continue", conflicts_with_all = ["abort", "dry_run", "paths"])]
+    cont: bool,
+    /// Undo the pending merge: the target goes back to its checkpoint from before it.
+    #[arg(long, conflicts_with_all = ["dry_run", "paths"])]
+    abort: bool,
     /// Merge into this vault or fork of the same file (default: the one FORK was forked from).
     #[arg(long, value_name = "TARGET")]
     into: Option<String>,
@@ -59,6 +67,8 @@ struct Report {
     before: Option<String>,
     checkpoint: Option<CheckpointJson>,
     clean: bool,
+    /// Unresolved conflicts left the merge pending (`--continue` or `--abort`).
+    pending: bool,
     taken: Vec<Change>,
     conflicts: Vec<Conflict>,
     summary: Summary,
@@ -82,14 +92,97 @@ fn last_merge_point(
     Ok(None)
 }
 
+/// The workspace a fork merges into by default: the one it was forked from.
+fn parent_of(reg: &crate::registry::Registry, fork: &VaultRef, parent: &str) -> Result<VaultRef> {
+    Ok(reg
+        .names_in(&fork.path)?
+        .into_iter()
+        .find(|v| v.workspace == parent)
+        .unwrap_or(VaultRef {
+            name: parent.into(),
+            path: fork.path.clone(),
+            workspace: parent.into(),
+        }))
+}
+
+/// `--continue` and `--abort` of the merge pending in the target: `--into`, else FORK's
+/// parent, else the selected vault.
+fn resolve_pending(ctx: &Ctx, a: &MergeArgs) -> Result<i32> {
+    let reg = ctx.registry()?;
+    let target = match (&a.into, &a.fork) {
+        (Some(n), _) => reg
+            .resolve(Some(n))?
+            .ok_or_else(|| Error::NoSuchVault(n.clone()))?,
+        (None, Some(f)) => {
+            let fork = reg
+                .resolve(Some(f))?
+                .ok_or_else(|| Error::NoSuchVault(f.clone()))?;
+            let info = Store::open_read(&fork.path)?
+                .read(|db| find_workspace(db, &fork.workspace))?
+                .ok_or_else(|| Error::NoSuchVault(f.clone()))?;
+            match info.parent {
+                Some(p) => parent_of(&reg, &fork, &p)?,
+                None => fork,
+            }
+        }
+        (None, None) => ctx.existing()?.1,
+    };
+    let doc = if a.cont {
+        ctx.mutate_in(&target, "vault.merge.continue", |ws| {
+            let (p, cp) = crate::mergepending::finish(ws)?;
+            let paths: Vec<String> = p.conflicts.iter().map(|c| c.path.clone()).collect();
+            let doc = json!({
+                "action": "continued", "fork": p.fork, "into": p.into,
+                "checkpoint": cp_json(&cp), "conflicts": paths,
+            });
+            let detail = json!({"fork": p.fork, "into": p.into, "checkpoint": cp.name});
+            Ok((doc, detail))
+        })?
+    } else {
+        ctx.mutate_in(&target, "vault.merge.abort", |ws| {
+            let p = crate::mergepending::abort(ws)?;
+            let paths: Vec<String> = p.conflicts.iter().map(|c| c.path.clone()).collect();
+            let doc = json!({
+                "action": "aborted", "fork": p.fork, "into": p.into,
+                "restored": p.before, "conflicts": paths,
+            });
+            let detail = json!({"fork": p.fork, "into": p.into, "restored": p.before});
+            Ok((doc, detail))
+        })?
+    };
+    ctx.out.emit(&doc, || {
+        if a.cont {
+            println!(
+                "merge of {} into {} completed: checkpoint {}",
+                doc["fork"].as_str().unwrap_or(""),
+                doc["into"].as_str().unwrap_or(""),
+                doc["checkpoint"]["name"].as_str().unwrap_or("")
+            );
+        } else {
+            println!(
+                "merge of {} into {} aborted: {} restored to checkpoint {}",
+                doc["fork"].as_str().unwrap_or(""),
+                doc["into"].as_str().unwrap_or(""),
+                doc["into"].as_str().unwrap_or(""),
+                doc["restored"].as_str().unwrap_or("")
+            );
+        }
+    });
+    Ok(0)
+}
+
 pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
+    if a.cont || a.abort {
+        return resolve_pending(ctx, &a);
+    }
+    let fork_sel = a.fork.clone().unwrap_or_default();
     let reg = ctx.registry()?;
     let fork = reg
-        .resolve(Some(&a.fork))?
-        .ok_or_else(|| Error::NoSuchVault(a.fork.clone()))?;
+        .resolve(Some(&fork_sel))?
+        .ok_or_else(|| Error::NoSuchVault(fork_sel.clone()))?;
     let info = Store::open(&fork.path)?
         .read(|db| find_workspace(db, &fork.workspace))?
-        .ok_or_else(|| Error::NoSuchVault(a.fork.clone()))?;
+        .ok_or_else(|| Error::NoSuchVault(fork_sel.clone()))?;
     let (Some(parent), Some(base_name)) = (info.parent.clone(), info.parent_checkpoint.clone())
     else {
         return Err(Error::Refused(format!(
@@ -101,15 +194,7 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
         Some(n) => reg
             .resolve(Some(n))?
             .ok_or_else(|| Error::NoSuchVault(n.clone()))?,
-        None => reg
-            .names_in(&fork.path)?
-            .into_iter()
-            .find(|v| v.workspace == parent)
-            .unwrap_or(VaultRef {
-                name: parent.clone(),
-                path: fork.path.clone(),
-                workspace: parent.clone(),
-            }),
+        None => parent_of(&reg, &fork, &parent)?,
     };
     if target.path != fork.path {
         return Err(Error::InvalidArgument(
@@ -136,6 +221,12 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
     // Everything happens in the target's transaction: the base and the fork are read in it.
     let work = |ws: &mut Workspace| -> Result<Report> {
         let db = ws.db;
+        // A merge that left conflicts must be finished or undone first: merging on top
+        // of it would mix two merges and could drop the first one's fork side.
+        // (A dry run changes nothing: it may look.)
+        if !dry_run && let Some(p) = crate::mergepending::get(db, &ws.info.name)? {
+            return Err(crate::mergepending::refusal(&p));
+        }
         let mut fork_ws = Workspace::open(db, &fork.workspace)?;
         // After a merge into this target that the target still has (not undone by a
         // restore), the base is the fork as it was then merged; before it, the checkpoint
@@ -169,7 +260,10 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
         let plan = merge::plan(db, &base.root, &fork_root, &target_root, &opts)?;
         let mut before = None;
         let mut checkpoint = None;
-        if !plan.actions.is_empty() {
+        let mut pending = false;
+        // Conflicts that kept the target's side change nothing, but still leave the merge
+        // pending: the fork's side must not be dropped by moving the base.
+        if !plan.actions.is_empty() || (!dry_run && plan.unresolved() > 0) {
             if !dry_run {
                 before = Some(if ws.is_modified()? {
                     let name = format!("auto-before-merge-{}", crate::store::now_ns() / 1_000_000);
@@ -182,7 +276,23 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
                 });
             }
             merge::apply(ws, &plan, &fork_root)?;
-            if !dry_run {
+            if !dry_run && plan.unresolved() > 0 {
+                // Not a finished merge: no merge checkpoint and no merge point until the
+                // user resolves the conflicts (`--continue`) or undoes it (`--abort`).
+                let p = crate::mergepending::Pending {
+                    fork: fork.name.clone(),
+                    fork_workspace: fork.workspace.clone(),
+                    into: target.name.clone(),
+                    base: base_name.clone(),
+                    before: before.clone().unwrap_or_default(),
+                    paths: shown_paths.clone(),
+                    stamp: crate::store::now_ns() / 1_000_000,
+                    started_at_ns: crate::store::now_ns(),
+                    conflicts: vec![],
+                };
+                crate::mergepending::start(ws, &fork_ws, &fork_root, p, &plan.conflicts)?;
+                pending = true;
+            } else if !dry_run {
                 let stamp = crate::store::now_ns() / 1_000_000;
                 let name = format!("merge-{}-{stamp}", fork.name);
                 let msg = format!(
@@ -209,6 +319,7 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
             before,
             checkpoint: checkpoint.as_ref().map(cp_json),
             clean: unresolved == 0,
+            pending,
             summary: Summary {
                 taken: plan.taken.len(),
                 conflicts: plan.conflicts.len(),
@@ -228,6 +339,7 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
                 "taken": r.summary.taken,
                 "conflicts": r.conflicts.iter().map(|c| &c.path).collect::<Vec<_>>(),
                 "checkpoint": r.checkpoint.as_ref().map(|c| &c.name),
+                "pending": r.pending,
             });
             Ok((r, detail))
         })?
@@ -275,6 +387,18 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
         }
         if let Some(cp) = &report.checkpoint {
             println!("checkpoint: {}", cp.name);
+        }
+        if report.pending {
+            println!(
+                "merge pending: {} unresolved conflict{}; edit the files, then \
+                 `avfs vault merge --continue --into {}`, or undo with \
+                 `avfs vault merge --abort --into {}`",
+                s.unresolved,
+                if s.unresolved == 1 { "" } else { "s" },
+                report.into,
+                report.into
+            );
+            return;
         }
         if let Some(b) = report.before.as_deref().filter(|b| !b.is_empty()) {
             println!(

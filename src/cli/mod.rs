@@ -39,6 +39,10 @@ pub struct Cli {
     /// Print exactly one JSON document on stdout (errors too).
     #[arg(long, global = true)]
     pub json: bool,
+    /// For scripts: no progress bars and no human summaries on stdout (errors are still
+    /// printed; the exit code tells the outcome). `--json` output is unchanged.
+    #[arg(short = 'q', long, global = true)]
+    pub quiet: bool,
     /// Vault or fork to use: a registered name or a path to a .avfs file.
     #[arg(long, global = true, env = "AVFS_VAULT", value_name = "NAME|PATH")]
     pub vault: Option<String>,
@@ -243,6 +247,11 @@ impl Ctx {
         self.lib().target()
     }
 
+    /// The selected vault for a command that only reads: never creates one.
+    pub fn existing(&self) -> Result<(Registry, VaultRef)> {
+        self.lib().existing()
+    }
+
     pub fn open(&self) -> Result<(VaultRef, Store)> {
         let (_, v) = self.target()?;
         self.sync_mount(&v)?;
@@ -252,7 +261,7 @@ impl Ctx {
 
     /// The selected vault, opened read-only (see `Store::open_read`).
     pub fn open_read(&self) -> Result<(VaultRef, Store)> {
-        let (_, v) = self.target()?;
+        let (_, v) = self.existing()?;
         self.sync_mount(&v)?;
         let store = Store::open_read(&v.path)?;
         Ok((v, store))
@@ -361,7 +370,9 @@ impl Ctx {
     /// A read that still goes through the live layer (loading directories into it, a
     /// write): `export`, whose walk works on live inodes.
     pub fn view_loading<T>(&self, f: impl FnOnce(&mut Workspace) -> Result<T>) -> Result<T> {
-        let (v, mut store) = self.open()?;
+        let (_, v) = self.existing()?;
+        self.sync_mount(&v)?;
+        let mut store = Store::open(&v.path)?;
         store.write(|db| {
             let mut ws = Workspace::open(db, &v.workspace)?;
             f(&mut ws)
@@ -402,7 +413,10 @@ pub fn main() -> i32 {
         }
     };
     let ctx = Ctx {
-        out: Out { json: cli.json },
+        out: Out {
+            json: cli.json,
+            quiet: cli.quiet,
+        },
         vault_sel: cli.vault.clone(),
         home: crate::registry::default_home(),
     };

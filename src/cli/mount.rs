@@ -1,14 +1,13 @@
 //! mount, unmount, mounts.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 use serde_json::json;
 
 use super::Ctx;
 use crate::error::{Error, Result};
-use crate::mount::{self, ServeOptions, control};
+use crate::mount::{self, ServeOptions};
 
 #[derive(Args, Debug)]
 pub struct MountArgs {
@@ -42,7 +41,10 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
     };
     let sel = name.or_else(|| ctx.vault_sel.clone());
     let ctx2 = Ctx {
-        out: super::output::Out { json: ctx.out.json },
+        out: super::output::Out {
+            json: ctx.out.json,
+            quiet: ctx.out.quiet,
+        },
         vault_sel: sel,
         home: ctx.home.clone(),
     };
@@ -56,6 +58,7 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
             m.pid
         )));
     }
+    mount::check_mountpoint(&mp)?;
     if a.foreground {
         let ready_pipe = std::env::var_os(READY_ENV).is_some();
         let json = ctx.out.json;
@@ -120,30 +123,7 @@ pub fn unmount(ctx: &Ctx, a: UnmountArgs) -> Result<i32> {
         .find(|r| r.mountpoint == mp);
     let how = match &rec {
         Some(r) => {
-            if let Err(e) = control::request(&r.socket, &json!({"op": "unmount"})) {
-                // Another `avfs unmount` may have got there first: the server is going
-                // away. Only a server that stays up and mounted is an error.
-                for _ in 0..100 {
-                    if !mount::pid_alive(r.pid) && !mount::is_mountpoint(&mp) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                if mount::pid_alive(r.pid) && mount::is_mountpoint(&mp) {
-                    return Err(e);
-                }
-            }
-            // Wait for the server to finish writing and exit.
-            for _ in 0..600 {
-                if !mount::pid_alive(r.pid) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            // A server that died on its own leaves its mount behind.
-            if !mount::pid_alive(r.pid) && mount::is_mountpoint(&mp) {
-                mount::force_unmount(&mp)?;
-            }
+            crate::vaultguard::unmount(r)?;
             "unmounted"
         }
         None if was_mounted || mount::is_mountpoint(&mp) => {

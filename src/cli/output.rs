@@ -13,6 +13,23 @@ pub const EXIT_USAGE: i32 = 2;
 
 pub struct Out {
     pub json: bool,
+    /// `--quiet`: no progress and no human summaries (errors still go to stderr).
+    pub quiet: bool,
+}
+
+/// A rate for people: `812/s`, `12.9k/s`, `3.4M/s` (indicatif's own prints
+/// `12,867.1816/s`).
+pub fn rate(per_sec: f64) -> String {
+    if !per_sec.is_finite() || per_sec < 0.0 {
+        return "-/s".into();
+    }
+    if per_sec >= 1e6 {
+        format!("{:.1}M/s", per_sec / 1e6)
+    } else if per_sec >= 1e3 {
+        format!("{:.1}k/s", per_sec / 1e3)
+    } else {
+        format!("{per_sec:.0}/s")
+    }
 }
 
 impl Out {
@@ -27,7 +44,7 @@ impl Out {
                     println!("{v}");
                 }
             }
-        } else {
+        } else if !self.quiet {
             human();
         }
     }
@@ -50,7 +67,7 @@ impl Out {
     /// A progress bar on stderr for long work, only when stderr is a terminal and there is
     /// no `--json`. `len` gives a bar, `None` a spinner.
     pub fn progress(&self, len: Option<u64>, what: &str) -> Option<indicatif::ProgressBar> {
-        if self.json || !std::io::stderr().is_terminal() {
+        if self.json || self.quiet || !std::io::stderr().is_terminal() {
             return None;
         }
         let (pb, template) = match len {
@@ -60,12 +77,18 @@ impl Out {
             ),
             None => (
                 indicatif::ProgressBar::new_spinner(),
-                "{spinner} {msg} {pos} ({per_sec}, {elapsed})",
+                "{spinner} {msg} {pos} ({rate}, {elapsed})",
             ),
         };
         pb.set_style(
             indicatif::ProgressStyle::with_template(template)
                 .expect("progress template")
+                .with_key(
+                    "rate",
+                    |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = w.write_str(&rate(s.per_sec()));
+                    },
+                )
                 .progress_chars("=> "),
         );
         pb.set_message(what.to_string());

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::Ctx;
 use super::output::human_size;
 use crate::error::{Error, Result};
-use crate::store::audit;
+use crate::store::{Store, audit};
 use crate::util::rfc3339;
 
 #[derive(Args, Debug)]
@@ -159,7 +159,9 @@ pub fn gc(ctx: &Ctx) -> Result<i32> {
 }
 
 pub fn stats(ctx: &Ctx) -> Result<i32> {
-    let (v, mut store) = ctx.open()?;
+    let (_, v) = ctx.existing()?;
+    ctx.sync_mount(&v)?;
+    let mut store = Store::open(&v.path)?;
     let s = store.write(|db| crate::maintenance::stats(db, Some(&v.workspace)))?;
     let file_bytes = std::fs::metadata(&v.path).map(|m| m.len()).unwrap_or(0);
     let value = json!({"vault": v.name, "path": v.path, "workspace": v.workspace, "file_bytes": file_bytes, "stats": s});
@@ -170,8 +172,44 @@ pub fn stats(ctx: &Ctx) -> Result<i32> {
             v.path.display(),
             v.workspace
         );
-        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
-        println!("file size: {}", human_size(file_bytes));
+        if let Some(w) = &s.workspace {
+            println!(
+                "  files {}, dirs {}, symlinks {}, other {}, extra hard links {}: {}",
+                w.files,
+                w.dirs,
+                w.symlinks,
+                w.other,
+                w.hard_links,
+                human_size(w.logical_bytes)
+            );
+            println!(
+                "  head {}, {} checkpoint{}{}",
+                w.head.as_deref().unwrap_or("-"),
+                w.checkpoints,
+                if w.checkpoints == 1 { "" } else { "s" },
+                w.parent
+                    .as_deref()
+                    .map(|p| format!(", forked from {p}"))
+                    .unwrap_or_default()
+            );
+        }
+        let t = &s.vault;
+        println!(
+            "vault file: {} on disk, {} of file contents stored once ({} chunks, {} contents)",
+            human_size(file_bytes),
+            human_size(t.stored_bytes),
+            t.chunks,
+            t.contents
+        );
+        println!(
+            "  {} trees ({} with chunk lists), {} checkpoints, {} workspaces ({} forks), {} live inodes",
+            t.trees,
+            human_size(t.tree_bytes + t.chunk_list_bytes),
+            t.checkpoints,
+            t.workspaces,
+            t.forks,
+            t.live_inodes
+        );
     });
     Ok(0)
 }

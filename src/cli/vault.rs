@@ -49,7 +49,8 @@ pub enum VaultCmd {
         /// Do not ask for confirmation.
         #[arg(short = 'y', long)]
         yes: bool,
-        /// Also delete a vault that has forks.
+        /// Also delete a vault that has forks, and unmount it first if it is mounted (a
+        /// run in progress still refuses: wait for it to finish).
         #[arg(long)]
         force: bool,
     },
@@ -251,11 +252,14 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
         VaultCmd::Info { name } => {
             let sel = name.or_else(|| ctx.vault_sel.clone());
             let ctx2 = Ctx {
-                out: super::output::Out { json: ctx.out.json },
+                out: super::output::Out {
+                    json: ctx.out.json,
+                    quiet: ctx.out.quiet,
+                },
                 vault_sel: sel,
                 home: ctx.home.clone(),
             };
-            let (reg, v) = ctx2.target()?;
+            let (reg, v) = ctx2.existing()?;
             let all = reg.list()?;
             let mut store = Store::open_read(&v.path)?;
             let (checkpoints, forks, head, wpath) = store.read(|db| {
@@ -453,7 +457,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             let reg = ctx.registry()?;
             let v = match name.or_else(|| ctx.vault_sel.clone()) {
                 Some(n) => reg.resolve(Some(&n))?.ok_or(Error::NoSuchVault(n))?,
-                None => ctx.target()?.1,
+                None => ctx.existing()?.1,
             };
             let report = crate::maintenance::verify_file(&v.path)?;
             ctx.out.emit(
@@ -489,24 +493,51 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
         if gone {
             reg.remove(name)?;
             ctx.out
-                .emit(&json!({"deleted": [name]}), || println!("deleted {name}"));
+                .emit(&json!({"deleted": [name], "unmounted": []}), || {
+                    println!("deleted {name}")
+                });
             return Ok(0);
         }
     }
     let opened = Store::open_read(&v.path);
     let is_vault = opened.is_ok();
-    let children: Vec<String> = match opened {
-        Ok(mut s) => s
-            .read(list_workspaces)?
-            .into_iter()
-            .filter(|w| {
-                w.parent.as_deref() == Some(v.workspace.as_str())
-                    || (v.workspace == MAIN && w.name != MAIN)
-            })
-            .map(|w| w.name)
-            .collect(),
+    let workspaces = match opened {
+        Ok(mut s) => s.read(list_workspaces)?,
         Err(_) => vec![],
     };
+    let children: Vec<String> = workspaces
+        .iter()
+        .filter(|w| {
+            w.parent.as_deref() == Some(v.workspace.as_str())
+                || (v.workspace == MAIN && w.name != MAIN)
+        })
+        .map(|w| w.name.clone())
+        .collect();
+    // The workspaces that go away: a vault's all, a fork only its own.
+    let going: Vec<String> = if v.workspace == MAIN {
+        let mut all: Vec<String> = workspaces.iter().map(|w| w.name.clone()).collect();
+        if !all.iter().any(|w| w == MAIN) {
+            all.push(MAIN.into());
+        }
+        all
+    } else {
+        vec![v.workspace.clone()]
+    };
+    // A run in progress refuses even with --force: stopping it is the user's call.
+    drop(crate::vaultguard::hold_runs(&ctx.home, &v.path, &going)?);
+    let mounts = crate::vaultguard::mounts_of(&ctx.home, &v.path, &going)?;
+    if !mounts.is_empty() && !force {
+        let at: Vec<String> = mounts
+            .iter()
+            .map(|m| format!("{} at {}", m.workspace, m.mountpoint.display()))
+            .collect();
+        return Err(Error::RunBusy(format!(
+            "{name} is mounted ({}); deleting it would lose what is written there. \
+             Unmount first (`avfs unmount {}`), or pass --force to unmount and delete",
+            at.join(", "),
+            mounts[0].mountpoint.display()
+        )));
+    }
     if !children.is_empty() && !force {
         return Err(Error::Refused(format!(
             "{name} has forks ({}); deleting it {}; pass --force to delete anyway",
@@ -535,6 +566,13 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
             return Err(Error::Refused("not deleted".into()));
         }
+    }
+    // Held until the deletion is done: no run starts in between.
+    let _runs = crate::vaultguard::hold_runs(&ctx.home, &v.path, &going)?;
+    let mut unmounted = Vec::new();
+    for m in &mounts {
+        crate::vaultguard::unmount(m)?;
+        unmounted.push(m.mountpoint.clone());
     }
     let mut removed = vec![name.to_string()];
     if v.workspace == MAIN {
@@ -572,9 +610,13 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
             eprintln!("avfs: space reclaim after deleting {name}: {e}");
         }
     }
-    ctx.out.emit(&json!({"deleted": removed}), || {
-        println!("deleted {}", removed.join(", "))
-    });
+    ctx.out
+        .emit(&json!({"deleted": removed, "unmounted": unmounted}), || {
+            for m in &unmounted {
+                println!("unmounted {}", m.display());
+            }
+            println!("deleted {}", removed.join(", "))
+        });
     Ok(0)
 }
 

@@ -134,6 +134,25 @@ pub fn list_mounts(home: &Path) -> Result<Vec<MountRecord>> {
     Ok(out)
 }
 
+/// A mountpoint must be an existing directory; a missing one is `not_found` with the
+/// way to make it, not "not a directory".
+pub fn check_mountpoint(mountpoint: &Path) -> Result<()> {
+    if mountpoint.is_dir() || is_mountpoint(mountpoint) {
+        return Ok(());
+    }
+    if std::fs::symlink_metadata(mountpoint).is_err() {
+        return Err(Error::NotFound(format!(
+            "{} (the mountpoint does not exist; create it first: mkdir -p {})",
+            mountpoint.display(),
+            mountpoint.display()
+        )));
+    }
+    Err(Error::NotADirectory(format!(
+        "{} (a mountpoint must be an existing directory)",
+        mountpoint.display()
+    )))
+}
+
 pub fn find_mount(home: &Path, vault_path: &Path, workspace: &str) -> Result<Option<MountRecord>> {
     let id = mount_id(vault_path, workspace);
     Ok(list_mounts(home)?.into_iter().find(|r| r.id == id))
@@ -236,14 +255,11 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     }
     let mountpoint = std::path::absolute(&opts.mountpoint)
         .map_err(|e| Error::host(opts.mountpoint.display(), e))?;
-    if !mountpoint.is_dir() {
-        if is_mountpoint(&mountpoint) {
-            // A dead server's mount: clean it up and carry on.
-            force_unmount(&mountpoint)?;
-        } else {
-            return Err(Error::NotADirectory(mountpoint.display().to_string()));
-        }
+    if !mountpoint.is_dir() && is_mountpoint(&mountpoint) {
+        // A dead server's mount: clean it up and carry on.
+        force_unmount(&mountpoint)?;
     }
+    check_mountpoint(&mountpoint)?;
     let store = Store::open(&opts.vault_path)?;
     // Checkpoints run on the WAL thread (see `wal`), not in a request's commit.
     store
