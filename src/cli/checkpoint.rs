@@ -45,6 +45,12 @@ pub struct DiffArgs {
     /// Add unified diffs of text files.
     #[arg(long, short = 'p')]
     patch: bool,
+    /// Skip the first N changes (paging; the summary still counts all).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    offset: usize,
+    /// List at most N changes (paging; `next_offset` says where the next page starts).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -241,20 +247,34 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
     let (from, to, changes) = ctx.view(|ws| {
         let (from, ra) = base_side(ws, a.a.as_deref())?;
         let (to, rb) = side(ws, a.b.as_deref())?;
-        let mut changes = diff_roots(ws.db, &ra, &rb)?;
+        let all = diff_roots(ws.db, &ra, &rb)?;
+        let summary = ChangeSummary::of(&all);
+        let total = all.len();
+        // Patches are made for the page only: paging a long list stays cheap.
+        let mut changes: Vec<Change> = all
+            .into_iter()
+            .skip(a.offset)
+            .take(a.limit.unwrap_or(usize::MAX))
+            .collect();
         if a.patch {
             add_patches(ws.db, &mut changes, PATCH_LIMIT)?;
         }
-        Ok((from, to, changes))
+        Ok((from, to, (changes, summary, total)))
     })?;
-    let summary = ChangeSummary::of(&changes);
+    let (changes, summary, total) = changes;
+    let end = a.offset.saturating_add(changes.len());
+    let next_offset = (end < total).then_some(end);
     ctx.out.emit(
-        &json!({"from": from, "to": to, "summary": summary, "changes": changes}),
+        &json!({"from": from, "to": to, "summary": summary, "changes": changes,
+                "total": total, "offset": a.offset, "next_offset": next_offset}),
         || {
-            if changes.is_empty() {
+            if total == 0 {
                 println!("no changes between {from} and {to}");
             } else {
                 print_changes(&changes, ctx.out.paint());
+            }
+            if let Some(n) = next_offset {
+                println!("... {} more: avfs diff {from} {to} --offset {n}", total - n);
             }
         },
     );
