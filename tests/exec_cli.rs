@@ -1181,10 +1181,20 @@ fn a_gigabyte_of_output_keeps_capture_and_memory_bounded() {
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(r["stdout_bytes"], 1u64 << 30);
     assert_eq!(r["stdout_truncated"], true);
-    assert_eq!(r["stdout"].as_str().unwrap().len(), 1 << 20);
+    // The first and the last 64 KiB, and a line saying what was dropped between.
+    let kept = 2 * 64 * 1024;
+    assert_eq!(r["stdout_omitted"], (1u64 << 30) - kept);
+    let text = r["stdout"].as_str().unwrap();
+    let marker = format!(
+        "[avfs: {} bytes of stdout omitted here; 1073741824 in all]\n",
+        (1u64 << 30) - kept
+    );
+    assert_eq!(text.len(), kept as usize + marker.len());
+    assert!(text.starts_with("y\ny\n") && text.ends_with("y\ny\n"));
+    assert_eq!(text.matches(&marker).count(), 1);
     assert_eq!(r["stderr"], "done\n");
     // "y\n" is three characters in JSON.
-    assert!(out.len() < (1 << 20) * 2, "envelope of {} bytes", out.len());
+    assert!(out.len() < 512 * 1024, "envelope of {} bytes", out.len());
     // ru_maxrss is in KiB: the largest of avfs exec and the children it waited for (the
     // shell, head, the mount server).
     assert!(
@@ -1193,7 +1203,7 @@ fn a_gigabyte_of_output_keeps_capture_and_memory_bounded() {
         ru.ru_maxrss / 1024
     );
     eprintln!(
-        "RELIABILITY|exec_cli|exec|a command that prints 1 GiB|1|capture = its first 1 MiB (stdout_bytes counts all, truncated flag set), envelope < 2 MiB, peak RSS of avfs exec and its waited-for children {} MiB",
+        "RELIABILITY|exec_cli|exec|a command that prints 1 GiB|1|capture = its first and last 64 KiB (stdout_bytes counts all, stdout_omitted the middle), envelope < 512 KiB, peak RSS of avfs exec and its waited-for children {} MiB",
         ru.ru_maxrss / 1024
     );
 }
@@ -1642,9 +1652,15 @@ fn output_capture_is_bounded() {
     assert_eq!(x.code, 0);
     assert_eq!(r["stdout_truncated"], true);
     assert_eq!(r["stdout_bytes"], 5_000_000);
+    assert_eq!(r["stdout_omitted"], 5_000_000 - 2 * 65536);
     let out = r["stdout"].as_str().unwrap();
-    assert_eq!(out.len(), 1 << 20);
-    assert!(out.bytes().all(|b| b == b'x'));
+    let (head, rest) = out.split_at(65536);
+    let (marker, tail) = rest.split_at(rest.len() - 65536);
+    assert!(head.bytes().chain(tail.bytes()).all(|b| b == b'x'));
+    assert_eq!(
+        marker,
+        "\n[avfs: 4868928 bytes of stdout omitted here; 5000000 in all]\n"
+    );
     assert_eq!(r["stderr"], "oops\n");
     assert_eq!(r["stderr_truncated"], false);
     assert_eq!(r["stderr_bytes"], 5);

@@ -1773,3 +1773,42 @@ fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
     shape(&d, &[("deleted", Arr), ("unmounted", Arr)]);
     err_doc(&env, &["--vault", "nosuch", "ls"], 1, "no_such_vault");
 }
+
+#[test]
+fn diff_pages_with_offset_and_limit() {
+    let env = Env::new();
+    for f in ["/a", "/b", "/c", "/d", "/e"] {
+        doc(&env, &["write", f, "x\n"]);
+    }
+    let all = doc(&env, &["diff"]);
+    check_diff(&all);
+    assert_eq!(all["total"], 5);
+    assert_eq!(all["offset"], 0);
+    assert_eq!(all["next_offset"], Value::Null);
+    let page = doc(&env, &["diff", "--offset", "1", "--limit", "2", "--patch"]);
+    shape(
+        &page,
+        &[
+            ("total", Num),
+            ("offset", Num),
+            ("next_offset", NullOr(&Num)),
+        ],
+    );
+    // The summary counts every change, the page lists two.
+    assert_eq!(page["summary"]["added"], 5);
+    let paths: Vec<&str> = page["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/b", "/c"]);
+    assert!(page["changes"][0]["patch"].as_str().unwrap().contains("+x"));
+    assert_eq!(page["next_offset"], 3);
+    let last = doc(&env, &["diff", "--offset", "3", "--limit", "2"]);
+    assert_eq!(last["changes"].as_array().unwrap().len(), 2);
+    assert_eq!(last["next_offset"], Value::Null);
+    let past = doc(&env, &["diff", "--offset", "9"]);
+    assert_eq!(past["changes"], serde_json::json!([]));
+    assert_eq!(past["total"], 5);
+}

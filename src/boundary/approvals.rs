@@ -164,6 +164,8 @@ pub fn approved_request(
         wait: given.wait,
         stream: given.stream,
         interactive: false,
+        // How much the envelope shows is the caller's choice, not part of what was approved.
+        report: given.report,
     };
     Ok((stored, ap))
 }

@@ -16,6 +16,7 @@ pub mod approvals;
 pub mod lock;
 pub mod path;
 mod place;
+pub mod report;
 mod run;
 pub mod watchdog;
 
@@ -25,10 +26,11 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::context::Context;
-use crate::diff::ChangeSummary;
 use crate::engine::EngineKind;
 use crate::error::{Error, Result};
-use crate::exec::envelope::{self, ApprovalInfo, Envelope, Rollback};
+use crate::exec::envelope::{
+    self, ApprovalInfo, ChangesPage, Envelope, ReportLimits, Rollback, Summary,
+};
 use crate::exec::policy::{Action, Category, Decision, Policy};
 use crate::exec::{EXIT_APPROVAL_REQUIRED, EXIT_DENIED};
 use crate::registry::VaultRef;
@@ -117,6 +119,9 @@ pub struct ExecRequest {
     pub stream: bool,
     /// `avfs shell`: the terminal goes to the command, nothing is captured.
     pub interactive: bool,
+    /// How much of the changes and the output the envelope shows (`--changes`,
+    /// `--max-changes`, `--max-patch-bytes`, `--output-head`, `--output-tail`).
+    pub report: ReportLimits,
 }
 
 impl ExecRequest {
@@ -138,6 +143,7 @@ impl ExecRequest {
             wait: None,
             stream: false,
             interactive: false,
+            report: ReportLimits::default(),
         }
     }
 }
@@ -281,7 +287,8 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         checkpoint: None,
         result: None,
         changes: vec![],
-        change_summary: ChangeSummary::default(),
+        change_summary: Summary::default(),
+        changes_page: ChangesPage::nothing(req.report.changes),
         rollback: Rollback {
             requested: req.rollback_on_failure,
             performed: false,
@@ -415,7 +422,4 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
     })
 }
 
-/// What the audit log keeps of an envelope.
-pub(crate) fn audit_record(env: &Envelope) -> serde_json::Value {
-    serde_json::to_value(env).unwrap_or_default()
-}
+pub(crate) use report::audit_record;

@@ -10,10 +10,11 @@ use serde_json::json;
 
 use super::lock::{DEFAULT_WAIT, Holder, RunLock};
 use super::place::{self, Place};
+use super::report::{self, Layered};
 use super::watchdog::Watchdog;
 use super::{CheckpointMode, Command, ExecRequest, audit_record};
 use crate::context::Context;
-use crate::diff::{Change, ChangeSummary, add_patches, diff_roots};
+use crate::diff::{Change, diff_roots};
 use crate::engine::fuse::{MountGuard, exec_mountpoint, quota_refusals};
 use crate::engine::ingest::{IngestOptions, Ingested};
 use crate::engine::overlay::{self, OverlayRun};
@@ -28,11 +29,6 @@ use crate::sandbox::{self, RunPlan, View};
 use crate::store::objects::{Hash, Kind};
 use crate::store::{Store, audit};
 use crate::workspace::Workspace;
-
-/// Patches in an envelope stop after this many bytes (the rest: `avfs diff`).
-const PATCH_LIMIT: u64 = 64 * 1024;
-/// Captured output per stream.
-const CAPTURE_LIMIT: usize = 1 << 20;
 
 pub(super) struct Job<'a> {
     pub ctx: &'a Context,
@@ -110,7 +106,10 @@ pub(super) fn run(job: Job, envelope: &mut Envelope) -> Result<Option<(String, b
         envelope,
     );
     if ephemeral && !keep {
-        // Also when the run failed: an ephemeral fork never outlives its command.
+        // Also when the run failed: an ephemeral fork never outlives its command, and
+        // its checkpoints go with it: the rest of the list cannot be paged.
+        envelope.changes_page.after = None;
+        envelope.changes_page.rest = None;
         let gone = place::discard(ctx, &v);
         r?;
         gone?;
@@ -362,7 +361,7 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
         env: &spawn_env,
         timeout: req.timeout,
         grace: Duration::from_secs(2),
-        capture_limit: CAPTURE_LIMIT,
+        capture: req.report.output,
         stream: req.stream,
         sandboxed: true,
         interactive: req.interactive,
@@ -399,15 +398,23 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
             ctx.sync_mount(v)?;
             let taken = store.write(|db| take_in_tx(db, &v.workspace, &orun, opts, !rollback));
             match taken {
-                Ok((ing, mut changes)) => {
+                Ok((ing, changes)) => {
                     engine_info.ingest = Some(IngestInfo {
                         files_read: ing.files_read,
                         bytes_read: ing.bytes_read,
                         ms: started.elapsed().as_millis() as u64,
                         skipped: ing.skipped.clone(),
                     });
-                    let current = store.write(|db| {
-                        add_patches(db, &mut changes, PATCH_LIMIT)?;
+                    let (layered, current) = store.write(|db| {
+                        let layered = layer_in_tx(
+                            db,
+                            v,
+                            changes,
+                            req,
+                            &envelope.id,
+                            checkpoint.as_deref(),
+                            rollback,
+                        )?;
                         if rollback {
                             let mut ws = Workspace::open(db, &v.workspace)?;
                             let cp =
@@ -415,12 +422,12 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
                             ws.restore(&cp)?;
                         }
                         let mut ws = Workspace::open(db, &v.workspace)?;
-                        ws.flush()
+                        Ok((layered, ws.flush()?))
                     })?;
                     overlay::remember_root(&ctx.home, &v.path, &v.workspace, &current);
                     orun.finish(&ctx.home, Some(&ing));
                     ctx.invalidate_mount(v)?;
-                    changes
+                    layered
                 }
                 Err(Error::Quota(msg)) => {
                     // Nothing was taken in; the run's files stay for a person to look at.
@@ -433,7 +440,7 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
                             ),
                         });
                     }
-                    vec![]
+                    store.read(|db| report::layer(db, vec![], &req.report))?
                 }
                 Err(e) => return Err(e),
             }
@@ -451,13 +458,22 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
             let changes = store.write(|db| {
                 let mut ws = Workspace::open(db, &v.workspace)?;
                 let after = ws.flush()?;
-                let mut changes = diff_roots(db, &before, &after)?;
-                add_patches(db, &mut changes, PATCH_LIMIT)?;
+                let changes = diff_roots(db, &before, &after)?;
+                let layered = layer_in_tx(
+                    db,
+                    v,
+                    changes,
+                    req,
+                    &envelope.id,
+                    checkpoint.as_deref(),
+                    rollback,
+                )?;
                 if rollback {
+                    let mut ws = Workspace::open(db, &v.workspace)?;
                     let cp = ws.find_checkpoint(checkpoint.as_deref().unwrap_or_default())?;
                     ws.restore(&cp)?;
                 }
-                Ok(changes)
+                Ok(layered)
             })?;
             if rollback {
                 ctx.invalidate_mount(v)?;
@@ -470,8 +486,23 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
         envelope.rollback.performed = true;
         envelope.rollback.checkpoint = checkpoint.clone();
     }
-    envelope.change_summary = ChangeSummary::of(&changes);
+    let Layered {
+        changes,
+        summary,
+        mut page,
+    } = changes;
+    if let (Some(b), Some(a)) = (&page.before, &page.after) {
+        page.rest = Some(report::rest_command(
+            &v.name,
+            b,
+            a,
+            page.shown,
+            req.report.max_changes,
+        ));
+    }
+    envelope.change_summary = summary;
     envelope.changes = changes;
+    envelope.changes_page = page;
     let r = run?;
     envelope.exit_code = if r.timed_out {
         EXIT_TIMED_OUT
@@ -498,6 +529,33 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
     store.write(|db| audit::append(db, Some(&v.workspace), "exec", "exec.run", &record))?;
     crate::history::prune::after_run(&mut store, &v.workspace);
     Ok(())
+}
+
+/// Shapes the changes for the envelope (see `report`). When the list is cut and a
+/// checkpoint holds the state before, the state after is checkpointed too, in the
+/// run's own transaction, so that `avfs diff` between the two pages exactly this list.
+fn layer_in_tx(
+    db: &Connection,
+    v: &VaultRef,
+    changes: Vec<Change>,
+    req: &ExecRequest,
+    id: &str,
+    before: Option<&str>,
+    rollback: bool,
+) -> Result<Layered> {
+    let mut l = report::layer(db, changes, &req.report)?;
+    l.page.before = before.map(String::from);
+    if l.page.truncated && !rollback && before.is_some() && !req.interactive {
+        let mut ws = Workspace::open(db, &v.workspace)?;
+        let name = format!("exec-{}-after", &id[3..]);
+        let s = ws.checkpoint(
+            Some(&name),
+            Some("after the run (its envelope lists only part of the changes)"),
+            "exec",
+        )?;
+        l.page.after = Some(s.checkpoint.name);
+    }
+    Ok(l)
 }
 
 /// Ingests an overlay run's upper and (with `apply`) makes the result the workspace's

@@ -70,6 +70,12 @@ pub struct DiffArgs {
     /// Show renames as a deletion and an addition.
     #[arg(long)]
     no_renames: bool,
+    /// Skip the first N changes (paging; the summary still counts all).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    offset: usize,
+    /// List at most N changes (paging; `next_offset` says where the next page starts).
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -286,11 +292,19 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
     let (from, to, changes, stat) = ctx.view(|ws| {
         let (from, ra) = base_side(ws, a.a.as_deref())?;
         let (to, rb) = side(ws, a.b.as_deref())?;
-        let mut changes = diff_roots(ws.db, &ra, &rb)?;
+        let mut all = diff_roots(ws.db, &ra, &rb)?;
         if !a.no_renames {
-            changes = renames::detect(ws.db, changes, a.find_renames)?;
+            all = renames::detect(ws.db, all, a.find_renames)?;
         }
-        let mut changes = filter::keep_under(changes, &prefixes);
+        let all = filter::keep_under(all, &prefixes);
+        let summary = ChangeSummary::of(&all);
+        let total = all.len();
+        // Patches and stats are made for the page only: paging a long list stays cheap.
+        let mut changes: Vec<Change> = all
+            .into_iter()
+            .skip(a.offset)
+            .take(a.limit.unwrap_or(usize::MAX))
+            .collect();
         if a.patch {
             add_patches(ws.db, &mut changes, PATCH_LIMIT)?;
         }
@@ -299,10 +313,13 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
         } else {
             None
         };
-        Ok((from, to, changes, stat))
+        Ok((from, to, (changes, summary, total), stat))
     })?;
-    let summary = ChangeSummary::of(&changes);
-    let mut doc = json!({"from": from, "to": to, "summary": summary, "changes": changes});
+    let (changes, summary, total) = changes;
+    let end = a.offset.saturating_add(changes.len());
+    let next_offset = (end < total).then_some(end);
+    let mut doc = json!({"from": from, "to": to, "summary": summary, "changes": changes,
+                         "total": total, "offset": a.offset, "next_offset": next_offset});
     if !prefixes.is_empty() {
         doc["paths"] = json!(prefixes);
     }
@@ -319,10 +336,13 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
             }
         } else if let Some((files, totals)) = &stat {
             super::history::print_stat(files, totals);
-        } else if changes.is_empty() {
+        } else if total == 0 {
             println!("no changes between {from} and {to}");
         } else {
             print_changes(&changes, ctx.out.paint());
+        }
+        if let Some(n) = next_offset {
+            println!("... {} more: avfs diff {from} {to} --offset {n}", total - n);
         }
     });
     Ok(0)

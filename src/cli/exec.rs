@@ -10,7 +10,8 @@ use super::Ctx;
 use crate::boundary::{self, CheckpointMode, Command, ExecRequest, SandboxMode, cwd_components};
 use crate::engine::EngineKind;
 use crate::error::{Error, Result};
-use crate::exec::envelope::Envelope;
+use crate::exec::capture::{self, CaptureLimits};
+use crate::exec::envelope::{self, ChangesMode, Envelope, ReportLimits};
 use crate::policy::{CommandLine, Policy, Request as PolicyRequest, corpus};
 
 #[derive(Args, Debug)]
@@ -64,12 +65,48 @@ pub struct ExecArgs {
     /// Keep setuid/setgid bits on files the command made (root only; dropped otherwise).
     #[arg(long)]
     keep_setuid: bool,
+    /// How much of the change list the envelope shows: list (the first --max-changes
+    /// entries, patches within --max-patch-bytes; the default), full (everything),
+    /// summary (counts by kind and by top directory), none (counts by kind).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "list")]
+    changes: ChangesArg,
+    /// Entries in the envelope's change list at most (--changes list).
+    #[arg(long, value_name = "N", default_value_t = envelope::DEFAULT_MAX_CHANGES)]
+    max_changes: usize,
+    /// Bytes of patches in the envelope at most (--changes list); a larger patch is cut.
+    #[arg(long, value_name = "BYTES", default_value_t = envelope::DEFAULT_MAX_PATCH_BYTES)]
+    max_patch_bytes: usize,
+    /// Bytes kept from the start of stdout and of stderr.
+    #[arg(long, value_name = "BYTES", default_value_t = capture::DEFAULT_HEAD)]
+    output_head: usize,
+    /// Bytes kept from the end of stdout and of stderr.
+    #[arg(long, value_name = "BYTES", default_value_t = capture::DEFAULT_TAIL)]
+    output_tail: usize,
     /// A shell command line (parsed as shell, run with sh -c).
     #[arg(long, conflicts_with = "argv")]
     shell: Option<String>,
     /// The command and its arguments.
     #[arg(last = true)]
     argv: Vec<String>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ChangesArg {
+    List,
+    Full,
+    Summary,
+    None,
+}
+
+impl From<ChangesArg> for ChangesMode {
+    fn from(a: ChangesArg) -> ChangesMode {
+        match a {
+            ChangesArg::List => ChangesMode::List,
+            ChangesArg::Full => ChangesMode::Full,
+            ChangesArg::Summary => ChangesMode::Summary,
+            ChangesArg::None => ChangesMode::None,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -162,6 +199,15 @@ fn request(ctx: &Ctx, a: ExecArgs) -> Result<ExecRequest> {
         wait: a.wait.map(|w| seconds("--wait", w)).transpose()?,
         stream: !ctx.out.json,
         interactive: false,
+        report: ReportLimits {
+            changes: a.changes.into(),
+            max_changes: a.max_changes,
+            max_patch_bytes: a.max_patch_bytes,
+            output: CaptureLimits {
+                head: a.output_head,
+                tail: a.output_tail,
+            },
+        },
     })
 }
 
@@ -472,6 +518,17 @@ fn finish(ctx: &Ctx, env: &Envelope, ephemeral: Option<&str>, keep: bool) -> Res
         );
         for c in env.changes.iter().take(50) {
             eprintln!("  {} {}", c.kind.sigil(), c.path);
+        }
+        if s.total > env.changes.len().min(50) {
+            eprintln!(
+                "  ... and {} more{}",
+                s.total - env.changes.len().min(50),
+                env.changes_page
+                    .rest
+                    .as_ref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            );
         }
         if env.rollback.performed {
             eprintln!(

@@ -125,8 +125,8 @@ pub fn shell(ctx: &Ctx, a: ShellArgs) -> Result<i32> {
             for c in changes.iter().take(50) {
                 eprintln!("  {} {}", paint.sigil(c.kind.sigil()), c.path);
             }
-            if changes.len() > 50 {
-                eprintln!("  ... and {} more (avfs diff {})", changes.len() - 50, checkpoint.as_deref().unwrap_or(""));
+            if summary.total > 50 {
+                eprintln!("  ... and {} more (avfs diff {})", summary.total - 50, checkpoint.as_deref().unwrap_or(""));
             }
             if let (Some(c), false) = (&checkpoint, changes.is_empty()) {
                 eprintln!("undo with: avfs checkpoint restore {c}");

@@ -3,6 +3,7 @@
 //! as `exec::policy`), the workspace, checkpoints and the engines. Nothing here touches
 //! SQL.
 
+pub mod capture;
 pub mod envelope;
 pub use crate::policy;
 pub mod procs;

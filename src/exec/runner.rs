@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::capture::{Capture, CaptureLimits};
 use super::procs::{self, MARKER};
 use crate::error::{Error, Result};
 use crate::sandbox::REPORT_FD;
@@ -31,6 +32,9 @@ pub struct RunResult {
     pub stderr_truncated: bool,
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
+    /// Bytes dropped between the kept head and tail of stdout (0: nothing dropped).
+    pub stdout_omitted: u64,
+    pub stderr_omitted: u64,
     /// Processes of the command's group still running after it exited (ended by avfs).
     pub lingering_processes_killed: bool,
     /// Processes the command started that had left its process group (a daemon that
@@ -61,7 +65,8 @@ pub struct RunSpec<'a> {
     pub env: &'a [(String, String)],
     pub timeout: Option<Duration>,
     pub grace: Duration,
-    pub capture_limit: usize,
+    /// How much of each stream is kept (its head and its tail).
+    pub capture: CaptureLimits,
     /// Echo output to our own stdout/stderr as it arrives.
     pub stream: bool,
     /// `program` is avfs's run set-up (`sandbox::setup`): the environment is exactly
@@ -82,31 +87,21 @@ pub struct RunSpec<'a> {
     pub on_start: Option<&'a dyn Fn(i32)>,
 }
 
-struct Capture {
-    data: Vec<u8>,
-    total: u64,
-}
-
 fn pump(
     mut src: impl Read + Send + 'static,
-    limit: usize,
+    limits: CaptureLimits,
     echo: Option<Box<dyn Write + Send>>,
 ) -> mpsc::Receiver<Capture> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut echo = echo;
-        let mut cap = Capture {
-            data: Vec::new(),
-            total: 0,
-        };
+        let mut cap = Capture::new(limits);
         let mut buf = [0u8; 64 * 1024];
         loop {
             match src.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    cap.total += n as u64;
-                    let room = limit.saturating_sub(cap.data.len());
-                    cap.data.extend_from_slice(&buf[..n.min(room)]);
+                    cap.push(&buf[..n]);
                     if let Some(w) = echo.as_mut() {
                         let _ = w.write_all(&buf[..n]);
                         let _ = w.flush();
@@ -189,6 +184,8 @@ fn not_started(program: &OsStr, e: &std::io::Error) -> RunResult {
         stdout_truncated: false,
         stderr_truncated: false,
         stdout_bytes: 0,
+        stdout_omitted: 0,
+        stderr_omitted: 0,
         lingering_processes_killed: false,
         escaped_processes: vec![],
         quota_refused: None,
@@ -223,10 +220,6 @@ fn escaped(spec: &RunSpec, pgid: i32, before: &[i32]) -> Vec<i32> {
             !zombie
         })
         .collect()
-}
-
-fn text(c: &Capture) -> String {
-    String::from_utf8_lossy(&c.data).into_owned()
 }
 
 /// The read end of the sandbox init's report pipe, and the write end for the child.
@@ -422,17 +415,14 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     });
     let empty = |data: &[u8]| {
         let (tx, rx) = mpsc::channel();
-        let _ = tx.send(Capture {
-            data: data.to_vec(),
-            total: 0,
-        });
+        let _ = tx.send(Capture::of(data));
         rx
     };
     let out_rx = match child.stdout.take() {
         None => empty(b""),
         Some(out) => pump(
             out,
-            spec.capture_limit,
+            spec.capture,
             spec.stream
                 .then(|| Box::new(std::io::stdout()) as Box<dyn Write + Send>),
         ),
@@ -441,7 +431,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         None => empty(b""),
         Some(err) => pump(
             err,
-            spec.capture_limit,
+            spec.capture,
             spec.stream
                 .then(|| Box::new(std::io::stderr()) as Box<dyn Write + Send>),
         ),
@@ -515,14 +505,8 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     }
     // A daemon that left the group may hold the pipes open: do not wait for it forever.
     let wait = Duration::from_millis(500);
-    let out = out_rx.recv_timeout(wait).unwrap_or(Capture {
-        data: b"".to_vec(),
-        total: 0,
-    });
-    let err = err_rx.recv_timeout(wait).unwrap_or(Capture {
-        data: b"".to_vec(),
-        total: 0,
-    });
+    let out = out_rx.recv_timeout(wait).unwrap_or_default();
+    let err = err_rx.recv_timeout(wait).unwrap_or_default();
     let (mut exit_code, mut signal, mut lingering) = (status.code(), status.signal(), lingering);
     if let Some(rx) = report_rx {
         let mut rep = rx.recv_timeout(wait).unwrap_or_default();
@@ -536,7 +520,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
             // Killed with its PID 1 after a timeout: the set-up's status is the truth.
             None if timed_out => {}
             None => {
-                let text = text(&err);
+                let text = err.text("stderr");
                 let last = text.trim().lines().last().unwrap_or("").to_string();
                 return Err(Error::SandboxUnavailable(format!(
                     "the run could not be set up (exit {}){}",
@@ -558,12 +542,14 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         signal,
         timed_out,
         duration_ms,
-        stdout: text(&out),
-        stderr: text(&err),
-        stdout_truncated: out.total > out.data.len() as u64,
-        stderr_truncated: err.total > err.data.len() as u64,
+        stdout: out.text("stdout"),
+        stderr: err.text("stderr"),
+        stdout_truncated: out.omitted() > 0,
+        stderr_truncated: err.omitted() > 0,
         stdout_bytes: out.total,
         stderr_bytes: err.total,
+        stdout_omitted: out.omitted(),
+        stderr_omitted: err.omitted(),
         lingering_processes_killed: lingering,
         escaped_processes,
         quota_refused: None,
@@ -585,7 +571,7 @@ mod tests {
             env: &[],
             timeout,
             grace: Duration::from_secs(2),
-            capture_limit: 16,
+            capture: CaptureLimits { head: 16, tail: 0 },
             stream: false,
             sandboxed: false,
             interactive: false,
@@ -638,7 +624,10 @@ mod tests {
             "{:?}",
             t.elapsed()
         );
-        assert_eq!(r.stdout, "0123456789abcdef");
+        assert_eq!(
+            r.stdout,
+            "0123456789abcdef\n[avfs: 4 bytes of stdout omitted here; 20 in all]\n"
+        );
         assert!(r.stdout_truncated);
         assert_eq!(r.stdout_bytes, 20);
     }
