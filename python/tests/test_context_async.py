@@ -126,3 +126,18 @@ def test_exec_stream_yields_lines_as_they_come_then_the_envelope(avfs_bin: str, 
         assert [c.path for c in env.changes] == ["/f.txt"]
 
     asyncio.run(go())
+
+
+def test_leaving_a_stream_early_stops_the_command(avfs_bin: str, home: Path) -> None:
+    async def go() -> None:
+        a = AsyncAvfs(avfs_bin, home=home)
+        await a.run("vault", "create", "--", "early")
+        stream = a.exec_stream("early", "echo first; sleep 60; echo never")
+        start = time.monotonic()
+        async for line in stream:
+            assert line.text == "first\n"
+            break
+        # The run was stopped, not waited out.
+        assert time.monotonic() - start < 30
+
+    asyncio.run(go())

@@ -88,6 +88,7 @@ class ExecStream:
             asyncio.ensure_future(pump("stderr", proc.stderr)),
         ]
         done = 0
+        finished = False
         try:
             while done < 2:
                 item = await queue.get()
@@ -95,14 +96,18 @@ class ExecStream:
                     done += 1
                     continue
                 yield OutputLine(*item)
+            finished = True
         finally:
-            for t in tasks:
-                t.cancel()
-            if proc.returncode is None:
-                try:
-                    proc.kill()
-                except ProcessLookupError:
-                    pass
+            if not finished:
+                # The caller left the loop early: stop the run (exec's watchdog still
+                # records it), as a cancelled `exec` would.
+                for t in tasks:
+                    t.cancel()
+                if proc.returncode is None:
+                    try:
+                        proc.terminate()
+                    except ProcessLookupError:
+                        pass
             await proc.wait()
         if not summary:
             raise ProtocolError(
