@@ -42,7 +42,13 @@ impl Line {
 
 /// Turns `content` in `encoding` into bytes.
 pub(super) fn decode_content(content: &str, encoding: Option<&str>) -> Result<Vec<u8>, McpError> {
-    let bad = |what: String| McpError::invalid_params(what, None);
+    let bad = |what: String| {
+        super::badargs::bad_arg(
+            "content",
+            what,
+            "give `content` in the `encoding` you name (utf-8, base64 or hex)",
+        )
+    };
     match encoding.unwrap_or("utf-8") {
         "utf-8" | "utf8" | "text" => Ok(content.as_bytes().to_vec()),
         "base64" => {
@@ -65,9 +71,11 @@ pub(super) fn decode_content(content: &str, encoding: Option<&str>) -> Result<Ve
                 })
                 .collect()
         }
-        other => Err(bad(format!(
-            "unknown encoding {other:?}: use utf-8, base64 or hex"
-        ))),
+        other => Err(super::badargs::bad_arg(
+            "encoding",
+            format!("unknown encoding {other:?}"),
+            "use utf-8, base64 or hex",
+        )),
     }
 }
 

@@ -16,7 +16,10 @@
 //! request. It lists approvals, and runs an approved one with `exec` and `approve`.
 
 mod args;
+mod badargs;
+mod output;
 mod params;
+mod resources;
 mod session;
 
 use std::ffi::OsString;
@@ -41,6 +44,7 @@ use session::SessionMount;
 /// `exec` reuses one mount and the kernel's caches (a rebuild finds its files warm)
 /// instead of mounting for each command.
 pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
+    check_vault(home, vault.as_deref())?;
     let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
     let session_mount = if mount {
         SessionMount::start(&exe, home, vault.as_deref())
@@ -95,6 +99,24 @@ pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
     served
 }
 
+/// Refuses to serve a vault that does not exist: every call would fail (or, for a path,
+/// create an empty vault file the user did not ask for). Better said once, at the start.
+fn check_vault(home: &Path, vault: Option<&str>) -> Result<()> {
+    let Some(sel) = vault else { return Ok(()) };
+    let reg = crate::registry::Registry::open(home)?;
+    if let Some(v) = reg.resolve(Some(sel))?
+        && !v.path.exists()
+    {
+        return Err(Error::NotFound(format!(
+            "{}: no vault file there; create it first (`avfs vault create NAME --path {}`) \
+             or give the name of an existing vault (`avfs vault list`)",
+            v.path.display(),
+            v.path.display()
+        )));
+    }
+    Ok(())
+}
+
 #[derive(Clone)]
 struct AvfsServer {
     exe: PathBuf,
@@ -108,6 +130,17 @@ impl AvfsServer {
     /// structured result. A command's own failure (an exec whose command exited 1) is a
     /// result, not an error: the envelope says what happened.
     async fn call(&self, vault: Option<String>, line: Line) -> Result<CallToolResult, McpError> {
+        let doc = self.doc(vault, line).await?;
+        if doc.get("error").is_some() {
+            Ok(CallToolResult::structured_error(doc))
+        } else {
+            Ok(CallToolResult::structured(doc))
+        }
+    }
+
+    /// Runs `avfs --json [--vault V] LINE` and returns the JSON document it printed (an
+    /// error document included).
+    async fn doc(&self, vault: Option<String>, line: Line) -> Result<Value, McpError> {
         let mut cmd = tokio::process::Command::new(&self.exe);
         cmd.arg("--json");
         if let Some(v) = vault.or_else(|| self.vault.clone()) {
@@ -152,11 +185,27 @@ impl AvfsServer {
                 None,
             )
         })?;
-        if doc.get("error").is_some() {
-            Ok(CallToolResult::structured_error(doc))
-        } else {
-            Ok(CallToolResult::structured(doc))
+        Ok(doc)
+    }
+
+    /// Reads a resource (see `resources`): an error document becomes "resource not
+    /// found" with its message, which says what to do.
+    async fn read(&self, uri: &str) -> Result<rmcp::model::ReadResourceResult, McpError> {
+        let target = resources::parse(uri)?;
+        let doc = self.doc(None, resources::line(&target)).await?;
+        if let Some(err) = doc.get("error") {
+            let message = err
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("failed");
+            return Err(McpError::resource_not_found(
+                format!("{uri}: {message}"),
+                Some(doc.clone()),
+            ));
         }
+        Ok(rmcp::model::ReadResourceResult::new(vec![
+            resources::contents(uri, &target, doc),
+        ]))
     }
 }
 
@@ -168,7 +217,9 @@ impl AvfsServer {
         when needed, the command runs in the mounted workspace, and the result is the execution \
         envelope: decision, checkpoint, exit code, output, duration and exactly which files \
         changed. A denied or approval-bound command does not run; the envelope says why (and \
-        the approval id a person must approve)."
+        the approval id a person must approve).",
+        output_schema = output::exec_schema(),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
     async fn exec(
         &self,
@@ -197,16 +248,27 @@ impl AvfsServer {
             // An approval carries its own command.
             (None, None) if approving => {}
             _ => {
-                return Err(McpError::invalid_params(
+                return Err(badargs::bad_arg(
+                    "command",
                     "give exactly one of `command` (a shell line) or `argv` (a non-empty list)",
-                    None,
+                    "pass `command` as a string, or `argv` as a non-empty list of strings, \
+                     not both",
                 ));
             }
         }
-        self.call(p.vault, line).await
+        let mut r = self.call(p.vault, line).await?;
+        if let (Some(doc), Some(false)) = (r.structured_content.as_mut(), r.is_error) {
+            output::compact_envelope(doc);
+            r = CallToolResult::structured(doc.clone());
+        }
+        Ok(r)
     }
 
-    #[tool(description = "Save a checkpoint of the workspace (O(changes since the last one)).")]
+    #[tool(
+        description = "Save a checkpoint of the workspace (O(changes since the last one)).",
+        output_schema = output::doc_schema("checkpoint save"),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
     async fn checkpoint_save(
         &self,
         Parameters(p): Parameters<CheckpointSaveParams>,
@@ -219,7 +281,8 @@ impl AvfsServer {
 
     #[tool(
         description = "List the workspace's checkpoints, oldest first, and the head.",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("checkpoint list"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn checkpoint_list(
         &self,
@@ -231,7 +294,8 @@ impl AvfsServer {
     #[tool(
         description = "Restore the workspace to a checkpoint. Unsaved changes are first kept in \
         an automatic checkpoint, so nothing is lost.",
-        annotations(destructive_hint = true)
+        output_schema = output::doc_schema("checkpoint restore"),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
     async fn checkpoint_restore(
         &self,
@@ -244,14 +308,20 @@ impl AvfsServer {
     #[tool(
         description = "What changed between two checkpoints, or a checkpoint and the live state \
         (default: head checkpoint to live). With patch, unified diffs of text files.",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("diff"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn diff(
         &self,
         Parameters(p): Parameters<DiffParams>,
     ) -> Result<CallToolResult, McpError> {
         if p.to.is_some() && p.from.is_none() {
-            return Err(McpError::invalid_params("`to` needs `from`", None));
+            return Err(badargs::bad_arg(
+                "to",
+                "`to` needs `from`",
+                "give `from` too (the checkpoint to compare from), or leave `to` out to \
+                 compare with the live state",
+            ));
         }
         let line = Line::new(&["diff"])
             .flag("--patch", p.patch)
@@ -262,7 +332,9 @@ impl AvfsServer {
 
     #[tool(
         description = "Fork the vault into a new task workspace, in O(1) whatever its size. Work \
-        in it by passing its name as `vault` to the other tools."
+        in it by passing its name as `vault` to the other tools.",
+        output_schema = output::doc_schema("vault fork"),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn fork(
         &self,
@@ -282,7 +354,8 @@ impl AvfsServer {
     #[tool(
         description = "List approvals: commands the policy would only run once a person \
         approves them (`avfs approve ID`). Pending only, unless all.",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("approvals"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn approvals_list(
         &self,
@@ -295,7 +368,8 @@ impl AvfsServer {
     #[tool(
         description = "Read a file of the workspace (live, or at a checkpoint). Text comes back \
         as utf-8, anything else as hex (see `encoding`).",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("cat"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn read_file(
         &self,
@@ -305,7 +379,11 @@ impl AvfsServer {
         self.call(p.vault, line).await
     }
 
-    #[tool(description = "Write (or append to) a file of the workspace.")]
+    #[tool(
+        description = "Write (or append to) a file of the workspace.",
+        output_schema = output::doc_schema("write"),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
     async fn write_file(
         &self,
         Parameters(p): Parameters<WriteFileParams>,
@@ -321,7 +399,8 @@ impl AvfsServer {
 
     #[tool(
         description = "List a directory of the workspace with each entry's attributes.",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("ls"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn list_dir(
         &self,
@@ -335,7 +414,8 @@ impl AvfsServer {
 
     #[tool(
         description = "Attributes of one path: type, mode, size, times, content hash.",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("stat"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn stat(
         &self,
@@ -347,7 +427,8 @@ impl AvfsServer {
 
     #[tool(
         description = "The versions of one file across checkpoints and the live state.",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("log"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn log(&self, Parameters(p): Parameters<PathParams>) -> Result<CallToolResult, McpError> {
         self.call(p.vault, Line::new(&["log"]).pos(Some(p.path)))
@@ -357,7 +438,8 @@ impl AvfsServer {
     #[tool(
         description = "Search file contents for a regular expression, ripgrep-like: every \
         match with its path and line number (or only the paths).",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("grep"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn grep(
         &self,
@@ -378,7 +460,8 @@ impl AvfsServer {
     #[tool(
         description = "Find files by name glob, type, size, tags, metadata, or change since a \
         checkpoint.",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("find"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn find(
         &self,
@@ -406,7 +489,8 @@ impl AvfsServer {
     #[tool(
         description = "Full-text search over the workspace's text files, ranked, with \
         snippets (the index catches up with what changed since the last search).",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("search"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn search(
         &self,
@@ -422,11 +506,17 @@ impl AvfsServer {
 
     #[tool(
         description = "Add tags to a file or directory (or remove them). Tags are user.avfs.* \
-        extended attributes: kept by checkpoints and forks, visible in the mount."
+        extended attributes: kept by checkpoints and forks, visible in the mount.",
+        output_schema = output::doc_schema("tag"),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
     async fn tag(&self, Parameters(p): Parameters<TagParams>) -> Result<CallToolResult, McpError> {
         if p.tags.is_empty() {
-            return Err(McpError::invalid_params("give at least one tag", None));
+            return Err(badargs::bad_arg(
+                "tags",
+                "give at least one tag",
+                "pass `tags` as a non-empty list of strings",
+            ));
         }
         let mut line = Line::new(&[if p.remove { "untag" } else { "tag" }]).pos(Some(p.path));
         for t in p.tags {
@@ -438,7 +528,9 @@ impl AvfsServer {
     #[tool(
         description = "Three-way merge of a fork back into the vault it was forked from (or \
         `into`): what only the fork changed is taken, what both changed is a conflict. The \
-        result is a new checkpoint of the target. Use dry_run first to see what would happen."
+        result is a new checkpoint of the target. Use dry_run first to see what would happen.",
+        output_schema = output::doc_schema("vault merge"),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
     async fn merge(
         &self,
@@ -457,7 +549,8 @@ impl AvfsServer {
     #[tool(
         description = "The audit log: every command that changed the vault, who ran it \
         (cli, mcp, exec) and when, hash-chained.",
-        annotations(read_only_hint = true)
+        output_schema = output::doc_schema("audit"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn audit(
         &self,
@@ -485,14 +578,75 @@ impl AvfsServer {
 
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for AvfsServer {
+    /// Every bad argument comes back as a tool error with structured content (see
+    /// `badargs`), never as a protocol error or a plain-text one.
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, McpError> {
+        if let Some(tool) = self.tool_router.get(&request.name) {
+            let args = request.arguments.clone().unwrap_or_default();
+            if let Err(e) = badargs::check(&tool.input_schema, &args) {
+                return Ok(badargs::tool_error(&e).into());
+            }
+        }
+        let known = self.tool_router.get(&request.name).is_some();
+        let tcc = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        match self.tool_router.call(tcc).await {
+            Ok(rmcp::model::CallToolResponse::Complete(r)) => Ok(badargs::restructure(r).into()),
+            // An unknown tool stays a protocol error: there is no argument to fix.
+            Err(e) if known && badargs::is_bad_arg(&e) => Ok(badargs::tool_error(&e).into()),
+            other => other,
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        let find = Line::new(&["find", "--type=f"]).pos(Some("/"));
+        let doc = self.doc(None, find).await?;
+        Ok(rmcp::model::ListResourcesResult::with_all_items(
+            resources::listed(&doc),
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
+            resources::templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        Ok(self.read(&request.uri).await?.into())
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("avfs", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "agentvfs: a versioned, forkable workspace. Run commands with `exec` (the policy \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("avfs", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "agentvfs: a versioned, forkable workspace. Run commands with `exec` (the policy \
                  decides; the envelope lists exactly which files changed), take checkpoints \
                  before risky work, restore them to roll back, fork to try things in isolation. \
-                 Results are the JSON documents of `avfs --json` (docs/json.md).",
-            )
+                 Results are the JSON documents of `avfs --json` (each tool's outputSchema \
+                 says which); exec's envelope leaves out the options left at their default. \
+                 A bad argument is a tool error naming the argument and the fix. Resources: \
+                 avfs://checkpoints, avfs://files/PATH, avfs://checkpoints/NAME/files/PATH.",
+        )
     }
 }

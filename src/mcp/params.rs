@@ -20,8 +20,9 @@ pub(super) struct ExecParams {
     pub(super) argv: Option<Vec<String>>,
     /// Directory inside the workspace to run in (default `/`).
     pub(super) cwd: Option<String>,
-    /// Stop the command after this many seconds.
-    pub(super) timeout_secs: Option<u64>,
+    /// Stop the command after this many seconds (fractions allowed: 0.5).
+    #[schemars(range(min = 0))]
+    pub(super) timeout_secs: Option<f64>,
     /// Extra environment variables, each `KEY=VALUE`.
     pub(super) env: Option<Vec<String>>,
     /// `true`: always checkpoint first; `false`: never (even when the policy asks).

@@ -18,7 +18,6 @@ from typing import Any, AsyncIterator
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.shared.exceptions import MCPError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 AVFS = os.environ.get("AVFS_BIN", str(REPO / "target" / "release" / "avfs"))
@@ -208,11 +207,12 @@ def test_errors_are_tool_errors_with_the_json_error(home: str) -> None:
             # A path that looks like a flag is a path.
             e = await call_err(s, "read_file", path="--help")
             assert e["message"]
-            # Bad arguments are protocol errors, before anything runs.
-            with pytest.raises(MCPError):
-                await s.call_tool("exec", {})
-            with pytest.raises(MCPError):
-                await s.call_tool("write_file", {"path": "/x", "content": "0", "encoding": "hex"})
+            # Bad arguments are tool errors too, naming the argument, before anything runs
+            # (tests/mcp/test_mcp_contract.py checks every kind).
+            e = await call_err(s, "exec")
+            assert (e["kind"], e["argument"]) == ("invalid_argument", "command")
+            e = await call_err(s, "write_file", path="/x", content="0", encoding="hex")
+            assert (e["kind"], e["argument"]) == ("invalid_argument", "content")
 
     run(go())
 

@@ -10,8 +10,11 @@ agents, driven through the ``avfs`` binary's JSON interface (``avfs --json``).
     print(env.exit_code, [c.path for c in env.changes])
 """
 
-from .client import Avfs, Vault, Workspace, find_binary
+from .client import Avfs, TempVault, Vault, Workspace, find_binary
+from .aio import AsyncAvfs
 from .errors import (
+    CLI_ERROR_KINDS,
+    CLIENT_KINDS,
     AlreadyExists,
     ApprovalRequired,
     AvfsError,
@@ -29,6 +32,20 @@ from .errors import (
     SandboxUnavailable,
     UsageError,
     VaultExists,
+)
+from .tooltypes import (
+    CopyResult,
+    CopyStats,
+    FindEntry,
+    FindResult,
+    GrepMatch,
+    GrepResult,
+    MergeSummary,
+    MountRecord,
+    SearchHit,
+    SearchIndex,
+    SearchResult,
+    TagResult,
 )
 from .types import (
     Approval,
@@ -59,6 +76,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Avfs",
+    "AsyncAvfs",
+    "TempVault",
+    "CLI_ERROR_KINDS",
+    "CLIENT_KINDS",
     "Vault",
     "Workspace",
     "find_binary",
@@ -81,6 +102,18 @@ __all__ = [
     "BinaryNotFound",
     "ProtocolError",
     # documents
+    "CopyResult",
+    "CopyStats",
+    "FindEntry",
+    "FindResult",
+    "GrepMatch",
+    "GrepResult",
+    "MergeSummary",
+    "MountRecord",
+    "SearchHit",
+    "SearchIndex",
+    "SearchResult",
+    "TagResult",
     "Approval",
     "Change",
     "ChangeSummary",

@@ -13,11 +13,14 @@ from .errors import (
     ApprovalRequired,
     BinaryNotFound,
     CommandFailed,
+    NoSuchVault,
     NotFound,
     PolicyDenied,
+    VaultExists,
     ProtocolError,
     error_from_json,
 )
+from .tools import ToolsMixin
 from .types import (
     Approval,
     Checkpoint,
@@ -30,7 +33,7 @@ from .types import (
     VaultInfo,
 )
 
-__all__ = ["Avfs", "Vault", "Workspace", "find_binary"]
+__all__ = ["Avfs", "TempVault", "Vault", "Workspace", "find_binary"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -99,6 +102,28 @@ class Avfs:
 
     def __repr__(self) -> str:
         return f"Avfs(binary={self.binary!r}, home={self.home!r})"
+
+    def __enter__(self) -> "Avfs":
+        """``with Avfs(...) as avfs:``; the client holds no process or file between
+        calls, so leaving the block only ends the temporary home of :meth:`temp`."""
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to release for a client on a home of its own choosing; see
+        :meth:`temp` for the one that removes its home."""
+
+    @classmethod
+    def temp(cls, name: str = "scratch", *, binary: Optional[PathLike] = None) -> "TempVault":
+        """A context manager giving a new vault in a temporary ``$AVFS_HOME``, removed
+        (mounts, vault file and home) when the block ends, even on an exception::
+
+            with Avfs.temp() as vault:
+                vault.workspace.write_file("/a.txt", "hi\\n")
+        """
+        return TempVault(name, binary=binary)
 
     def _env(self) -> Dict[str, str]:
         env = dict(os.environ)
@@ -186,8 +211,27 @@ class Avfs:
         """Every registered vault and fork, sorted by name (``vault list``)."""
         return [VaultInfo.from_json(v) for v in self.run("vault", "list")["vaults"]]
 
-    def create_vault(self, name: str, *, path: Optional[PathLike] = None) -> "Vault":
-        """``vault create NAME [--path FILE]``: a new vault file, registered as ``name``."""
+    def create_vault(
+        self, name: str, *, path: Optional[PathLike] = None, exist_ok: bool = False
+    ) -> "Vault":
+        """``vault create NAME [--path FILE]``: a new vault file, registered as ``name``.
+
+        With ``exist_ok=True``, a vault already registered as ``name`` is opened instead
+        (get-or-create); with ``path`` too, it must be that file, else ``VaultExists``.
+        """
+        if exist_ok:
+            try:
+                v = self.open_vault(name)
+            except NoSuchVault:
+                pass
+            else:
+                if path is not None and os.path.realpath(v.path) != os.path.realpath(path):
+                    raise VaultExists(
+                        "vault_exists",
+                        f"vault {name!r} exists with another file ({v.path}), not {os.fspath(path)}",
+                        1,
+                    )
+                return v
         args = ["vault", "create"]
         if path is not None:
             args.append(f"--path={os.fspath(path)}")
@@ -260,16 +304,18 @@ class Vault:
         avfs: Optional[Avfs] = None,
         binary: Optional[PathLike] = None,
         home: Optional[PathLike] = None,
+        exist_ok: bool = False,
     ) -> "Vault":
         """Creates a vault file (``$AVFS_HOME/vaults/NAME.avfs``, or ``path``) and
-        registers it as ``name``.
+        registers it as ``name``. With ``exist_ok=True`` an existing vault of that name
+        is opened instead (get-or-create).
 
         Raises:
-            VaultExists: the name is taken.
+            VaultExists: the name is taken (and ``exist_ok`` is false).
             AlreadyExists: ``path`` exists.
             InvalidArgument: the name is not allowed.
         """
-        return _avfs(avfs, binary, home).create_vault(name, path=path)
+        return _avfs(avfs, binary, home).create_vault(name, path=path, exist_ok=exist_ok)
 
     @classmethod
     def open(
@@ -358,7 +404,7 @@ class Vault:
         return [str(n) for n in self.avfs.run(*args, "--", self.name)["deleted"]]
 
 
-class Workspace:
+class Workspace(ToolsMixin):
     """The files, ``exec``, checkpoints and diffs of one vault or fork.
 
     Paths are workspace paths: absolute (``/src/main.rs``), never on the host.
@@ -513,63 +559,20 @@ class Workspace:
             AvfsError: avfs itself failed (e.g. :class:`InvalidArgument` for a bad
                 ``cwd``, :class:`SandboxUnavailable`).
         """
-        args: List[str] = ["exec"]
-        if fork is not None:
-            args.append(f"--fork={fork}")
-        if ephemeral:
-            args.append("--ephemeral")
-        if keep:
-            args.append("--keep")
-        if cwd is not None:
-            args.append(f"--cwd={cwd}")
-        if timeout is not None:
-            args.append(f"--timeout={timeout}")
-        for k, v in (env or {}).items():
-            args.append(f"--env={k}={v}")
-        if checkpoint is True:
-            args.append("--checkpoint")
-        elif checkpoint is False:
-            args.append("--no-checkpoint")
-        if rollback_on_failure:
-            args.append("--rollback-on-failure")
-        if sandbox is True:
-            args.append("--sandbox")
-        elif sandbox is False:
-            args.append("--no-sandbox")
-        if approve is not None:
-            args.append(f"--approve={approve}")
-        if isinstance(command, str):
-            args.append(f"--shell={command}")
-        elif command is not None:
-            argv = [str(a) for a in command]
-            if not argv:
-                raise ValueError("exec: empty argv")
-            args.append("--")
-            args.extend(argv)
-        elif approve is None:
-            raise ValueError("exec: give a command (str: shell line, sequence: argv) or approve=")
-        envelope = Envelope.from_json(self._run(*args))
-        action = envelope.decision.action
-        d = envelope.decision
-        if envelope.result is None and action == "deny":
-            raise PolicyDenied("denied", f"rule {d.matched_rule}: {d.reason}", envelope)
-        if envelope.result is None and action == "require_approval":
-            approval = envelope.approval.id if envelope.approval else "?"
-            raise ApprovalRequired(
-                "approval_required",
-                f"approval {approval} pending (rule {d.matched_rule}: {d.reason})",
-                envelope,
-            )
-        if check and not envelope.ok:
-            r = envelope.result
-            if r is not None and r.timed_out:
-                why = "timed out"
-            elif r is not None and r.signal is not None:
-                why = f"was killed by signal {r.signal}"
-            else:
-                why = f"exited with status {envelope.exit_code}"
-            raise CommandFailed("command_failed", f"command {why}", envelope)
-        return envelope
+        args = exec_args(
+            command,
+            cwd=cwd,
+            timeout=timeout,
+            env=env,
+            checkpoint=checkpoint,
+            rollback_on_failure=rollback_on_failure,
+            fork=fork,
+            ephemeral=ephemeral,
+            keep=keep,
+            sandbox=sandbox,
+            approve=approve,
+        )
+        return judge_envelope(Envelope.from_json(self._run(*args)), check)
 
     def approve(self, approval_id: str) -> Approval:
         """``avfs approve ID``: approve a pending request; then run it with
@@ -638,3 +641,120 @@ class Workspace:
             args += ["--", *pos]
         return Diff.from_json(self._run(*args))
 
+
+
+class TempVault:
+    """What :meth:`Avfs.temp` returns: ``with`` it to get a :class:`Vault` in a fresh
+    temporary ``$AVFS_HOME``; at the end of the block its mounts are unmounted and the
+    home (vault files included) is removed."""
+
+    def __init__(self, name: str = "scratch", *, binary: Optional[PathLike] = None) -> None:
+        self._name = name
+        self._binary = binary
+        self.home: Optional[str] = None
+        self.vault: Optional[Vault] = None
+
+    def __enter__(self) -> Vault:
+        import tempfile
+
+        self.home = tempfile.mkdtemp(prefix="avfs-temp-")
+        try:
+            avfs = Avfs(self._binary, home=self.home)
+            self.vault = avfs.create_vault(self._name)
+        except BaseException:
+            shutil.rmtree(self.home, ignore_errors=True)
+            raise
+        return self.vault
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.home is None:
+            return
+        if self.vault is not None:
+            # A mount left by the block would keep the directory busy: unmount first.
+            try:
+                for m in self.vault.avfs.run("mounts").get("mounts", []):
+                    self.vault.avfs.call("unmount", "--", str(m["mountpoint"]))
+            except Exception:  # noqa: BLE001 - best effort; the removal below says the rest
+                pass
+        shutil.rmtree(self.home, ignore_errors=True)
+        self.home = None
+
+
+def exec_args(
+    command: Union[str, Sequence[str], None] = None,
+    *,
+    cwd: Optional[str] = None,
+    timeout: Optional[float] = None,
+    env: Optional[Mapping[str, str]] = None,
+    checkpoint: Optional[bool] = None,
+    rollback_on_failure: bool = False,
+    fork: Optional[str] = None,
+    ephemeral: bool = False,
+    keep: bool = False,
+    sandbox: Optional[bool] = None,
+    approve: Optional[str] = None,
+) -> List[str]:
+    """The ``avfs exec ...`` arguments for the options of :meth:`Workspace.exec`
+    (shared by the synchronous and the asyncio clients)."""
+    args: List[str] = ["exec"]
+    if fork is not None:
+        args.append(f"--fork={fork}")
+    if ephemeral:
+        args.append("--ephemeral")
+    if keep:
+        args.append("--keep")
+    if cwd is not None:
+        args.append(f"--cwd={cwd}")
+    if timeout is not None:
+        args.append(f"--timeout={timeout}")
+    for k, v in (env or {}).items():
+        args.append(f"--env={k}={v}")
+    if checkpoint is True:
+        args.append("--checkpoint")
+    elif checkpoint is False:
+        args.append("--no-checkpoint")
+    if rollback_on_failure:
+        args.append("--rollback-on-failure")
+    if sandbox is True:
+        args.append("--sandbox")
+    elif sandbox is False:
+        args.append("--no-sandbox")
+    if approve is not None:
+        args.append(f"--approve={approve}")
+    if isinstance(command, str):
+        args.append(f"--shell={command}")
+    elif command is not None:
+        argv = [str(a) for a in command]
+        if not argv:
+            raise ValueError("exec: empty argv")
+        args.append("--")
+        args.extend(argv)
+    elif approve is None:
+        raise ValueError("exec: give a command (str: shell line, sequence: argv) or approve=")
+    return args
+
+
+def judge_envelope(envelope: Envelope, check: bool) -> Envelope:
+    """Raises what an envelope means for the caller (:class:`PolicyDenied`,
+    :class:`ApprovalRequired`, and with ``check`` :class:`CommandFailed`), else returns it."""
+    action = envelope.decision.action
+    d = envelope.decision
+    if envelope.result is None and action == "deny":
+        raise PolicyDenied("denied", f"rule {d.matched_rule}: {d.reason}", envelope)
+    if envelope.result is None and action == "require_approval":
+        approval = envelope.approval.id if envelope.approval else "?"
+        raise ApprovalRequired(
+            "approval_required",
+            f"approval {approval} pending (rule {d.matched_rule}: {d.reason})",
+            envelope,
+        )
+    if check and not envelope.ok:
+        r = envelope.result
+        if r is not None and r.timed_out:
+            why = "timed out"
+        elif r is not None and r.signal is not None:
+            why = f"was killed by signal {r.signal}"
+        else:
+            why = f"exited with status {envelope.exit_code}"
+        raise CommandFailed("command_failed", f"command {why}", envelope)
+    return envelope

@@ -38,6 +38,8 @@ __all__ = [
     "BinaryNotFound",
     "ProtocolError",
     "error_from_json",
+    "CLI_ERROR_KINDS",
+    "CLIENT_KINDS",
 ]
 
 
@@ -131,6 +133,49 @@ class Refused(AvfsError):
 class SandboxUnavailable(AvfsError):
     """``sandbox_unavailable``: ``exec(sandbox=True)`` could not be enforced; nothing ran."""
 
+
+#: Every ``kind`` an ``avfs`` error document can carry, exactly the CLI's documented list
+#: (docs/cli.md#error-kinds, ``Error::kind()`` in src/error.rs, plus ``usage``).
+#: A test compares the two. New kinds may appear: treat an unknown one like ``internal``.
+CLI_ERROR_KINDS = (
+    "usage",
+    "not_a_vault",
+    "corrupt_vault",
+    "vault_too_new",
+    "no_such_vault",
+    "vault_exists",
+    "no_such_checkpoint",
+    "checkpoint_exists",
+    "not_found",
+    "already_exists",
+    "not_a_directory",
+    "is_a_directory",
+    "directory_not_empty",
+    "name_too_long",
+    "invalid_name",
+    "invalid_argument",
+    "file_too_large",
+    "xattrs_full",
+    "symlink_loop",
+    "refused",
+    "host_io",
+    "busy",
+    "no_space",
+    "quota_exceeded",
+    "sandbox_unavailable",
+    "no_such_remote",
+    "remote",
+    "push_rejected",
+    "remote_corrupt",
+    "internal",
+)
+
+#: Kinds this client gives its own exceptions. They are never in an ``avfs`` error
+#: document: ``denied`` and ``approval_required`` are exec envelopes whose
+#: ``decision.action`` is ``deny`` / ``require_approval`` (exit 126 / 75),
+#: ``command_failed`` an envelope of a command that failed under ``check=True``, and
+#: ``binary_not_found`` / ``protocol`` mean ``avfs`` printed no document at all.
+CLIENT_KINDS = ("denied", "approval_required", "command_failed", "binary_not_found", "protocol")
 
 _BY_KIND: Dict[str, Type[AvfsError]] = {
     "usage": UsageError,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
+from .tooltypes import MergeSummary
+
 __all__ = [
     "Checkpoint",
     "Change",
@@ -375,6 +377,10 @@ class MergeResult:
     """The new checkpoint of the target; ``None`` on a dry run or when nothing changed."""
     taken: List[Change]
     conflicts: List[Conflict]
+    summary: MergeSummary
+    """The counts: taken, conflicts, and unresolved (what a person still has to look at)."""
+    paths: List[str]
+    """The path filters the merge was limited to; empty: everything."""
     raw: Json = field(repr=False, compare=False)
 
     @classmethod
@@ -390,6 +396,8 @@ class MergeResult:
             checkpoint=Checkpoint.from_json(cp) if isinstance(cp, Mapping) else None,
             taken=_changes(d.get("taken")),
             conflicts=[Conflict.from_json(c) for c in d.get("conflicts") or []],
+            summary=MergeSummary.from_json(d.get("summary")),
+            paths=_strs(d.get("paths")),
             raw=dict(d),
         )
 

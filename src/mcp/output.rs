@@ -1,0 +1,223 @@
+//! What a tool's result looks like: the `outputSchema` each tool declares and the compact
+//! form of the exec envelope the server returns.
+//!
+//! The exec tool's schema is derived from `schemas/execution-envelope.schema.json`, the
+//! same file the CLI's envelope is tested against, so the two cannot drift apart: the only
+//! differences are the ones [`compact_envelope`] makes, applied to the schema by
+//! [`exec_schema`]. The other tools return the documents of `avfs --json` (docs/json.md),
+//! which have no JSON Schema file yet; their schema says that much and names the section.
+
+use std::sync::{Arc, OnceLock};
+
+use rmcp::model::JsonObject;
+use serde_json::{Value, json};
+
+const ENVELOPE_SCHEMA: &str = include_str!("../../schemas/execution-envelope.schema.json");
+
+/// Fields of `result` left out at their default (`false`, `null`, `[]`): what did not
+/// happen. `exit_code`, `timed_out`, the output and its sizes always stay.
+const RESULT_DEFAULTS: [&str; 6] = [
+    "signal",
+    "stdout_truncated",
+    "stderr_truncated",
+    "lingering_processes_killed",
+    "escaped_processes",
+    "quota_refused",
+];
+
+/// Drops what a model does not need to read from an exec envelope, without losing what
+/// happened: the options that are at their default (a model knows what it did not ask
+/// for), `mountpoint` when it repeats `workspace_path` (kept in the CLI's envelope only
+/// for readers of earlier envelopes), `rollback` when none was asked for, a lone
+/// `decision.findings` entry that repeats the decision, and the [`RESULT_DEFAULTS`].
+pub(super) fn compact_envelope(doc: &mut Value) {
+    if let Some(result) = doc.get_mut("result").and_then(Value::as_object_mut) {
+        result.retain(|k, v| !(RESULT_DEFAULTS.contains(&k.as_str()) && is_default(v)));
+    }
+    if let Some(decision) = doc.get_mut("decision").and_then(Value::as_object_mut)
+        && lone_finding_repeats(decision)
+    {
+        decision.remove("findings");
+    }
+    if doc.pointer("/rollback/requested") == Some(&Value::Bool(false))
+        && let Some(obj) = doc.as_object_mut()
+    {
+        obj.remove("rollback");
+    }
+    if let Some(req) = doc.get_mut("request").and_then(Value::as_object_mut)
+        && let Some(opts) = req.get_mut("options").and_then(Value::as_object_mut)
+    {
+        opts.retain(|_, v| !is_default(v));
+        if opts.is_empty() {
+            req.remove("options");
+        }
+    }
+    if let Some(obj) = doc.as_object_mut()
+        && obj.get("mountpoint").is_some()
+        && obj.get("mountpoint") == obj.get("workspace_path")
+    {
+        obj.remove("mountpoint");
+    }
+}
+
+/// One finding, saying what the decision says (its program is the command's).
+fn lone_finding_repeats(decision: &serde_json::Map<String, Value>) -> bool {
+    let Some([f]) = decision
+        .get("findings")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+    else {
+        return false;
+    };
+    let same = |fk: &str, dk: &str| f.get(fk).is_some() && f.get(fk) == decision.get(dk);
+    let category_listed = decision
+        .get("categories")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| f.get("category").is_some_and(|c| cs.contains(c)));
+    same("action", "action")
+        && same("rule", "matched_rule")
+        && same("reason", "reason")
+        && category_listed
+}
+
+fn is_default(v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// The exec tool's output schema: the envelope schema, loosened exactly where
+/// [`compact_envelope`] leaves things out.
+pub(super) fn exec_schema() -> Arc<JsonObject> {
+    static SCHEMA: OnceLock<Arc<JsonObject>> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let mut s: Value =
+                serde_json::from_str(ENVELOPE_SCHEMA).expect("the envelope schema is JSON");
+            loosen(&mut s);
+            match s {
+                Value::Object(o) => Arc::new(o),
+                _ => unreachable!("the envelope schema is an object"),
+            }
+        })
+        .clone()
+}
+
+fn loosen(s: &mut Value) {
+    // The `$id` is a URL: a client could try to fetch what it names. Every `$ref` in the
+    // file is local (`#/$defs/...`), so the document resolves without it.
+    if let Some(o) = s.as_object_mut() {
+        o.remove("$id");
+    }
+    drop_required(s.pointer_mut("/required"), "mountpoint");
+    drop_required(s.pointer_mut("/required"), "rollback");
+    drop_required(s.pointer_mut("/$defs/decision/required"), "findings");
+    for name in RESULT_DEFAULTS {
+        drop_required(s.pointer_mut("/$defs/result/required"), name);
+    }
+    drop_required(s.pointer_mut("/$defs/request/required"), "options");
+    if let Some(opts) = s
+        .pointer_mut("/$defs/options")
+        .and_then(Value::as_object_mut)
+    {
+        opts.insert("required".into(), json!([]));
+        // "not both --sandbox and --no-sandbox" must still hold when both are left out:
+        // only a document that has both set to true is refused.
+        if let Some(not) = opts.get_mut("not").and_then(Value::as_object_mut) {
+            not.insert("required".into(), json!(["sandbox", "no_sandbox"]));
+        }
+    }
+}
+
+fn drop_required(list: Option<&mut Value>, name: &str) {
+    if let Some(Value::Array(a)) = list {
+        a.retain(|v| v != name);
+    }
+}
+
+/// The output schema of a tool that returns the document of `avfs --json COMMAND`.
+pub(super) fn doc_schema(section: &str) -> Arc<JsonObject> {
+    let s = json!({
+        "type": "object",
+        "description": format!(
+            "The JSON document `avfs --json {section}` prints, as documented in docs/json.md \
+             (section `{section}`)."
+        ),
+    });
+    match s {
+        Value::Object(o) => Arc::new(o),
+        _ => unreachable!(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compacting_drops_default_options_and_the_repeated_mountpoint() {
+        let mut doc = json!({
+            "request": {"cwd": "/", "options": {"timeout_secs": null, "env": [], "fork": "f",
+                        "checkpoint": false, "ephemeral": true}},
+            "mountpoint": "/w", "workspace_path": "/w",
+        });
+        compact_envelope(&mut doc);
+        assert_eq!(
+            doc["request"]["options"],
+            json!({"fork": "f", "ephemeral": true})
+        );
+        assert!(doc.get("mountpoint").is_none());
+        assert_eq!(doc["workspace_path"], "/w");
+
+        let mut plain = json!({"request": {"options": {"keep": false}}, "mountpoint": null,
+                               "workspace_path": "/w"});
+        compact_envelope(&mut plain);
+        assert!(plain["request"].get("options").is_none());
+        // A different mountpoint (null: nothing ran) is information: kept.
+        assert!(plain.get("mountpoint").is_some());
+    }
+
+    #[test]
+    fn compacting_keeps_what_happened() {
+        let finding = json!({"program": "true", "category": "read_only", "action": "allow",
+                             "rule": "r", "reason": "only reads"});
+        let mut doc = json!({
+            "decision": {"action": "allow", "categories": ["read_only"], "matched_rule": "r",
+                         "reason": "only reads", "findings": [finding]},
+            "result": {"exit_code": 0, "timed_out": false, "signal": null,
+                       "stdout_truncated": false, "escaped_processes": [], "quota_refused": null},
+            "rollback": {"requested": false, "performed": false, "checkpoint": null},
+        });
+        compact_envelope(&mut doc);
+        assert!(doc["decision"].get("findings").is_none());
+        assert_eq!(doc["result"], json!({"exit_code": 0, "timed_out": false}));
+        assert!(doc.get("rollback").is_none());
+
+        // Two findings, a signal, a requested rollback: all kept.
+        let mut doc = json!({
+            "decision": {"action": "deny", "categories": ["read_only"], "matched_rule": "r",
+                         "reason": "x", "findings": [finding, finding]},
+            "result": {"signal": 9, "stdout_truncated": true},
+            "rollback": {"requested": true, "performed": false, "checkpoint": null},
+        });
+        let before = doc.clone();
+        compact_envelope(&mut doc);
+        assert_eq!(doc, before);
+    }
+
+    #[test]
+    fn the_exec_schema_is_the_envelope_schema_loosened_where_compacting_drops() {
+        let s = Value::Object((*exec_schema()).clone());
+        assert!(s.get("$id").is_none());
+        let req = s.pointer("/required").unwrap().as_array().unwrap();
+        assert!(req.iter().any(|v| v == "changes"));
+        assert!(!req.iter().any(|v| v == "mountpoint"));
+        assert_eq!(s.pointer("/$defs/options/required").unwrap(), &json!([]));
+        assert!(
+            s.pointer("/$defs/options/properties/timeout_secs")
+                .is_some()
+        );
+    }
+}

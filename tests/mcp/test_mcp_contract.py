@@ -1,0 +1,241 @@
+"""What a model relies on from `avfs mcp`, checked with the official MCP Python SDK: output
+schemas and annotations on every tool, compact exec results, bad arguments as tool errors
+naming the argument and the fix, fractional timeouts, the vault checked at start, and the
+workspace's checkpoints and files as resources."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pathlib
+import subprocess
+from typing import Any
+
+import jsonschema
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from test_mcp_server import AVFS, REPO, call, call_err, home, run, session  # noqa: F401
+
+READ_ONLY = {
+    "checkpoint_list",
+    "diff",
+    "approvals_list",
+    "read_file",
+    "list_dir",
+    "stat",
+    "log",
+    "grep",
+    "find",
+    "search",
+    "audit",
+}
+
+
+def test_every_tool_has_an_output_schema_and_all_four_annotations(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            for name, t in tools.items():
+                assert t.output_schema and t.output_schema["type"] == "object", name
+                jsonschema.Draft202012Validator.check_schema(t.output_schema)
+                a = t.annotations
+                hints = (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint)
+                assert None not in hints, (name, hints)
+                assert a.read_only_hint is (name in READ_ONLY), name
+                if a.read_only_hint:
+                    assert a.destructive_hint is False, name
+            ex = tools["exec"].annotations
+            assert (ex.destructive_hint, ex.idempotent_hint, ex.open_world_hint) == (True, False, True)
+            for name in ("write_file", "merge", "checkpoint_restore"):
+                assert tools[name].annotations.destructive_hint is True, name
+            assert tools["fork"].annotations.destructive_hint is False
+            assert all(not tools[n].annotations.open_world_hint for n in tools if n != "exec")
+            # exec's schema is the envelope's (schemas/execution-envelope.schema.json).
+            envelope = json.loads((REPO / "schemas" / "execution-envelope.schema.json").read_text())
+            assert tools["exec"].output_schema["title"] == envelope["title"]
+            assert set(tools["exec"].output_schema["properties"]) == set(envelope["properties"])
+
+    run(go())
+
+
+def test_exec_results_are_compact_and_match_the_schema(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            schema = {t.name: t for t in (await s.list_tools()).tools}["exec"].output_schema
+            r = await s.call_tool("exec", {"argv": ["true"]})
+            env = r.structured_content
+            jsonschema.validate(env, schema)
+            # Nothing asked for, nothing echoed: no options; no mountpoint repeating
+            # workspace_path.
+            assert "options" not in env["request"], env["request"]
+            assert "mountpoint" not in env
+            assert "rollback" not in env and "findings" not in env["decision"], env
+            assert env["workspace_path"] and env["exit_code"] == 0
+            assert set(env["result"]) >= {"exit_code", "timed_out", "stdout", "stderr", "duration_ms"}
+            assert "signal" not in env["result"] and "escaped_processes" not in env["result"]
+            size = len(json.dumps(env, separators=(",", ":")))
+            print(f"trivial exec: structured content {size} bytes")
+            # The CLI's envelope of the same run was 1 971 bytes (compact JSON).
+            assert size < 1500, size
+
+            # What was asked for is echoed.
+            env = await call(
+                s, "exec", argv=["false"], timeout_secs=2.5, env=["A=1"], checkpoint=True,
+                rollback_on_failure=True,
+            )
+            assert env["request"]["options"] == {
+                "timeout_secs": 2.5, "env": ["A=1"], "checkpoint": True, "rollback_on_failure": True,
+            }
+            assert env["rollback"]["requested"] is True, env
+            assert env["result"]["exit_code"] == 1
+            jsonschema.validate(env, schema)
+            # A denied run matches the schema too, and says nothing ran.
+            env = await call(s, "exec", argv=["kill", "1"])
+            assert env["decision"]["action"] == "deny" and env["result"] is None
+            jsonschema.validate(env, schema)
+
+    run(go())
+
+
+BAD = [
+    ("exec", {}, "command"),
+    ("exec", {"command": "true", "argv": ["true"]}, "command"),
+    ("exec", {"command": "true", "timeout_secs": "ten"}, "timeout_secs"),
+    ("exec", {"command": "true", "timeout_secs": -1}, "timeout_secs"),
+    ("exec", {"command": "true", "timeout": 5}, "timeout"),
+    ("exec", {"command": "true", "env": "A=1"}, "env"),
+    ("read_file", {}, "path"),
+    ("read_file", {"path": 7}, "path"),
+    ("write_file", {"path": "/x"}, "content"),
+    ("write_file", {"path": "/x", "content": "0", "encoding": "hex"}, "content"),
+    ("write_file", {"path": "/x", "content": "x", "encoding": "rot13"}, "encoding"),
+    ("write_file", {"path": "/x", "content": "x", "append": "yes"}, "append"),
+    ("diff", {"to": "v1"}, "to"),
+    ("tag", {"path": "/x", "tags": []}, "tags"),
+    ("find", {"max_depth": -2}, "max_depth"),
+    ("search", {"query": "x", "limit": 1.5}, "limit"),
+    ("merge", {}, "fork"),
+]
+
+
+def test_every_bad_argument_is_a_tool_error_naming_it_and_the_fix(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            for tool, args, argument in BAD:
+                r = await s.call_tool(tool, args)
+                assert r.is_error, (tool, args)
+                err = (r.structured_content or {}).get("error")
+                assert err, (tool, args, r.content)
+                assert err["kind"] == "invalid_argument", (tool, args, err)
+                assert err["argument"] == argument, (tool, args, err)
+                assert err["fix"] and err["message"], (tool, args, err)
+                # The text content says the same, for clients that only show text.
+                assert json.loads(r.content[0].text) == r.structured_content
+            # Nothing ran: no checkpoint, no audit record of an exec.
+            audit = await call(s, "audit")
+            assert not [e for e in audit["entries"] if e["action"].startswith("exec")], audit
+            # An unknown tool is not an argument to fix: a protocol error, as before.
+            with pytest.raises(MCPError):
+                await s.call_tool("no_such_tool", {})
+
+    run(go())
+
+
+def test_timeout_takes_fractions(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            env = await call(s, "exec", argv=["sleep", "5"], timeout_secs=0.5)
+            assert env["result"]["timed_out"] is True, env["result"]
+            assert env["result"]["duration_ms"] < 4000, env["result"]
+            assert env["request"]["options"]["timeout_secs"] == 0.5
+
+    run(go())
+
+
+def test_a_missing_vault_refuses_to_start(home: str, tmp_path: pathlib.Path) -> None:
+    environ = {**os.environ, "AVFS_HOME": home}
+    missing_file = tmp_path / "nowhere" / "gone.avfs"
+    for sel, kind in (("no-such-vault", "no_such_vault"), (str(missing_file), "not_found")):
+        p = subprocess.run(
+            [AVFS, "--json", "--vault", sel, "mcp"],
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert p.returncode == 1, (sel, p)
+        err = json.loads(p.stdout)["error"]
+        assert err["kind"] == kind, (sel, err)
+        assert "vault" in err["message"], err
+    assert not missing_file.exists()
+    assert not (pathlib.Path(home) / "vaults").exists() or not any((pathlib.Path(home) / "vaults").iterdir())
+
+
+def test_checkpoints_and_files_are_resources(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            await call(s, "write_file", path="/notes/a b.txt", content="v1\n", parents=True)
+            await call(s, "write_file", path="/bin.dat", content="AP8Q", encoding="base64")
+            await call(s, "checkpoint_save", name="v1")
+            await call(s, "write_file", path="/notes/a b.txt", content="v2\n")
+
+            listed = {str(r.uri): r for r in (await s.list_resources()).resources}
+            assert "avfs://checkpoints" in listed, listed
+            assert "avfs://files/notes/a%20b.txt" in listed, listed
+            assert listed["avfs://files/bin.dat"].size == 3
+            templates = [t.uri_template for t in (await s.list_resource_templates()).resource_templates]
+            assert "avfs://files{+path}" in templates, templates
+
+            text = (await s.read_resource("avfs://files/notes/a%20b.txt")).contents[0]
+            assert text.text == "v2\n"
+            old = (await s.read_resource("avfs://checkpoints/v1/files/notes/a%20b.txt")).contents[0]
+            assert old.text == "v1\n"
+            blob = (await s.read_resource("avfs://files/bin.dat")).contents[0]
+            assert base64.b64decode(blob.blob) == b"\x00\xff\x10"
+            cps = json.loads((await s.read_resource("avfs://checkpoints")).contents[0].text)
+            assert "v1" in [c["name"] for c in cps["checkpoints"]]
+
+            for bad in ("avfs://files/missing.txt", "avfs://nope", "avfs://checkpoints/zz/files/x"):
+                with pytest.raises(MCPError):
+                    await s.read_resource(bad)
+
+    run(go())
+
+
+def test_transcript_for_the_docs(home: str, tmp_path: pathlib.Path) -> None:
+    """Drives the server through a tee, so docs/integrations.md can show the real wire
+    messages. Set AVFS_MCP_TRANSCRIPT=FILE to keep them."""
+    wire_in, wire_out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    async def go() -> None:
+        params = StdioServerParameters(
+            command="sh",
+            args=["-c", f'tee "{wire_in}" | "{AVFS}" mcp | tee "{wire_out}"'],
+            env={"AVFS_HOME": home, "PATH": os.environ["PATH"]},
+        )
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                await s.call_tool("write_file", {"path": "/hello.txt", "content": "hi\n"})
+                await s.call_tool("exec", {"command": "wc -l hello.txt && echo bye >> hello.txt"})
+                await s.call_tool("exec", {"command": "true", "timeout_secs": "soon"})
+                await s.read_resource("avfs://files/hello.txt")
+
+    run(go())
+    sent = [json.loads(line) for line in wire_in.read_text().splitlines() if line.strip()]
+    got = [json.loads(line) for line in wire_out.read_text().splitlines() if line.strip()]
+    by_id = {m["id"]: m for m in got if "id" in m}
+    pairs = [(m, by_id.get(m["id"])) for m in sent if "id" in m]
+    calls = [(q, a) for q, a in pairs if q["method"] in ("tools/call", "resources/read")]
+    assert len(calls) == 4 and all(a is not None for _, a in calls)
+    assert calls[2][1]["result"]["isError"] is True
+    out = os.environ.get("AVFS_MCP_TRANSCRIPT")
+    if out:
+        with open(out, "w") as f:
+            for q, a in calls:
+                f.write(json.dumps(q) + "\n" + json.dumps(a) + "\n")
