@@ -247,3 +247,54 @@ fn patches_are_cut_and_lists_can_be_summaries() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("list"), "{}", r.stderr);
 }
+
+#[test]
+fn output_keeps_its_head_and_its_tail() {
+    if !fuse::fuse_or_skip("output_keeps_its_head_and_its_tail") {
+        return;
+    }
+    let env = setup();
+    // 588 895 bytes on stdout; the summary line a test runner prints comes last.
+    let (v, size) = exec(
+        &env,
+        &[
+            "--output-head",
+            "1000",
+            "--output-tail",
+            "2000",
+            "--shell",
+            "seq 1 100000; echo 'test result: ok' >&2",
+        ],
+    );
+    let r = &v["result"];
+    assert_eq!(r["stdout_bytes"], 588_895);
+    assert_eq!(r["stdout_truncated"], true);
+    assert_eq!(r["stdout_omitted"], 588_895 - 3000);
+    let out = r["stdout"].as_str().unwrap();
+    assert!(out.starts_with("1\n2\n3\n"), "{out}");
+    assert!(out.ends_with("99999\n100000\n"), "{out}");
+    assert!(
+        out.contains("\n[avfs: 585895 bytes of stdout omitted here; 588895 in all]\n"),
+        "{out}"
+    );
+    assert_eq!(r["stderr"], "test result: ok\n");
+    assert_eq!(r["stderr_omitted"], 0);
+    assert_eq!(r["stderr_truncated"], false);
+    assert!(size < 16 * 1024, "envelope of {size} bytes");
+    // Tail only.
+    let (v, _) = exec(
+        &env,
+        &[
+            "--output-head",
+            "0",
+            "--output-tail",
+            "7",
+            "--shell",
+            "seq 1 1000",
+        ],
+    );
+    assert_eq!(
+        v["result"]["stdout"],
+        "[avfs: 3886 bytes of stdout omitted here; 3893 in all]\n999\n1000\n"
+    );
+}

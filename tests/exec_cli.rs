@@ -1482,18 +1482,22 @@ fn change_report_has_exactly_the_expected_kinds() {
             ("added", "/created.txt"),
             ("modified", "/edit.txt"),
             ("deleted", "/del.txt"),
-            ("deleted", "/ren.txt"),
-            ("added", "/renamed.txt"),
+            ("renamed", "/renamed.txt"),
             ("mode_changed", "/mode.sh"),
             ("type_changed", "/repl"),
             ("added", "/repl/inside.txt"),
         ])
     );
-    assert_eq!(e["changes"].as_array().unwrap().len(), 8, "duplicates: {e}");
+    assert_eq!(e["changes"].as_array().unwrap().len(), 7, "duplicates: {e}");
     assert_eq!(
         e["change_summary"],
-        json!({"added": 3, "modified": 1, "deleted": 2, "type_changed": 1, "mode_changed": 1, "meta_changed": 0})
+        json!({"added": 2, "modified": 1, "deleted": 1, "type_changed": 1, "mode_changed": 1,
+               "meta_changed": 0, "renamed": 1, "total": 7})
     );
+    // The move is one rename (same content: 100 %), from its old path.
+    let ren = change(e, "/renamed.txt");
+    assert_eq!((&ren["from"], &ren["similarity"]), (&json!("/ren.txt"), &json!(100)));
+    assert!(ren.get("patch").is_none(), "an unedited rename has no patch: {ren}");
     let edit = change(e, "/edit.txt");
     assert_eq!(edit["size_before"], 18);
     assert_eq!(edit["size_after"], 20);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
-use crate::diff::{Change, ChangeKind, ChangeSummary, add_patches};
+use crate::diff::{Change, ChangeKind, ChangeSummary, add_patches, renames};
 use crate::error::Result;
 use crate::exec::envelope::{
     ChangesMode, ChangesPage, DirectoryCount, Envelope, ReportLimits, ShownChange, Summary,
@@ -32,8 +32,10 @@ pub struct Layered {
 }
 
 /// Shapes the run's whole change list (sorted by path) for the envelope; reads the
-/// patches of the entries shown, and no others.
-pub fn layer(db: &Connection, mut changes: Vec<Change>, limits: &ReportLimits) -> Result<Layered> {
+/// patches of the entries shown, and no others. Renames are detected as `avfs diff`
+/// does by default, so the `rest` command pages exactly this list.
+pub fn layer(db: &Connection, changes: Vec<Change>, limits: &ReportLimits) -> Result<Layered> {
+    let mut changes = renames::detect(db, changes, renames::DEFAULT_THRESHOLD)?;
     let total = changes.len();
     let counts = ChangeSummary::of(&changes);
     let shown_n = match limits.changes {
@@ -59,7 +61,7 @@ pub fn layer(db: &Connection, mut changes: Vec<Change>, limits: &ReportLimits) -
         // is its whole text, which the checkpoints hold (`rest` pages it).
         for c in changes
             .iter_mut()
-            .filter(|c| c.kind != ChangeKind::Modified)
+            .filter(|c| !matches!(c.kind, ChangeKind::Modified | ChangeKind::Renamed))
         {
             c.patch = None;
         }
@@ -90,7 +92,7 @@ pub fn layer(db: &Connection, mut changes: Vec<Change>, limits: &ReportLimits) -
 /// whole file's text (added or deleted: the content is in a checkpoint) a thirty-second.
 fn share(kind: ChangeKind, budget: usize) -> usize {
     match kind {
-        ChangeKind::Modified => budget / 8,
+        ChangeKind::Modified | ChangeKind::Renamed => budget / 8,
         _ => budget / 32,
     }
 }

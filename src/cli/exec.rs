@@ -82,6 +82,10 @@ pub struct ExecArgs {
     /// Bytes kept from the end of stdout and of stderr.
     #[arg(long, value_name = "BYTES", default_value_t = capture::DEFAULT_TAIL)]
     output_tail: usize,
+    /// Also write the JSON envelope to this host file (for callers that stream the
+    /// output in human mode and still want the envelope, as the Python client does).
+    #[arg(long, value_name = "PATH")]
+    envelope_file: Option<std::path::PathBuf>,
     /// A shell command line (parsed as shell, run with sh -c).
     #[arg(long, conflicts_with = "argv")]
     shell: Option<String>,
@@ -211,9 +215,15 @@ fn request(ctx: &Ctx, a: ExecArgs) -> Result<ExecRequest> {
     })
 }
 
-pub fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
+pub fn exec(ctx: &Ctx, mut a: ExecArgs) -> Result<i32> {
+    let envelope_file = a.envelope_file.take();
     let req = request(ctx, a)?;
     let out = boundary::exec(&ctx.lib(), req)?;
+    if let Some(path) = envelope_file {
+        let text = serde_json::to_vec_pretty(&out.envelope)
+            .map_err(|e| crate::error::Error::Internal(format!("envelope as JSON: {e}")))?;
+        std::fs::write(&path, text).map_err(|e| crate::error::Error::host(path.display(), e))?;
+    }
     let (eph, keep) = match &out.ephemeral {
         Some((name, keep)) => (Some(name.as_str()), *keep),
         None => (None, false),

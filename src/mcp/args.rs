@@ -32,6 +32,13 @@ impl Line {
         }
         self
     }
+    /// A positional word before `--` (for commands whose `--` starts something else).
+    pub(super) fn word(mut self, value: Option<impl Into<OsString>>) -> Line {
+        if let Some(v) = value {
+            self.args.push(v.into());
+        }
+        self
+    }
     pub(super) fn pos(mut self, value: Option<impl Into<OsString>>) -> Line {
         if let Some(v) = value {
             self.positional.push(v.into());

@@ -236,7 +236,12 @@ impl AvfsServer {
             .flag("--no-sandbox", p.sandbox == Some(false))
             .opt("fork", p.fork)
             .flag("--ephemeral", p.ephemeral)
-            .opt("approve", p.approve);
+            .opt("approve", p.approve)
+            .opt("changes", p.changes.map(ChangesParam::name))
+            .opt("max-changes", p.max_changes)
+            .opt("max-patch-bytes", p.max_patch_bytes)
+            .opt("output-head", p.output_head_bytes)
+            .opt("output-tail", p.output_tail_bytes);
         for kv in p.env.unwrap_or_default() {
             line = line.opt("env", Some(kv));
         }
@@ -323,10 +328,16 @@ impl AvfsServer {
                  compare with the live state",
             ));
         }
-        let line = Line::new(&["diff"])
+        // `from` and `to` go before `--`: after it, `diff` takes path filters.
+        let mut line = Line::new(&["diff"])
             .flag("--patch", p.patch)
-            .pos(p.from)
-            .pos(p.to);
+            .opt("offset", p.offset)
+            .opt("limit", p.limit)
+            .word(p.from)
+            .word(p.to);
+        for path in p.paths.unwrap_or_default() {
+            line = line.opt("path", Some(path));
+        }
         self.call(p.vault, line).await
     }
 

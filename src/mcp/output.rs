@@ -28,7 +28,8 @@ const RESULT_DEFAULTS: [&str; 6] = [
 /// Drops what a model does not need to read from an exec envelope, without losing what
 /// happened: the options that are at their default (a model knows what it did not ask
 /// for), `mountpoint` when it repeats `workspace_path` (kept in the CLI's envelope only
-/// for readers of earlier envelopes), `rollback` when none was asked for, a lone
+/// for readers of earlier envelopes), `rollback` when none was asked for,
+/// `changes_page` when the list and its patches are whole, a lone
 /// `decision.findings` entry that repeats the decision, and the [`RESULT_DEFAULTS`].
 pub(super) fn compact_envelope(doc: &mut Value) {
     if let Some(result) = doc.get_mut("result").and_then(Value::as_object_mut) {
@@ -57,6 +58,13 @@ pub(super) fn compact_envelope(doc: &mut Value) {
         && obj.get("mountpoint") == obj.get("workspace_path")
     {
         obj.remove("mountpoint");
+    }
+    if doc.pointer("/changes_page/truncated") == Some(&Value::Bool(false))
+        && doc.pointer("/changes_page/patches_truncated") == Some(&json!(0))
+        && let Some(obj) = doc.as_object_mut()
+    {
+        // Everything is listed whole: the page says nothing `changes` does not.
+        obj.remove("changes_page");
     }
 }
 
@@ -113,6 +121,7 @@ fn loosen(s: &mut Value) {
     }
     drop_required(s.pointer_mut("/required"), "mountpoint");
     drop_required(s.pointer_mut("/required"), "rollback");
+    drop_required(s.pointer_mut("/required"), "changes_page");
     drop_required(s.pointer_mut("/$defs/decision/required"), "findings");
     for name in RESULT_DEFAULTS {
         drop_required(s.pointer_mut("/$defs/result/required"), name);

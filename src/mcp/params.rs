@@ -40,8 +40,45 @@ pub(super) struct ExecParams {
     pub(super) ephemeral: bool,
     /// Run the command of this approval, once a person approved it.
     pub(super) approve: Option<String>,
+    /// How much of the change list the result shows: `list` (default: the first
+    /// `max_changes`, patches within `max_patch_bytes`), `full` (everything, unbounded),
+    /// `summary` (counts by kind and top directory), `none` (counts by kind).
+    pub(super) changes: Option<ChangesParam>,
+    /// Entries in the change list at most (default 50); `changes_page.rest` pages the rest.
+    #[schemars(range(min = 0))]
+    pub(super) max_changes: Option<u64>,
+    /// Bytes of patches at most (default 65536); a larger patch is cut.
+    #[schemars(range(min = 0))]
+    pub(super) max_patch_bytes: Option<u64>,
+    /// Bytes kept from the start of stdout and of stderr (default 65536).
+    #[schemars(range(min = 0))]
+    pub(super) output_head_bytes: Option<u64>,
+    /// Bytes kept from the end of stdout and of stderr (default 65536).
+    #[schemars(range(min = 0))]
+    pub(super) output_tail_bytes: Option<u64>,
     /// A registered vault or fork name, or a path to a .avfs file.
     pub(super) vault: Option<String>,
+}
+
+/// `exec`'s `changes`.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum ChangesParam {
+    List,
+    Full,
+    Summary,
+    None,
+}
+
+impl ChangesParam {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            ChangesParam::List => "list",
+            ChangesParam::Full => "full",
+            ChangesParam::Summary => "summary",
+            ChangesParam::None => "none",
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -71,6 +108,14 @@ pub(super) struct DiffParams {
     /// Include unified diffs of text files.
     #[serde(default)]
     pub(super) patch: bool,
+    /// Only changes at or below these workspace paths.
+    pub(super) paths: Option<Vec<String>>,
+    /// Skip the first N changes (paging; `next_offset` says where the next page starts).
+    #[schemars(range(min = 0))]
+    pub(super) offset: Option<u64>,
+    /// List at most N changes.
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
     /// A registered vault or fork name, or a path to a .avfs file.
     pub(super) vault: Option<String>,
 }

@@ -418,8 +418,7 @@ pub fn clone(home: &Path, o: &CloneOptions, progress: &dyn Progress) -> Result<C
         }
         (s, true)
     } else {
-        let mut s = Store::create(o.dest)?;
-        s.write(|db| {
+        let s = Store::create_with(o.dest, |db| {
             meta_set(db, CLONING_KEY, 1)?;
             super::add_remote_row(db, &remote, o.url)?;
             Ok(())

@@ -4,6 +4,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod content;
+mod creating;
 pub mod missing;
 pub mod objects;
 pub mod quota;
@@ -185,6 +186,16 @@ fn full_check(path: &Path) -> Result<()> {
 impl Store {
     /// Creates a new, empty vault file; refuses to overwrite an existing file.
     pub fn create(path: &Path) -> Result<Store> {
+        Self::create_with(path, |_| Ok(()))
+    }
+
+    /// `create`, with `init` run on the new vault before it appears at `path`: what it
+    /// writes is there from the first moment anyone can open the file (a clone marks
+    /// itself incomplete this way, so a clone killed at any point can be resumed).
+    pub fn create_with(
+        path: &Path,
+        init: impl FnOnce(&Connection) -> Result<()>,
+    ) -> Result<Store> {
         if path.exists() {
             return Err(Error::Exists(path.display().to_string()));
         }
@@ -193,6 +204,27 @@ impl Store {
         {
             std::fs::create_dir_all(dir).map_err(|e| Error::host(dir.display(), e))?;
         }
+        // The vault is made whole under a temporary name and then linked into place, so a
+        // process killed while creating it leaves no half-made file at `path` (which the
+        // next command would refuse as "not an avfs vault", and a resumed clone too).
+        let tmp = creating::temp_name(path);
+        creating::remove_stale(path);
+        let made = Self::create_at(&tmp)
+            .and_then(|mut s| s.write(init).map(|()| s))
+            .and_then(|s| s.close_for_rename());
+        let placed = made.and_then(|()| {
+            std::fs::hard_link(&tmp, path).map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Error::Exists(path.display().to_string()),
+                _ => Error::host(path.display(), e),
+            })
+        });
+        creating::remove(&tmp);
+        placed?;
+        Store::open(path)
+    }
+
+    /// Builds a new, empty vault at `path` (a temporary name: see `create`).
+    fn create_at(path: &Path) -> Result<Store> {
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -205,16 +237,26 @@ impl Store {
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         conn.pragma_update(None, "application_id", APPLICATION_ID as i64)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        // A file this process just made needs no check.
-        let guard = stamp::Guard::take(path, || Ok(()))?;
+        // No stamp guard: nobody else knows this temporary name, and its stamp would
+        // only leave a stale entry in the registry.
         let mut store = Store {
             conn,
             path: path.to_path_buf(),
-            _guard: Some(guard),
+            _guard: None,
         };
         store.configure()?;
         store.migrate()?;
         Ok(store)
+    }
+
+    /// Moves everything from the -wal into the file and closes it, so the file alone
+    /// is the vault and can be linked under another name.
+    fn close_for_rename(self) -> Result<()> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        let Store { conn, .. } = self;
+        conn.close().map_err(|(_, e)| Error::from(e))?;
+        Ok(())
     }
 
     /// Opens an existing vault for writing. A file that is not a vault, is truncated or

@@ -133,9 +133,10 @@ def test_every_bad_argument_is_a_tool_error_naming_it_and_the_fix(home: str) -> 
                 assert err["fix"] and err["message"], (tool, args, err)
                 # The text content says the same, for clients that only show text.
                 assert json.loads(r.content[0].text) == r.structured_content
-            # Nothing ran: no checkpoint, no audit record of an exec.
-            audit = await call(s, "audit")
-            assert not [e for e in audit["entries"] if e["action"].startswith("exec")], audit
+            # Nothing ran: no vault was even created (reads never create one), so no
+            # checkpoint and no audit record of an exec.
+            r = await s.call_tool("audit", {})
+            assert r.is_error and r.structured_content["error"]["kind"] == "no_such_vault", r
             # An unknown tool is not an argument to fix: a protocol error, as before.
             with pytest.raises(MCPError):
                 await s.call_tool("no_such_tool", {})

@@ -194,6 +194,10 @@ def test_every_tool_round_trip(home: str) -> None:
 def test_errors_are_tool_errors_with_the_json_error(home: str) -> None:
     async def go() -> None:
         async with session(home) as s:
+            # Before any write there is no vault: reads say so and create none.
+            e = await call_err(s, "read_file", path="/missing.txt")
+            assert e["kind"] == "no_such_vault", e
+            await call(s, "write_file", path="/seed.txt", content="x")
             e = await call_err(s, "read_file", path="/missing.txt")
             assert e["kind"] == "not_found" and "/missing.txt" in e["message"]
             e = await call_err(s, "write_file", path="/a/b/c.txt", content="x")

@@ -51,12 +51,28 @@ class ExecStream:
 
     async def _lines(self) -> AsyncIterator[OutputLine]:
         # Without --json, `avfs exec` passes the command's output through as it comes
-        # and ends stderr with a summary naming the run; the envelope is then read from
-        # the audit log by that id.
+        # and ends stderr with a summary naming the run; `--envelope-file` has it write
+        # the envelope (the same document --json prints) to a file as well.
+        import tempfile
+
+        fd, envelope_path = tempfile.mkstemp(prefix="avfs-envelope-", suffix=".json")
+        os.close(fd)
+        try:
+            async for line in self._run(envelope_path):
+                yield line
+        finally:
+            try:
+                os.unlink(envelope_path)
+            except OSError:
+                pass
+
+    async def _run(self, envelope_path: str) -> AsyncIterator[OutputLine]:
         cmd = [self._client.avfs.binary]
         if self._vault is not None:
             cmd.append(f"--vault={self._vault}")
-        cmd.extend(self._args)
+        cmd.extend(self._args[:1])
+        cmd.append(f"--envelope-file={envelope_path}")
+        cmd.extend(self._args[1:])
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd,
@@ -116,8 +132,16 @@ class ExecStream:
                 "",
                 "".join(summary),
             )
-        run_id = summary[0][len(_TRAILER) :].split()[0]
-        self.envelope = judge_envelope(await self._client._envelope_of(run_id, self._vault), self._check)
+        with open(envelope_path, "rb") as f:
+            text = f.read()
+        if not text:
+            raise ProtocolError(
+                f"avfs exec exited with status {proc.returncode} without writing its envelope",
+                proc.returncode,
+                "",
+                "".join(summary),
+            )
+        self.envelope = judge_envelope(Envelope.from_json(json.loads(text)), self._check)
 
 
 class AsyncAvfs:
@@ -205,11 +229,3 @@ class AsyncAvfs:
         the loop, as :meth:`exec` does.
         """
         return ExecStream(self, vault, exec_args(command, **options), check)
-
-    async def _envelope_of(self, run_id: str, vault: Optional[str]) -> Envelope:
-        entries = (await self.run("audit", "--limit=50", vault=vault)).get("entries", [])
-        for e in reversed(entries):
-            detail = e.get("detail")
-            if isinstance(detail, dict) and detail.get("id") == run_id:
-                return Envelope.from_json(detail)
-        raise ProtocolError(f"run {run_id} is not in the audit log", None, "", "")

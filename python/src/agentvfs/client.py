@@ -524,6 +524,11 @@ class Workspace(ToolsMixin):
         keep: bool = False,
         sandbox: Optional[bool] = None,
         approve: Optional[str] = None,
+        changes: Optional[str] = None,
+        max_changes: Optional[int] = None,
+        max_patch_bytes: Optional[int] = None,
+        output_head: Optional[int] = None,
+        output_tail: Optional[int] = None,
         check: bool = False,
     ) -> Envelope:
         """Runs a command through the policy boundary (``avfs exec``) in the mounted
@@ -544,6 +549,16 @@ class Workspace(ToolsMixin):
                 full rights; refused where the policy requires it), ``True`` asks for it
                 explicitly, ``None`` follows the policy (the sandbox is the default).
             approve: run the command of this approved approval id.
+            changes: how much of the change list the envelope shows: ``"list"`` (the
+                default: the first ``max_changes``, patches within ``max_patch_bytes``),
+                ``"full"`` (everything), ``"summary"`` (counts by kind and top
+                directory) or ``"none"`` (counts by kind).
+                ``envelope.changes_page["rest"]`` is the ``avfs diff`` command that
+                pages the rest; :meth:`diff` with ``offset``/``limit`` does the same.
+            max_changes: entries listed at most (default 50).
+            max_patch_bytes: bytes of patches at most (default 65536).
+            output_head, output_tail: bytes of stdout and of stderr kept from their
+                start and their end (default 65536 each; the middle is omitted).
             check: raise :class:`CommandFailed` when the command exits non-zero, is
                 killed or times out (like ``subprocess.run(check=True)``).
 
@@ -571,6 +586,11 @@ class Workspace(ToolsMixin):
             keep=keep,
             sandbox=sandbox,
             approve=approve,
+            changes=changes,
+            max_changes=max_changes,
+            max_patch_bytes=max_patch_bytes,
+            output_head=output_head,
+            output_tail=output_tail,
         )
         return judge_envelope(Envelope.from_json(self._run(*args)), check)
 
@@ -623,10 +643,21 @@ class Workspace(ToolsMixin):
         """
         return RestoreResult.from_json(self._run("checkpoint", "restore", "--", name))
 
-    def diff(self, a: Optional[str] = None, b: Optional[str] = None, *, patch: bool = False) -> Diff:
+    def diff(
+        self,
+        a: Optional[str] = None,
+        b: Optional[str] = None,
+        *,
+        patch: bool = False,
+        paths: Optional[Sequence[str]] = None,
+        offset: Optional[int] = None,
+        limit: Optional[int] = None,
+    ) -> Diff:
         """What changed from checkpoint ``a`` (default: the head) to checkpoint ``b``
-        (default: the live state). ``patch=True`` adds unified diffs of small text
-        files to the changes.
+        (default: the live state), renames detected. ``patch=True`` adds unified diffs
+        of small text files to the changes; ``paths`` keeps only changes at or below
+        those paths; ``offset``/``limit`` list one page (``Diff.raw["next_offset"]``
+        says where the next starts), as an exec envelope's ``changes_page["rest"]``.
 
         Raises:
             NoSuchCheckpoint: ``a`` or ``b`` does not exist.
@@ -636,9 +667,14 @@ class Workspace(ToolsMixin):
         args = ["diff"]
         if patch:
             args.append("--patch")
-        pos = [x for x in (a, b) if x is not None]
-        if pos:
-            args += ["--", *pos]
+        for p in paths or ():
+            args.append(f"--path={p}")
+        if offset is not None:
+            args.append(f"--offset={int(offset)}")
+        if limit is not None:
+            args.append(f"--limit={int(limit)}")
+        # Checkpoint names go before `--`: after it, `avfs diff` takes path filters.
+        args += [x for x in (a, b) if x is not None]
         return Diff.from_json(self._run(*args))
 
 
@@ -693,6 +729,11 @@ def exec_args(
     keep: bool = False,
     sandbox: Optional[bool] = None,
     approve: Optional[str] = None,
+    changes: Optional[str] = None,
+    max_changes: Optional[int] = None,
+    max_patch_bytes: Optional[int] = None,
+    output_head: Optional[int] = None,
+    output_tail: Optional[int] = None,
 ) -> List[str]:
     """The ``avfs exec ...`` arguments for the options of :meth:`Workspace.exec`
     (shared by the synchronous and the asyncio clients)."""
@@ -721,6 +762,16 @@ def exec_args(
         args.append("--no-sandbox")
     if approve is not None:
         args.append(f"--approve={approve}")
+    if changes is not None:
+        args.append(f"--changes={changes}")
+    for flag, value in (
+        ("max-changes", max_changes),
+        ("max-patch-bytes", max_patch_bytes),
+        ("output-head", output_head),
+        ("output-tail", output_tail),
+    ):
+        if value is not None:
+            args.append(f"--{flag}={int(value)}")
     if isinstance(command, str):
         args.append(f"--shell={command}")
     elif command is not None:

@@ -92,8 +92,9 @@ class Change:
 
     path: str
     kind: str
-    """``added``, ``modified``, ``deleted``, ``type_changed``, ``mode_changed`` or
-    ``meta_changed`` (only tags, metadata or other ``user.*`` attributes)."""
+    """``added``, ``modified``, ``deleted``, ``type_changed``, ``mode_changed``,
+    ``meta_changed`` (only tags, metadata or other ``user.*`` attributes) or ``renamed``
+    (``from_`` is the old path)."""
     type_before: Optional[str]
     type_after: Optional[str]
     size_before: Optional[int]
@@ -102,8 +103,13 @@ class Change:
     mode_after: Optional[str]
     patch: Optional[str]
     """Unified diff; ``None`` unless asked for (``diff(patch=True)``; ``exec`` always asks)
-    and both sides are small text files."""
-    raw: Json = field(repr=False, compare=False)
+    and both sides are small text files. In an envelope it may be cut to the patch
+    budget (``raw["patch_truncated"]``)."""
+    from_: Optional[str] = None
+    """A rename's old path (only when ``kind == "renamed"``)."""
+    similarity: Optional[int] = None
+    """A rename's similarity in percent: 100 for the same content."""
+    raw: Json = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Change":
@@ -117,6 +123,8 @@ class Change:
             mode_before=_opt_str(d.get("mode_before")),
             mode_after=_opt_str(d.get("mode_after")),
             patch=_opt_str(d.get("patch")),
+            from_=_opt_str(d.get("from")),
+            similarity=_opt_int(d.get("similarity")),
             raw=dict(d),
         )
 
@@ -131,11 +139,13 @@ class ChangeSummary:
     type_changed: int = 0
     mode_changed: int = 0
     meta_changed: int = 0
+    renamed: int = 0
 
     @classmethod
     def from_json(cls, d: Any) -> "ChangeSummary":
         d = _obj(d)
         return cls(
+            renamed=int(d.get("renamed", 0)),
             added=int(d.get("added", 0)),
             modified=int(d.get("modified", 0)),
             deleted=int(d.get("deleted", 0)),
@@ -153,6 +163,7 @@ class ChangeSummary:
             + self.type_changed
             + self.mode_changed
             + self.meta_changed
+            + self.renamed
         )
 
 
@@ -665,9 +676,12 @@ class Envelope:
     """The checkpoint taken before the run, or ``None`` when none was taken."""
     result: Optional[ExecResult]
     changes: List[Change]
-    """Every path the run changed in the workspace, sorted by path, with ``patch`` for
-    small text files."""
+    """The paths the run changed, sorted by path, with ``patch`` for small text files:
+    all of them with ``changes="full"``, else the first ``max_changes`` (50);
+    ``changes_page`` says how many there are and how to page the rest."""
     change_summary: ChangeSummary
+    """Counts by kind of *all* the changes (``raw["change_summary"]`` also has
+    ``total`` and, for long lists, ``by_directory``)."""
     rollback: Rollback
     mountpoint: Optional[str]
     workspace_path: Optional[str]
@@ -678,7 +692,11 @@ class Envelope:
     exit_code: int
     """The status ``avfs exec`` exited with: the command's own, 124 (timed out),
     128+N (signal N), 126 (denied) or 75 (waiting for approval)."""
-    raw: Json = field(repr=False, compare=False)
+    changes_page: Json = field(default_factory=dict)
+    """How much of the list ``changes`` shows (``shown``, ``total``, ``truncated``) and
+    the way to the rest: ``before``/``after`` checkpoints for :meth:`Workspace.diff`
+    with ``offset``/``limit``, and ``rest``, the same as an ``avfs`` command line."""
+    raw: Json = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Envelope":
@@ -700,6 +718,7 @@ class Envelope:
             engine=Engine.from_json(d["engine"]) if isinstance(d.get("engine"), Mapping) else None,
             sandbox=Sandbox.from_json(d.get("sandbox")),
             exit_code=int(d.get("exit_code", 0)),
+            changes_page=dict(_obj(d.get("changes_page"))),
             raw=dict(d),
         )
 
