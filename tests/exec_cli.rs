@@ -301,7 +301,7 @@ fn schema_accepts_real_envelopes_and_rejects_damaged_ones() {
             },
         ),
         ("summary field", |v| {
-            v["change_summary"]["renamed"] = json!(0)
+            v["change_summary"]["copied"] = json!(0)
         }),
         ("schema version", |v| v["schema_version"] = json!(2)),
         ("no sandbox", |v| {
@@ -1496,8 +1496,14 @@ fn change_report_has_exactly_the_expected_kinds() {
     );
     // The move is one rename (same content: 100 %), from its old path.
     let ren = change(e, "/renamed.txt");
-    assert_eq!((&ren["from"], &ren["similarity"]), (&json!("/ren.txt"), &json!(100)));
-    assert!(ren.get("patch").is_none(), "an unedited rename has no patch: {ren}");
+    assert_eq!(
+        (&ren["from"], &ren["similarity"]),
+        (&json!("/ren.txt"), &json!(100))
+    );
+    assert!(
+        ren.get("patch").is_none(),
+        "an unedited rename has no patch: {ren}"
+    );
     let edit = change(e, "/edit.txt");
     assert_eq!(edit["size_before"], 18);
     assert_eq!(edit["size_after"], 20);

@@ -20,7 +20,12 @@ pub fn temp_name(path: &Path) -> PathBuf {
 
 /// Removes a temporary file and its SQLite sidecars (errors ignored: nothing to keep).
 pub fn remove(tmp: &Path) {
-    for p in [tmp.to_path_buf(), sidecar(tmp, "-wal"), sidecar(tmp, "-shm"), sidecar(tmp, "-journal")] {
+    for p in [
+        tmp.to_path_buf(),
+        sidecar(tmp, "-wal"),
+        sidecar(tmp, "-shm"),
+        sidecar(tmp, "-journal"),
+    ] {
         let _ = std::fs::remove_file(p);
     }
 }

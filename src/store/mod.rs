@@ -192,10 +192,7 @@ impl Store {
     /// `create`, with `init` run on the new vault before it appears at `path`: what it
     /// writes is there from the first moment anyone can open the file (a clone marks
     /// itself incomplete this way, so a clone killed at any point can be resumed).
-    pub fn create_with(
-        path: &Path,
-        init: impl FnOnce(&Connection) -> Result<()>,
-    ) -> Result<Store> {
+    pub fn create_with(path: &Path, init: impl FnOnce(&Connection) -> Result<()>) -> Result<Store> {
         if path.exists() {
             return Err(Error::Exists(path.display().to_string()));
         }
