@@ -246,9 +246,12 @@ fn completing_never_creates_locks_or_changes_anything() {
     env.ok(&["vault", "create", "proj"]);
     env.ok(&["--vault", "proj", "checkpoint", "save", "c1"]);
     assert_eq!(complete(&env, &["checkpoint", "restore", ""]), ["c1"]);
-    // No current vault and no `default`: no candidates, and no `default` appears.
-    env.ok(&["vault", "create", "gone"]);
-    env.ok(&["vault", "delete", "gone", "-y"]);
+    // No current vault and no `default` (a registry where none was ever made current):
+    // no candidates, and no `default` appears.
+    let reg = rusqlite::Connection::open(env.home().join("registry.db")).unwrap();
+    reg.execute_batch("DELETE FROM setting WHERE key = 'current'")
+        .unwrap();
+    drop(reg);
     assert!(complete(&env, &["checkpoint", "restore", ""]).is_empty());
     assert!(complete(&env, &["push", "--workspace", ""]).is_empty());
     assert!(!env.home().join("vaults/default.avfs").exists());

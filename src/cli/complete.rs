@@ -204,7 +204,15 @@ fn with_completers(mut cmd: Command) -> Command {
 
 fn attach(cmd: Command, path: &[&str], arg: &str, c: ArgValueCompleter) -> Command {
     match path.split_first() {
-        None if cmd.get_arguments().any(|a| a.get_id() == arg) => cmd.mut_arg(arg, |a| a.add(c)),
+        // Changed in place: `mut_arg` moves the argument last, which would renumber
+        // the positionals.
+        None if cmd.get_arguments().any(|a| a.get_id() == arg) => cmd.mut_args(|a| {
+            if a.get_id() == arg {
+                a.add(c.clone())
+            } else {
+                a
+            }
+        }),
         None => cmd,
         Some((sub, rest)) if cmd.find_subcommand(sub).is_some() => {
             cmd.mut_subcommand(sub, |s| attach(s, rest, arg, c))
