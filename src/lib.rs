@@ -1,6 +1,7 @@
 //! agentvfs: versioned, forkable workspaces in one SQLite file.
 
 pub mod boundary;
+pub mod candidates;
 pub mod cli;
 pub mod context;
 pub mod diff;

@@ -533,7 +533,7 @@ fn completions_man_pages_and_examples_in_help() {
     let env = Env::new();
     let bash = env.ok(&["completions", "bash"]).stdout;
     assert!(
-        bash.contains("complete -F _avfs") && bash.contains("merge"),
+        bash.contains("-F _clap_complete_avfs avfs") && bash.contains("AVFS_COMPLETE"),
         "{}",
         &bash[..200.min(bash.len())]
     );
@@ -545,7 +545,7 @@ fn completions_man_pages_and_examples_in_help() {
     assert!(
         env.ok(&["completions", "fish"])
             .stdout
-            .contains("complete -c avfs")
+            .contains("complete --keep-order --exclusive --command avfs")
     );
     assert_eq!(env.run(&["completions", "tcsh"]).code, 2);
     let man = env.ok(&["man"]).stdout;

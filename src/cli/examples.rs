@@ -265,9 +265,9 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
     (
         "completions",
-        "  avfs completions bash > /etc/bash_completion.d/avfs
-  avfs completions zsh > \"${fpath[1]}/_avfs\"
-  avfs completions fish > ~/.config/fish/completions/avfs.fish",
+        "  avfs completions fish > ~/.config/fish/completions/avfs.fish
+  echo 'source <(avfs completions bash)' >> ~/.bashrc   # then: avfs checkpoint restore <TAB>
+  echo 'source <(avfs completions zsh)' >> ~/.zshrc     # after compinit",
     ),
     (
         "man",

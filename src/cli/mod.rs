@@ -1,6 +1,7 @@
 //! The `avfs` command line: parses, calls the library, prints. One file per command group.
 
 mod checkpoint;
+mod complete;
 mod examples;
 mod exec;
 mod fs;
@@ -136,7 +137,8 @@ pub enum Command {
     Meta(tools::MetaArgs),
     /// An interactive $SHELL in the mounted workspace: checkpoint on entry, change summary on exit.
     Shell(shell::ShellArgs),
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    /// Print the script that makes SHELL complete avfs commands, flags and the names of
+    /// vaults, forks, checkpoints and remotes (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
     /// Print the man page, or write one page per command into a directory.
     Man(ManArgs),
@@ -185,9 +187,14 @@ pub fn cli_command() -> clap::Command {
     examples::add(Cli::command(), "")
 }
 
+/// Prints the script registering avfs's dynamic completer (see `complete`): candidates
+/// come from avfs at each <TAB>, so they include the names in the user's vaults.
 fn completions(a: CompletionsArgs) -> Result<i32> {
-    let mut cmd = cli_command();
-    clap_complete::generate(a.shell, &mut cmd, "avfs", &mut std::io::stdout());
+    use std::io::Write;
+    let script = complete::registration(a.shell)?;
+    std::io::stdout()
+        .write_all(&script)
+        .map_err(|e| crate::error::Error::host("stdout", e))?;
     Ok(EXIT_OK)
 }
 
@@ -389,6 +396,9 @@ fn wants_json(args: &[OsString]) -> bool {
 }
 
 pub fn main() -> i32 {
+    // A shell asking for completions (`AVFS_COMPLETE=bash avfs -- avfs ...`): answered
+    // here, before anything else runs, and the process exits.
+    complete::complete_if_asked();
     // A lazy clone's missing file contents are fetched on first read, by any reader.
     crate::remote::lazy::install();
     let args: Vec<OsString> = std::env::args_os().collect();
