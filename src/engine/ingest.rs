@@ -281,6 +281,11 @@ fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> std::result::Result<FileConte
 
 /// Hashes every file on worker threads while this thread stores their chunks.
 fn store_files(db: &Connection, files: &[PathBuf]) -> Result<(Vec<FileContent>, u64)> {
+    // Most runs write no file (`true`, `git status`, a failed build): no worker threads
+    // then, nor the cgroup reads `available_parallelism` makes.
+    if files.is_empty() {
+        return Ok((vec![], 0));
+    }
     let mut results: Vec<Option<std::result::Result<FileContent, String>>> =
         vec![None; files.len()];
     let workers = std::thread::available_parallelism()
