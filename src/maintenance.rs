@@ -174,6 +174,13 @@ fn mark(db: &Connection) -> Result<u64> {
         m.tree(stored_hash(&blob, || what)?)?;
         m.drain()?;
     }
+    // Roots running commands still need (see `store::pins`); a day-old pin is dropped.
+    for h in crate::store::pins::roots(db, true)? {
+        if crate::store::objects::tree_readable(db, &h)? {
+            m.tree(h)?;
+            m.drain()?;
+        }
+    }
 
     // Live layers: every layer that is not dead (rows of unknown layers are kept too:
     // being conservative costs some bytes, being wrong costs data).

@@ -257,6 +257,12 @@ fn mark_roots(m: &mut Marker) -> Result<()> {
             m.tree(h, false)?;
         }
     }
+    // Roots running commands still need (see `store::pins`).
+    for h in crate::store::pins::roots(db, false)? {
+        if m.trees.contains_key(&h) {
+            m.tree(h, false)?;
+        }
+    }
     let mut stmt = db.prepare_cached(
         "SELECT kind, size, hash FROM inode
          WHERE hash IS NOT NULL AND layer NOT IN (SELECT id FROM layer WHERE dead = 1)",

@@ -996,3 +996,36 @@ fn gc_trims_the_layer_cache() {
     assert_eq!(v["engine"]["layers"]["how"], "full");
     assert_eq!(stdout(&v), "f0\nf1\nf2\n");
 }
+
+/// A read-only run takes no checkpoint, so the state before it is referenced only by the
+/// live state; the FUSE engine's mount changes that state (git status rewrites
+/// .git/index) and its space reclaim used to delete the tree the change report diffs
+/// against: "corrupt_vault: missing tree", and every later run failed the same way (the
+/// layer cache named the lost root). Found by the issue 13 benchmark alternating engines.
+#[test]
+fn alternating_engines_on_a_git_repository_keeps_every_run_working() {
+    if !overlay_or_skip("alternating_engines_on_a_git_repository_keeps_every_run_working") {
+        return;
+    }
+    if !fuse::fuse_or_skip("alternating_engines_on_a_git_repository_keeps_every_run_working") {
+        return;
+    }
+    let env = setup();
+    env.ok(&["--vault", "t", "write", "/a.txt", "hi\n"]);
+    ok_in(&env, "t", &["--shell", "git init -q"]);
+    for engine in ["fuse", "overlay", "fuse", "overlay"] {
+        let v = ok_in(
+            &env,
+            "t",
+            &["--engine", engine, "--", "git", "status", "--short"],
+        );
+        assert_eq!(v["engine"]["name"], engine);
+        // Read-only: no checkpoint holds the state before (the case that broke).
+        assert_eq!(v["checkpoint"], Value::Null, "{v}");
+        assert_eq!(stdout(&v), "?? a.txt\n", "{engine}: {v}");
+    }
+    let verify = env.json(&["--vault", "t", "vault", "verify"]);
+    assert_eq!(verify["report"]["ok"], true, "{verify}");
+    // No run is in progress: no root stays pinned.
+    assert_eq!(env.json(&["--vault", "t", "gc"])["error"], Value::Null);
+}

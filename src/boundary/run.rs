@@ -210,6 +210,9 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
     let (before, checkpoint, parent) = store.write(|db| {
         let mut ws = Workspace::open(db, &v.workspace)?;
         let root = ws.flush()?;
+        // The state before must outlive whatever changes the live state during the run
+        // (a mount's writes let reclaim take it): the change report diffs against it.
+        crate::store::pins::pin(db, &envelope.id, &root)?;
         check_cwd(db, &root, job.cwd, &shown_cwd)?;
         let parent = ws.info.parent.clone();
         let message = if req.interactive {
@@ -481,6 +484,7 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
             changes
         }
     };
+    store.write(|db| crate::store::pins::unpin(db, &envelope.id))?;
     envelope.engine = Some(engine_info);
     if rollback {
         envelope.rollback.performed = true;

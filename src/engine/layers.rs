@@ -284,6 +284,12 @@ impl LayerCache {
                 continue;
             }
             let Some(s) = self.cached(h) else { continue };
+            // The cache may show a root the vault never kept (a run's result that was
+            // changed again before any checkpoint, e.g. through a mount): nothing to diff
+            // from, so it is not a starting point.
+            if !crate::store::objects::tree_readable(db, h)? {
+                continue;
+            }
             let limit = best.as_ref().map_or(DIFF_LIMIT, |b| b.0);
             if let Some(n) = count_diff(db, h, root, limit)?
                 && best.as_ref().is_none_or(|b| n < b.0)
@@ -314,6 +320,9 @@ impl LayerCache {
         let Ok(bottom_root) = crate::util::hex32(&bottom.root).map(Hash).ok_or(()) else {
             return self.build_full(db, root);
         };
+        if !crate::store::objects::tree_readable(db, &bottom_root)? {
+            return self.build_full(db, root);
+        }
         let total = crate::store::objects::tree_usage(db, root)?.files;
         match count_diff(db, &bottom_root, root, DIFF_LIMIT)? {
             Some(n) if n <= (total / 4).max(64) => {

@@ -7,6 +7,7 @@ pub mod content;
 mod creating;
 pub mod missing;
 pub mod objects;
+pub mod pins;
 pub mod quota;
 pub mod schema;
 mod schema_check;

@@ -327,6 +327,16 @@ fn tree_data(db: &Connection, hash: &Hash) -> Result<Vec<u8>> {
     })
 }
 
+/// Whether tree `hash` can be read (stored, scratch, or promised by a remote). A root a
+/// run computed but nobody checkpointed is not stored once the live state moves on.
+pub fn tree_readable(db: &Connection, hash: &Hash) -> Result<bool> {
+    match tree_data(db, hash) {
+        Ok(_) => Ok(true),
+        Err(Error::Corrupt { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {
     let data = tree_data(db, hash)?;
     if Tree::hash_of(&data) != *hash {
