@@ -418,12 +418,6 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
                             checkpoint.as_deref(),
                             rollback,
                         )?;
-                        if rollback {
-                            let mut ws = Workspace::open(db, &v.workspace)?;
-                            let cp =
-                                ws.find_checkpoint(checkpoint.as_deref().unwrap_or_default())?;
-                            ws.restore(&cp)?;
-                        }
                         let mut ws = Workspace::open(db, &v.workspace)?;
                         Ok((layered, ws.flush()?))
                     })?;
@@ -471,11 +465,6 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
                     checkpoint.as_deref(),
                     rollback,
                 )?;
-                if rollback {
-                    let mut ws = Workspace::open(db, &v.workspace)?;
-                    let cp = ws.find_checkpoint(checkpoint.as_deref().unwrap_or_default())?;
-                    ws.restore(&cp)?;
-                }
                 Ok(layered)
             })?;
             if rollback {
@@ -538,6 +527,8 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
 /// Shapes the changes for the envelope (see `report`). When the list is cut and a
 /// checkpoint holds the state before, the state after is checkpointed too, in the
 /// run's own transaction, so that `avfs diff` between the two pages exactly this list.
+/// With `rollback`, the workspace then goes back to the checkpoint before, in the same
+/// transaction (both engines end this way).
 fn layer_in_tx(
     db: &Connection,
     v: &VaultRef,
@@ -558,6 +549,11 @@ fn layer_in_tx(
             "exec",
         )?;
         l.page.after = Some(s.checkpoint.name);
+    }
+    if rollback {
+        let mut ws = Workspace::open(db, &v.workspace)?;
+        let cp = ws.find_checkpoint(before.unwrap_or_default())?;
+        ws.restore(&cp)?;
     }
     Ok(l)
 }
