@@ -278,18 +278,9 @@ impl World {
         if std::fs::hard_link(env!("CARGO_BIN_EXE_avfs"), &bin).is_err() {
             std::fs::copy(env!("CARGO_BIN_EXE_avfs"), &bin).unwrap();
         }
-        // A fresh home on a machine with Rust installed: rustup and cargo keep their
-        // toolchains under the user's home, and the sandbox lets a run read them only
-        // there (`~/.rustup`, `~/.cargo`), so the examples that build see them there.
-        let real_home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_default();
-        for d in [".cargo", ".rustup"] {
-            if real_home.join(d).is_dir() {
-                std::os::unix::fs::symlink(real_home.join(d), dir.path().join("home").join(d))
-                    .unwrap();
-            }
-        }
+        // No `~/.cargo` or `~/.rustup` in the fresh home: the examples that build find
+        // the toolchain through `CARGO_HOME` and `RUSTUP_HOME` (`toolchain_env`), which
+        // the sandbox shows as it shows `~/.cargo` and `~/.rustup`.
         World { dir }
     }
 

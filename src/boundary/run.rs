@@ -172,7 +172,6 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
     // Sandbox settings are checked before the checkpoint: a plan that fails leaves nothing.
     let confinement = job.network.clone().map(|(network, granted_by)| {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let path_var = std::env::var_os("PATH");
         sandbox::confinement(&sandbox::Request {
             config: &job.policy.sandbox,
             network,
@@ -181,7 +180,7 @@ fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
             avfs_home: &ctx.home,
             vault_file: &v.path,
             home: home.as_deref().filter(|h| h.is_absolute()),
-            path_var: path_var.as_deref(),
+            host_var: &|k| std::env::var_os(k),
             root: is_root(),
         })
     });

@@ -1,7 +1,7 @@
 //! The sandbox's settings: what a confined run may read, what is hidden, which variables
 //! it keeps. Built-in defaults overlaid with every policy file's `[sandbox]` table.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// Read-only host paths by default. `~` is the home directory of the user running avfs;
-/// `$PATH` stands for every directory on `$PATH` (but never `/`, the home directory
-/// itself or a directory above it).
+/// `$PATH` stands for every directory on `$PATH`, `$NAME` or `$NAME/sub` for the
+/// directory an environment variable names (a toolchain moved with `CARGO_HOME` or
+/// `RUSTUP_HOME`); neither is ever `/`, the home directory itself or a directory above it.
 pub const DEFAULT_READ_ONLY_PATHS: &[&str] = &[
     "/usr",
     "/bin",
@@ -26,6 +27,10 @@ pub const DEFAULT_READ_ONLY_PATHS: &[&str] = &[
     "~/.cargo/registry",
     "~/.cargo/git",
     "~/.rustup",
+    "$CARGO_HOME/bin",
+    "$CARGO_HOME/registry",
+    "$CARGO_HOME/git",
+    "$RUSTUP_HOME",
     "~/.gitconfig",
     "~/.config/git",
     "~/.pyenv",
@@ -50,6 +55,8 @@ pub const SECRET_PATHS: &[&str] = &[
     "~/.pypirc",
     "~/.cargo/credentials",
     "~/.cargo/credentials.toml",
+    "$CARGO_HOME/credentials",
+    "$CARGO_HOME/credentials.toml",
     "~/.config/gcloud",
     "~/.config/gh",
     "/etc/shadow",
@@ -176,8 +183,13 @@ fn check_path_entry(file: &Path, key: &str, e: &str, allow_path_var: bool) -> Re
             bad("is not allowed here")
         };
     }
-    if !(e.starts_with('/') || e == "~" || e.starts_with("~/")) {
-        return bad("must be an absolute path, ~ or ~/PATH");
+    if let Some(var) = e.strip_prefix('$') {
+        let name = var.split('/').next().unwrap_or_default();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return bad("must name an environment variable: $NAME or $NAME/PATH");
+        }
+    } else if !(e.starts_with('/') || e == "~" || e.starts_with("~/")) {
+        return bad("must be an absolute path, ~, ~/PATH, $NAME or $NAME/PATH");
     }
     if e.split('/').any(|c| c == "..") {
         return bad("must not contain ..");
@@ -290,19 +302,35 @@ pub(crate) fn under(inner: &Path, outer: &Path) -> bool {
     inner.starts_with(outer)
 }
 
+/// Looks up a host environment variable (`std::env::var_os` outside tests).
+pub type HostVar<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+
 /// Expands one list entry to host paths.
-pub(crate) fn expand(entry: &str, home: Option<&Path>, path_var: Option<&OsStr>) -> Vec<PathBuf> {
+pub(crate) fn expand(entry: &str, home: Option<&Path>, var: HostVar) -> Vec<PathBuf> {
+    // A directory named by the environment is shown only when it is absolute, not `/`,
+    // and neither the home directory nor a directory that contains it.
+    let acceptable =
+        |d: &Path| d.is_absolute() && d != Path::new("/") && home.is_none_or(|h| !under(h, d));
     if entry == "$PATH" {
-        let Some(pv) = path_var else {
+        let Some(pv) = var("PATH") else {
             return Vec::new();
         };
-        return std::env::split_paths(pv)
+        return std::env::split_paths(&pv)
             .filter(|d| d.is_absolute())
             .map(|d| clean(&d))
-            .filter(|d| d != Path::new("/"))
-            // Never the home directory, nor a directory that contains it.
-            .filter(|d| home.is_none_or(|h| !under(h, d)))
+            .filter(|d| acceptable(d))
             .collect();
+    }
+    if let Some(rest) = entry.strip_prefix('$') {
+        let (name, sub) = rest.split_once('/').unwrap_or((rest, ""));
+        let Some(dir) = var(name).map(PathBuf::from).filter(|d| d.is_absolute()) else {
+            return Vec::new();
+        };
+        let dir = clean(&dir);
+        if !acceptable(&dir) || sub.split('/').any(|c| c == "..") {
+            return Vec::new();
+        }
+        return vec![clean(&dir.join(sub))];
     }
     if entry == "~" || entry.starts_with("~/") {
         return match home {
@@ -355,8 +383,9 @@ mod tests {
     #[test]
     fn expansion_never_shows_home_or_root_through_path() {
         let home = Path::new("/home/u");
-        let pv = OsStr::new("/usr/bin:/:/home/u:/home:relative:/home/u/.cargo/bin:/opt/x/");
-        let got = expand("$PATH", Some(home), Some(pv));
+        let pv =
+            std::ffi::OsStr::new("/usr/bin:/:/home/u:/home:relative:/home/u/.cargo/bin:/opt/x/");
+        let got = expand("$PATH", Some(home), &|k| (k == "PATH").then(|| pv.into()));
         assert_eq!(
             got,
             [
@@ -365,12 +394,41 @@ mod tests {
                 PathBuf::from("/opt/x")
             ]
         );
+        let none = &|_: &str| None;
         assert_eq!(
-            expand("~/.rustup", Some(home), None),
+            expand("~/.rustup", Some(home), none),
             [PathBuf::from("/home/u/.rustup")]
         );
-        assert_eq!(expand("~", Some(home), None), [PathBuf::from("/home/u")]);
-        assert!(expand("~/.rustup", None, None).is_empty());
+        assert_eq!(expand("~", Some(home), none), [PathBuf::from("/home/u")]);
+        assert!(expand("~/.rustup", None, none).is_empty());
+    }
+
+    #[test]
+    fn variables_name_a_toolchain_but_never_home_or_root() {
+        let home = Path::new("/home/u");
+        let vars = |k: &str| -> Option<OsString> {
+            match k {
+                "CARGO_HOME" => Some("/opt/cargo/".into()),
+                "RUSTUP_HOME" => Some("/home".into()),
+                "ROOTED" => Some("/".into()),
+                "REL" => Some("rel/dir".into()),
+                "INSIDE" => Some("/home/u/tools".into()),
+                _ => None,
+            }
+        };
+        let got = |e: &str| expand(e, Some(home), &vars);
+        assert_eq!(got("$CARGO_HOME/bin"), [PathBuf::from("/opt/cargo/bin")]);
+        assert_eq!(got("$CARGO_HOME"), [PathBuf::from("/opt/cargo")]);
+        assert_eq!(got("$INSIDE"), [PathBuf::from("/home/u/tools")]);
+        for hidden in [
+            "$RUSTUP_HOME",
+            "$ROOTED/x",
+            "$REL",
+            "$UNSET/bin",
+            "$CARGO_HOME/../x",
+        ] {
+            assert!(got(hidden).is_empty(), "{hidden}");
+        }
     }
 
     #[test]

@@ -14,7 +14,6 @@ pub mod init;
 pub mod setup;
 mod sys;
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 pub use config::{SandboxConfig, SandboxFile, SandboxInfo, environment};
@@ -51,7 +50,8 @@ pub struct Request<'a> {
     pub avfs_home: &'a Path,
     pub vault_file: &'a Path,
     pub home: Option<&'a Path>,
-    pub path_var: Option<&'a OsStr>,
+    /// The host's environment: `$PATH` and `$NAME` entries of the path lists.
+    pub host_var: config::HostVar<'a>,
     /// Root keeps the capabilities a build needs to manage ownership in the workspace.
     pub root: bool,
 }
@@ -62,7 +62,7 @@ pub fn confinement(req: &Request) -> (Confinement, SandboxInfo) {
         .config
         .read_only_paths
         .iter()
-        .flat_map(|e| expand(e, req.home, req.path_var))
+        .flat_map(|e| expand(e, req.home, req.host_var))
         .filter(|p| p.exists())
         .collect();
     // What a listed symlink (`/bin -> usr/bin`) points to is shown too.
@@ -82,7 +82,7 @@ pub fn confinement(req: &Request) -> (Confinement, SandboxInfo) {
         .iter()
         .map(|e| e.to_string())
         .chain(req.config.hidden_paths.iter().cloned())
-        .flat_map(|e| expand(&e, req.home, None))
+        .flat_map(|e| expand(&e, req.home, req.host_var))
         .collect();
     let vault = clean(&std::path::absolute(req.vault_file).unwrap_or(req.vault_file.into()));
     for suffix in ["", "-wal", "-shm", "-journal"] {
