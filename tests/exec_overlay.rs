@@ -10,14 +10,16 @@
 mod common;
 #[path = "common/fuse.rs"]
 mod fuse;
+#[path = "common/overlay.rs"]
+mod overlay;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::Env;
+use overlay::{changes, exec_in, ok_in, overlay_or_skip, setup_with, stdout};
 use serde_json::Value;
 
 /// Lets the test's scripts run without waiting for approval, whatever the built-in
@@ -42,86 +44,8 @@ category = "mutating"
 decision = "allow_with_checkpoint"
 "#;
 
-fn overlay_probe() -> &'static Result<(), String> {
-    static P: OnceLock<Result<(), String>> = OnceLock::new();
-    P.get_or_init(|| {
-        let env = Env::new();
-        let r = env.run(&["--json", "exec", "--", "true"]);
-        let v: Value = serde_json::from_str(&r.stdout).map_err(|e| format!("{e}: {}", r.stdout))?;
-        if let Some(e) = v.get("error") {
-            return Err(e.to_string());
-        }
-        match v["engine"]["name"].as_str() {
-            Some("overlay") => Ok(()),
-            _ => Err(format!("exec ran with {}", v["engine"])),
-        }
-    })
-}
-
-/// True when the overlay engine runs here; fails the test under `AVFS_REQUIRE_FUSE=1`.
-fn overlay_or_skip(test: &str) -> bool {
-    match overlay_probe() {
-        Ok(()) => true,
-        Err(why) => {
-            if std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
-                panic!("{test}: the overlay engine is required (AVFS_REQUIRE_FUSE=1) but: {why}");
-            }
-            eprintln!("SKIPPED {test}: no overlay engine ({why})");
-            false
-        }
-    }
-}
-
 fn setup() -> Env {
-    let env = Env::new();
-    env.ok(&["vault", "create", "t"]);
-    std::fs::create_dir_all(env.home()).unwrap();
-    std::fs::write(env.home().join("policy.toml"), POLICY).unwrap();
-    env
-}
-
-/// `avfs --json --vault VAULT exec ARGS...`: the envelope (avfs itself must not fail).
-fn exec_in(env: &Env, vault: &str, args: &[&str]) -> Value {
-    let mut a = vec!["--json", "--vault", vault, "exec"];
-    a.extend_from_slice(args);
-    let r = env.run(&a);
-    let v: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| {
-        panic!(
-            "exec {args:?}: {e}\nstdout: {}\nstderr: {}",
-            r.stdout, r.stderr
-        )
-    });
-    assert!(v.get("error").is_none(), "exec {args:?}: {v}");
-    assert_eq!(r.code, v["exit_code"].as_i64().unwrap() as i32, "{v}");
-    v
-}
-
-fn ok_in(env: &Env, vault: &str, args: &[&str]) -> Value {
-    let v = exec_in(env, vault, args);
-    assert_eq!(
-        v["exit_code"], 0,
-        "exec {args:?} failed: {}\n{}",
-        v["result"]["stderr"], v["decision"]
-    );
-    v
-}
-
-fn stdout(v: &Value) -> String {
-    v["result"]["stdout"].as_str().unwrap_or("").to_string()
-}
-
-fn changes(v: &Value) -> BTreeSet<(String, String)> {
-    v["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["kind"].as_str().unwrap().to_string(),
-                c["path"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    setup_with(POLICY)
 }
 
 // ---------------------------------------------------------------- one stable path

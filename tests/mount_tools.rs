@@ -7,12 +7,15 @@ mod common;
 #[macro_use]
 #[path = "common/fuse.rs"]
 mod fuse;
+#[path = "common/tools.rs"]
+mod tools;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use fuse::*;
+use tools::*;
 
 macro_rules! mount {
     ($name:expr) => {
@@ -22,99 +25,6 @@ macro_rules! mount {
         }
     };
 }
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-/// A tool the test needs: missing fails under AVFS_REQUIRE_FUSE=1 (CI installs them),
-/// otherwise skips.
-fn need(tool: &str, test: &str) -> bool {
-    if have(tool) {
-        return true;
-    }
-    if std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
-        panic!("{test}: {tool} is required");
-    }
-    eprintln!("SKIPPED {test}: {tool} not installed");
-    false
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({})\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn git(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "Test")
-        .env("GIT_AUTHOR_EMAIL", "test@example.com")
-        .env("GIT_COMMITTER_NAME", "Test")
-        .env("GIT_COMMITTER_EMAIL", "test@example.com")
-        .args(["-c", "init.defaultBranch=main", "-c", "gc.auto=0"]);
-    c
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Asserts two trees are equal: names, kinds, file bytes, symlink targets, modes.
-pub fn assert_same_tree(a: &Path, b: &Path) {
-    let mut stack = vec![std::path::PathBuf::new()];
-    let mut count = 0;
-    while let Some(rel) = stack.pop() {
-        let (pa, pb) = (a.join(&rel), b.join(&rel));
-        let ma = std::fs::symlink_metadata(&pa).unwrap();
-        let mb = std::fs::symlink_metadata(&pb).unwrap_or_else(|e| panic!("{}: {e}", pb.display()));
-        assert_eq!(ma.file_type(), mb.file_type(), "{}", rel.display());
-        assert_eq!(
-            ma.permissions().mode() & 0o7777,
-            mb.permissions().mode() & 0o7777,
-            "mode of {}",
-            rel.display()
-        );
-        count += 1;
-        if ma.is_dir() {
-            let na = names(&pa).unwrap();
-            let nb = names(&pb).unwrap();
-            assert_eq!(na, nb, "entries of {}", rel.display());
-            for n in na {
-                stack.push(rel.join(std::ffi::OsStr::from_bytes(&n)));
-            }
-        } else if ma.file_type().is_symlink() {
-            assert_eq!(
-                std::fs::read_link(&pa).unwrap(),
-                std::fs::read_link(&pb).unwrap()
-            );
-        } else if ma.is_file() {
-            assert_eq!(ma.size(), mb.size(), "size of {}", rel.display());
-            assert!(
-                std::fs::read(&pa).unwrap() == std::fs::read(&pb).unwrap(),
-                "bytes of {}",
-                rel.display()
-            );
-            assert_eq!(ma.mtime(), mb.mtime(), "mtime of {}", rel.display());
-        }
-    }
-    assert!(count > 1);
-}
-
-use std::os::unix::ffi::OsStrExt;
 
 #[test]
 fn git_workflow() {
@@ -255,46 +165,6 @@ mod tests {
     assert_eq!(stdout(&out), "edited\n");
 }
 
-const RENAMER: &str = r#"
-import os, sys, hashlib
-root = sys.argv[1]
-n = int(sys.argv[2])
-digest = hashlib.sha256()
-for i in range(n):
-    d = os.path.join(root, "d%02d" % (i % 37))
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "f%05d.tmp" % i), "wb") as f:
-        data = (("%d:" % i) * (i % 300 + 1)).encode()
-        f.write(data)
-# Atomic-save pattern: write a temp file, rename it over the final name.
-for i in range(n):
-    d = os.path.join(root, "d%02d" % (i % 37))
-    os.rename(os.path.join(d, "f%05d.tmp" % i), os.path.join(d, "f%05d.txt" % i))
-for i in range(0, n, 3):
-    d = os.path.join(root, "d%02d" % (i % 37))
-    tmp = os.path.join(d, ".f%05d.new" % i)
-    with open(tmp, "wb") as f:
-        f.write(b"rewritten %d" % i)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(d, "f%05d.txt" % i))
-# Move whole directories around.
-os.makedirs(os.path.join(root, "moved"), exist_ok=True)
-for k in range(0, 37, 2):
-    os.rename(os.path.join(root, "d%02d" % k), os.path.join(root, "moved", "m%02d" % k))
-# Digest of everything in a stable order.
-count = 0
-for dirpath, dirnames, filenames in os.walk(root):
-    dirnames.sort()
-    for fn in sorted(filenames):
-        p = os.path.join(dirpath, fn)
-        digest.update(os.path.relpath(p, root).encode())
-        with open(p, "rb") as f:
-            digest.update(f.read())
-        count += 1
-print(count, digest.hexdigest())
-"#;
-
 #[test]
 fn python_creates_and_renames_many_files() {
     if !need("python3", "python_creates_and_renames_many_files") {
@@ -319,40 +189,6 @@ fn python_creates_and_renames_many_files() {
     assert_same_tree_no_mtime(&m.native, &m.mp);
     let v = m.avfs_json(&["vault", "verify"]);
     assert!(v["report"]["ok"].as_bool().unwrap_or(false), "{v}");
-}
-
-/// Like `assert_same_tree`, but mtimes (set by the writes themselves) are not compared.
-fn assert_same_tree_no_mtime(a: &Path, b: &Path) {
-    let list = |root: &Path| {
-        let out = run(Command::new("find")
-            .arg(".")
-            .arg("-printf")
-            .arg("%y %m %s %l %p\n")
-            .current_dir(root));
-        let mut v: Vec<String> = stdout(&out)
-            .lines()
-            .map(|l| {
-                // Directory sizes differ between filesystems.
-                if l.starts_with("d ") {
-                    let f: Vec<&str> = l.splitn(4, ' ').collect();
-                    format!("d {} - {}", f[1], f[3])
-                } else {
-                    l.to_string()
-                }
-            })
-            .collect();
-        v.sort();
-        v
-    };
-    assert_eq!(list(b), list(a));
-    let sums = |root: &Path| {
-        let out = run(Command::new("sh")
-            .arg("-c")
-            .arg("find . -type f -print0 | sort -z | xargs -0 -r sha256sum")
-            .current_dir(root));
-        stdout(&out)
-    };
-    assert_eq!(sums(b), sums(a));
 }
 
 #[test]
