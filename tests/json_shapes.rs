@@ -4,6 +4,8 @@
 
 mod common;
 use common::*;
+#[path = "common/documents.rs"]
+mod documents;
 
 use serde_json::Value;
 
@@ -100,6 +102,8 @@ fn doc(env: &Env, args: &[&str]) -> Value {
     );
     let v = one_document(&r.stdout);
     assert!(v.get("error").is_none(), "success carries an error: {v}");
+    // The MCP tools' documents also match the schema generated from their type.
+    documents::check(args, &v);
     v
 }
 

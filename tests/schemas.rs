@@ -4,6 +4,12 @@
 
 use std::path::PathBuf;
 
+mod common;
+#[path = "common/documents.rs"]
+mod documents;
+use common::*;
+use serde_json::Value;
+
 const REGENERATE: &str = "AVFS_UPDATE_SCHEMAS=1 cargo test --release --test schemas";
 
 fn dir() -> PathBuf {
@@ -62,4 +68,68 @@ fn every_schema_is_an_object_schema_as_mcp_requires() {
         assert!(v.get("properties").is_some(), "{name} has no properties");
         jsonschema::meta::validate(v).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+}
+
+/// Runs `avfs --json ARGS` (exit `code`) and validates its document against the schema
+/// of its command.
+fn checked(env: &Env, args: &[&str], code: i32) -> Value {
+    let mut a = vec!["--json"];
+    a.extend_from_slice(args);
+    let r = env.run(&a);
+    assert_eq!(
+        r.code, code,
+        "avfs {a:?}\nstdout: {}\nstderr: {}",
+        r.stdout, r.stderr
+    );
+    let v = r.json();
+    assert!(
+        documents::check(args, &v).is_some(),
+        "{args:?} has no document schema"
+    );
+    v
+}
+
+/// The documents tests/json_shapes.rs does not make (grep, find, search, tag, untag,
+/// approvals) match their schemas too, with every optional part present.
+#[test]
+fn tool_and_approval_documents_match_their_schemas() {
+    let env = Env::new();
+    env.ok(&["vault", "create", "t"]);
+    let v = ["--vault", "t"];
+    let run = |args: &[&str], code: i32| {
+        let mut a = v.to_vec();
+        a.extend_from_slice(args);
+        checked(&env, &a, code)
+    };
+    run(
+        &["write", "-p", "/src/a.txt", "hello world\nsecond line\n"],
+        0,
+    );
+    run(&["tag", "/src/a.txt", "todo", "wip"], 0);
+    let untag = run(&["untag", "/src/a.txt", "wip"], 0);
+    assert_eq!(untag["removed"][0], "wip");
+    let g = run(&["grep", "-n", "hello", "/"], 0);
+    assert_eq!(g["matches"][0]["line"], 1);
+    run(&["grep", "-l", "hello"], 0);
+    // No match: the same document, exit 1.
+    run(&["grep", "nothing-like-this"], 1);
+    let f = run(&["find", "/", "--tag", "todo"], 0);
+    assert_eq!(f["entries"][0]["tags"][0], "todo");
+    run(&["find", "/", "--type", "d"], 0);
+    let s = run(&["search", "hello"], 0);
+    assert_eq!(s["results"][0]["path"], "/src/a.txt");
+    run(&["checkpoint", "save", "c1"], 0);
+    run(&["search", "second", "--path", "/src", "--limit", "1"], 0);
+    assert!(
+        run(&["approvals"], 0)["approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // A networked command needs approval: nothing runs (no mount needed), one pending.
+    let exec = ["--json", "--vault", "t", "exec", "--", "curl", "x"];
+    assert_eq!(env.run(&exec).code, 75);
+    let listed = run(&["approvals", "--all"], 0);
+    assert_eq!(listed["approvals"][0]["state"], "pending");
+    run(&["approvals"], 0);
 }
