@@ -7,7 +7,8 @@
 //!
 //! `schemas/execution-envelope.schema.json`, the exec envelope's, is still written by
 //! hand: it says more than the envelope's types do (patterns, `oneOf`, `not`), and every
-//! envelope the tests make is validated against it.
+//! envelope the tests make is validated against it; [`envelope_from_type`] keeps its
+//! fields those of the type.
 
 use schemars::generate::SchemaSettings;
 use schemars::transform::RecursiveTransform;
@@ -42,6 +43,16 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("vault-merge", of::<MergeReport>()),
         ("write", of::<FileWritten>()),
     ]
+}
+
+/// The exec envelope's schema as its type ([`crate::exec::envelope::Envelope`]) gives it.
+/// Not a file: `schemas/execution-envelope.schema.json`, written by hand, says more
+/// (value patterns, `oneOf` between argv and shell commands, "not both --sandbox and
+/// --no-sandbox"); `tests/schemas.rs` checks that it names exactly the fields this one
+/// does, object by object, and requires the same ones, so the type and the file cannot
+/// drift apart.
+pub fn envelope_from_type() -> Schema {
+    of::<crate::exec::envelope::Envelope>()
 }
 
 /// The schema named `name` in [`all`].

@@ -133,3 +133,119 @@ fn tool_and_approval_documents_match_their_schemas() {
     assert_eq!(listed["approvals"][0]["state"], "pending");
     run(&["approvals"], 0);
 }
+
+/// The objects `s` stands for: `$ref`s followed, and (for a schema without properties of
+/// its own) the branches of a `oneOf`/`anyOf` that are not `null`. The branches of an
+/// object that has properties only refine it (`kind: argv` has an `argv`).
+fn objects<'a>(root: &'a Value, s: &'a Value) -> Vec<&'a Value> {
+    if s.get("properties").is_some() {
+        return vec![s];
+    }
+    if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+        let target = root
+            .pointer(r.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("{r} does not resolve"));
+        return objects(root, target);
+    }
+    for k in ["oneOf", "anyOf", "allOf"] {
+        if let Some(branches) = s.get(k).and_then(Value::as_array) {
+            return branches
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) != Some("null"))
+                .flat_map(|b| objects(root, b))
+                .collect();
+        }
+    }
+    vec![s]
+}
+
+type Fields = std::collections::BTreeSet<String>;
+
+/// The property names and the required ones of the objects `s` stands for, and each
+/// property's schemas.
+fn fields<'a>(root: &'a Value, s: &'a Value) -> (Fields, Fields, Vec<(String, &'a Value)>) {
+    let (mut names, mut required, mut subs) = (Fields::new(), Fields::new(), Vec::new());
+    for o in objects(root, s) {
+        if let Some(props) = o.get("properties").and_then(Value::as_object) {
+            for (k, v) in props {
+                names.insert(k.clone());
+                subs.push((k.clone(), v));
+            }
+        }
+        for r in o
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            required.insert(r.as_str().unwrap().to_string());
+        }
+        if let Some(items) = o.get("items") {
+            subs.push(("[]".into(), items));
+        }
+    }
+    (names, required, subs)
+}
+
+fn compare(
+    derived: (&Value, &Value),
+    hand: (&Value, &Value),
+    at: &str,
+    problems: &mut Vec<String>,
+) {
+    let (dn, dr, dsubs) = fields(derived.0, derived.1);
+    if dn.is_empty() && dsubs.is_empty() {
+        // A value the type does not describe (`request.options` is a JSON value), or
+        // a scalar: the file's details are its own.
+        return;
+    }
+    let (hn, hr, hsubs) = fields(hand.0, hand.1);
+    // `audit_digests` is added to the envelope only in an exec.run audit record's detail.
+    let hn_env: Fields = hn
+        .iter()
+        .filter(|n| *n != "audit_digests")
+        .cloned()
+        .collect();
+    if dn != hn_env {
+        problems.push(format!(
+            "{at}: fields differ: only in the type {:?}, only in the file {:?}",
+            dn.difference(&hn_env).collect::<Vec<_>>(),
+            hn_env.difference(&dn).collect::<Vec<_>>()
+        ));
+    }
+    // The file may leave out a field the type always has (envelopes in audit records
+    // made before the field was added lack it); it must not require one the type may
+    // leave out.
+    if !hr.is_subset(&dr) {
+        problems.push(format!(
+            "{at}: the file requires fields the type may leave out: {:?}",
+            hr.difference(&dr).collect::<Vec<_>>()
+        ));
+    }
+    for (name, d) in &dsubs {
+        for (_, h) in hsubs.iter().filter(|(n, _)| n == name) {
+            compare(
+                (derived.0, d),
+                (hand.0, h),
+                &format!("{at}/{name}"),
+                problems,
+            );
+        }
+    }
+}
+
+/// The hand-written envelope schema and the envelope's type name the same fields,
+/// object by object, and the file requires only what the type always prints.
+#[test]
+fn the_envelope_schema_file_has_the_fields_of_the_envelope_type() {
+    let derived = agentvfs::schema::envelope_from_type().to_value();
+    let text = std::fs::read_to_string(dir().join("execution-envelope.schema.json")).unwrap();
+    let hand: Value = serde_json::from_str(&text).unwrap();
+    let mut problems = Vec::new();
+    compare((&derived, &derived), (&hand, &hand), "", &mut problems);
+    assert!(
+        problems.is_empty(),
+        "schemas/execution-envelope.schema.json and the Envelope type disagree:\n{}",
+        problems.join("\n")
+    );
+}
