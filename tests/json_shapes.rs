@@ -593,6 +593,7 @@ fn write_cat_ls_stat() {
     let r = env.run_stdin(&["--json", "write", "/blob.bin"], &[0, 0xff, 0x10]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let w = one_document(&r.stdout);
+    documents::assert_matches("write", &w);
     shape(&w, &[("path", Str), ("size", Num)]);
     assert_eq!(w["size"], 3);
 
@@ -1729,6 +1730,7 @@ fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
     let r = env.run(&a);
     assert_eq!(r.code, 1, "{}", r.stderr);
     let m = one_document(&r.stdout);
+    documents::assert_matches("vault-merge", &m);
     shape(
         &m,
         &[
