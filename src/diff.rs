@@ -12,7 +12,8 @@ pub mod filter;
 pub mod renames;
 pub mod stat;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// What happened to a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
     Added,
@@ -41,17 +42,25 @@ impl ChangeKind {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Change {
+    /// Workspace path (the new path of a rename).
     pub path: String,
     pub kind: ChangeKind,
-    /// File type before/after: file, dir, symlink, ...
+    /// File type before: file, dir, symlink, fifo, socket, char_device, block_device;
+    /// null where the path did not exist.
     pub type_before: Option<&'static str>,
+    /// File type after; null where the path no longer exists.
     pub type_after: Option<&'static str>,
+    /// Size in bytes before; null for directories and the missing side.
     pub size_before: Option<u64>,
+    /// Size in bytes after; null for directories and the missing side.
     pub size_after: Option<u64>,
+    /// Permission bits before, 4 octal digits; null on the missing side.
     pub mode_before: Option<String>,
+    /// Permission bits after, 4 octal digits; null on the missing side.
     pub mode_after: Option<String>,
+    /// Unified diff of a text file (only with `--patch`, both sides text up to 1 MiB).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,
     /// A rename's old path (only on `renamed` changes).
@@ -84,7 +93,8 @@ impl Default for DiffOptions {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+/// How many changes of each kind a change list has.
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct ChangeSummary {
     pub added: usize,
     pub modified: usize,

@@ -28,7 +28,7 @@ use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace};
 /// Largest text file (on any side) that gets a line merge with `--conflicts=markers`.
 pub const TEXT_LIMIT: u64 = 1024 * 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConflictKind {
     /// Both sides changed the same part (content, mode, an attribute) differently.
@@ -43,7 +43,9 @@ pub enum ConflictKind {
     TypeChanged,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Resolution {
     /// The target's version stays as it was.
@@ -54,7 +56,7 @@ pub enum Resolution {
     Merged,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Conflict {
     pub path: String,
     pub kind: ConflictKind,

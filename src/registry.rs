@@ -15,7 +15,7 @@ use crate::workspace::MAIN;
 
 pub const DEFAULT_VAULT: &str = "default";
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct VaultRef {
     /// The name used with `--vault`.
     pub name: String,

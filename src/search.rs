@@ -22,7 +22,7 @@ use crate::workspace::path::{display, join_bytes};
 pub const INDEX_LIMIT: u64 = 8 * 1024 * 1024;
 
 /// What bringing the index up to date did.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct IndexUpdate {
     /// The root tree the index now reflects.
     pub root: String,
@@ -231,7 +231,7 @@ pub fn update(ws: &mut Workspace, progress: &dyn Fn(u64)) -> Result<IndexUpdate>
 }
 
 /// One search result.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Hit {
     pub path: String,
     /// Relevance (BM25): higher is better.

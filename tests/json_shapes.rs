@@ -4,6 +4,8 @@
 
 mod common;
 use common::*;
+#[path = "common/documents.rs"]
+mod documents;
 
 use serde_json::Value;
 
@@ -100,6 +102,8 @@ fn doc(env: &Env, args: &[&str]) -> Value {
     );
     let v = one_document(&r.stdout);
     assert!(v.get("error").is_none(), "success carries an error: {v}");
+    // The MCP tools' documents also match the schema generated from their type.
+    documents::check(args, &v);
     v
 }
 
@@ -589,6 +593,7 @@ fn write_cat_ls_stat() {
     let r = env.run_stdin(&["--json", "write", "/blob.bin"], &[0, 0xff, 0x10]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let w = one_document(&r.stdout);
+    documents::assert_matches("write", &w);
     shape(&w, &[("path", Str), ("size", Num)]);
     assert_eq!(w["size"], 3);
 
@@ -1725,6 +1730,7 @@ fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
     let r = env.run(&a);
     assert_eq!(r.code, 1, "{}", r.stderr);
     let m = one_document(&r.stdout);
+    documents::assert_matches("vault-merge", &m);
     shape(
         &m,
         &[

@@ -3,6 +3,8 @@
 //! and audit row it leaves, and its refusals.
 
 mod common;
+#[path = "common/documents.rs"]
+mod documents;
 use common::*;
 use serde_json::Value;
 
@@ -59,6 +61,7 @@ fn report(env: &Env, args: &[&str], code: i32) -> Value {
     );
     let v = r.json();
     assert!(v.get("error").is_none(), "{v}");
+    documents::check(args, &v);
     v
 }
 

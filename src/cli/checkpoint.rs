@@ -3,18 +3,22 @@
 use std::ffi::OsString;
 
 use clap::{Args, Subcommand};
-use serde::Serialize;
 use serde_json::json;
 
 use super::Ctx;
 use super::output::human_size;
 use crate::diff::{Change, ChangeSummary, PATCH_LIMIT, add_patches, diff_roots, filter, renames};
+use crate::documents::CheckpointDoc;
+use crate::documents::files::{FileLog, Version};
+use crate::documents::history::{
+    CheckpointList, CheckpointRestored, CheckpointSaved, DiffReport, DiffStat,
+};
 use crate::error::{Error, Result};
 use crate::store::objects::{self, Hash};
 use crate::util::rfc3339;
+use crate::workspace::Workspace;
 use crate::workspace::flush::entry_at;
 use crate::workspace::path::{display, parse};
-use crate::workspace::{Checkpoint, Workspace};
 
 #[derive(Subcommand, Debug)]
 pub enum CheckpointCmd {
@@ -94,31 +98,6 @@ pub struct RestoreArgs {
     from: String,
 }
 
-#[derive(Serialize)]
-pub(super) struct CheckpointJson {
-    pub(super) name: String,
-    workspace: String,
-    root: String,
-    parent: Option<String>,
-    created_at: String,
-    created_at_ns: i64,
-    origin: String,
-    message: Option<String>,
-}
-
-pub(super) fn cp_json(c: &Checkpoint) -> CheckpointJson {
-    CheckpointJson {
-        name: c.name.clone(),
-        workspace: c.workspace.clone(),
-        root: c.root.to_hex(),
-        parent: c.parent.clone(),
-        created_at: rfc3339(c.created_at_ns),
-        created_at_ns: c.created_at_ns,
-        origin: c.origin.clone(),
-        message: c.message.clone(),
-    }
-}
-
 pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
     match cmd {
         CheckpointCmd::Save { name, message } => {
@@ -131,7 +110,10 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
                 )
             })?;
             ctx.out.emit(
-                &json!({"checkpoint": cp_json(&s.checkpoint), "changed": s.changed}),
+                &CheckpointSaved {
+                    changed: s.changed,
+                    checkpoint: CheckpointDoc::of(&s.checkpoint),
+                },
                 || {
                     println!(
                         "saved checkpoint {}{}",
@@ -148,24 +130,26 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
         CheckpointCmd::List(a) if a.graph => return super::history::graph(ctx),
         CheckpointCmd::List(_) => {
             let (cps, head) = ctx.view(|ws| Ok((ws.checkpoints()?, ws.head()?.map(|h| h.name))))?;
-            let list: Vec<_> = cps.iter().map(cp_json).collect();
-            ctx.out
-                .emit(&json!({"checkpoints": list, "head": head}), || {
-                    for c in &cps {
-                        let mark = if head.as_deref() == Some(&c.name) {
-                            "*"
-                        } else {
-                            " "
-                        };
-                        println!(
-                            "{mark} {:<32} {}  {:<8} {}",
-                            c.name,
-                            &rfc3339(c.created_at_ns)[..19],
-                            c.origin,
-                            c.message.as_deref().unwrap_or("")
-                        );
-                    }
-                });
+            let doc = CheckpointList {
+                checkpoints: cps.iter().map(CheckpointDoc::of).collect(),
+                head: head.clone(),
+            };
+            ctx.out.emit(&doc, || {
+                for c in &cps {
+                    let mark = if head.as_deref() == Some(&c.name) {
+                        "*"
+                    } else {
+                        " "
+                    };
+                    println!(
+                        "{mark} {:<32} {}  {:<8} {}",
+                        c.name,
+                        &rfc3339(c.created_at_ns)[..19],
+                        c.origin,
+                        c.message.as_deref().unwrap_or("")
+                    );
+                }
+            });
         }
         CheckpointCmd::Restore { name } => {
             let (cp, saved) = ctx.mutate("checkpoint.restore", json!({"name": name}), |ws| {
@@ -188,7 +172,10 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
                 Ok((cp, saved))
             })?;
             ctx.out.emit(
-                &json!({"restored": cp_json(&cp), "saved_unsaved_changes_as": saved}),
+                &CheckpointRestored {
+                    restored: CheckpointDoc::of(&cp),
+                    saved_unsaved_changes_as: saved.clone(),
+                },
                 || {
                     if let Some(s) = &saved {
                         println!("unsaved changes kept in checkpoint {s}");
@@ -203,9 +190,10 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
             })?;
             // What only that checkpoint held goes now, and the file shrinks.
             ctx.reclaim_all()?;
-            ctx.out.emit(&json!({"deleted": cp_json(&cp)}), || {
-                println!("deleted checkpoint {}", cp.name)
-            });
+            ctx.out
+                .emit(&json!({"deleted": CheckpointDoc::of(&cp)}), || {
+                    println!("deleted checkpoint {}", cp.name)
+                });
         }
         CheckpointCmd::Diff(a) => return diff(ctx, a),
         CheckpointCmd::Prune(a) => return super::history::prune(ctx, a),
@@ -318,28 +306,32 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
     let (changes, summary, total) = changes;
     let end = a.offset.saturating_add(changes.len());
     let next_offset = (end < total).then_some(end);
-    let mut doc = json!({"from": from, "to": to, "summary": summary, "changes": changes,
-                         "total": total, "offset": a.offset, "next_offset": next_offset});
-    if !prefixes.is_empty() {
-        doc["paths"] = json!(prefixes);
-    }
-    if let Some((files, totals)) = &stat {
-        doc["stat"] = json!({"files": files, "totals": totals});
-    }
-    if a.name_only {
-        doc["names"] = json!(changes.iter().map(|c| &c.path).collect::<Vec<_>>());
-    }
+    let doc = DiffReport {
+        names: a
+            .name_only
+            .then(|| changes.iter().map(|c| c.path.clone()).collect()),
+        changes,
+        from,
+        next_offset,
+        offset: a.offset,
+        paths: (!prefixes.is_empty()).then_some(prefixes),
+        stat: stat.map(|(files, totals)| DiffStat { files, totals }),
+        summary,
+        to,
+        total,
+    };
+    let (from, to) = (&doc.from, &doc.to);
     ctx.out.emit(&doc, || {
         if a.name_only {
-            for c in &changes {
+            for c in &doc.changes {
                 println!("{}", c.path);
             }
-        } else if let Some((files, totals)) = &stat {
-            super::history::print_stat(files, totals);
+        } else if let Some(stat) = &doc.stat {
+            super::history::print_stat(&stat.files, &stat.totals);
         } else if total == 0 {
             println!("no changes between {from} and {to}");
         } else {
-            print_changes(&changes, ctx.out.paint());
+            print_changes(&doc.changes, ctx.out.paint());
         }
         if let Some(n) = next_offset {
             println!("... {} more: avfs diff {from} {to} --offset {n}", total - n);
@@ -350,21 +342,6 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
 
 /// What makes two versions of a path equal: content, link target, mode, existence.
 type VersionKey = (Option<Hash>, Option<Vec<u8>>, u32, bool);
-
-#[derive(Serialize)]
-struct Version {
-    /// Checkpoint name, or "live".
-    at: String,
-    created_at: Option<String>,
-    exists: bool,
-    #[serde(rename = "type")]
-    kind: Option<&'static str>,
-    size: Option<u64>,
-    mode: Option<String>,
-    content_hash: Option<String>,
-    /// Differs from the previous version listed.
-    changed: bool,
-}
 
 pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
     let comps = parse(&a.path)?;
@@ -411,30 +388,31 @@ pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
             display(&comps)
         )));
     }
-    ctx.out.emit(
-        &json!({"path": display(&comps), "versions": versions}),
-        || {
-            for v in &versions {
-                let what = if !v.exists {
-                    "(absent)".to_string()
-                } else {
-                    format!(
-                        "{} {} bytes {}",
-                        v.kind.unwrap_or("?"),
-                        v.size.unwrap_or(0),
-                        v.content_hash.as_deref().map(|h| &h[..12]).unwrap_or("")
-                    )
-                };
-                println!(
-                    "{} {:<32} {:<20} {}",
-                    if v.changed { "*" } else { " " },
-                    v.at,
-                    v.created_at.as_deref().map(|t| &t[..19]).unwrap_or("now"),
-                    what
-                );
-            }
-        },
-    );
+    let doc = FileLog {
+        path: display(&comps),
+        versions,
+    };
+    ctx.out.emit(&doc, || {
+        for v in &doc.versions {
+            let what = if !v.exists {
+                "(absent)".to_string()
+            } else {
+                format!(
+                    "{} {} bytes {}",
+                    v.kind.unwrap_or("?"),
+                    v.size.unwrap_or(0),
+                    v.content_hash.as_deref().map(|h| &h[..12]).unwrap_or("")
+                )
+            };
+            println!(
+                "{} {:<32} {:<20} {}",
+                if v.changed { "*" } else { " " },
+                v.at,
+                v.created_at.as_deref().map(|t| &t[..19]).unwrap_or("now"),
+                what
+            );
+        }
+    });
     Ok(0)
 }
 

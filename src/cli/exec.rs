@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::boundary::{self, CheckpointMode, Command, ExecRequest, SandboxMode, cwd_components};
+use crate::documents::history::ApprovalList;
 use crate::engine::EngineKind;
 use crate::error::{Error, Result};
 use crate::exec::capture::{self, CaptureLimits};
@@ -245,8 +246,9 @@ pub fn watchdog(ctx: &Ctx, a: WatchdogArgs) -> Result<i32> {
 
 pub fn approvals(ctx: &Ctx, a: ApprovalsArgs) -> Result<i32> {
     let list = boundary::approvals::list(&ctx.lib(), a.all)?;
-    ctx.out.emit(&json!({"approvals": list}), || {
-        for ap in &list {
+    let doc = ApprovalList { approvals: list };
+    ctx.out.emit(&doc, || {
+        for ap in &doc.approvals {
             let cmd = &ap.request["command"];
             let shown = cmd["shell"].as_str().map(String::from).unwrap_or_else(|| {
                 cmd["argv"]

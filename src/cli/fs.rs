@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::human_size;
+use crate::documents::files::FileWritten;
 use crate::error::{Error, Result};
 use crate::store::content;
 use crate::store::objects::Kind;
@@ -182,7 +183,7 @@ pub fn write(ctx: &Ctx, a: WriteArgs) -> Result<i32> {
             }
         }
     })?;
-    ctx.out.emit(&json!({"path": shown, "size": size}), || {});
+    ctx.out.emit(&FileWritten { path: shown, size }, || {});
     Ok(0)
 }
 

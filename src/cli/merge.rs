@@ -4,14 +4,14 @@
 use std::ffi::OsString;
 
 use clap::{Args, ValueEnum};
-use serde::Serialize;
 use serde_json::json;
 
 use super::Ctx;
-use super::checkpoint::{CheckpointJson, cp_json, print_changes};
-use crate::diff::Change;
+use super::checkpoint::print_changes;
+use crate::documents::CheckpointDoc;
+use crate::documents::history::{MergeReport, MergeSummary};
 use crate::error::{Error, Result};
-use crate::merge::{self, Conflict, Resolution};
+use crate::merge::{self, Resolution};
 use crate::registry::VaultRef;
 use crate::store::Store;
 use crate::workspace::path::{display, parse};
@@ -48,30 +48,6 @@ pub struct MergeArgs {
 pub enum ConflictMode {
     Report,
     Markers,
-}
-
-#[derive(Serialize)]
-struct Summary {
-    taken: usize,
-    conflicts: usize,
-    unresolved: usize,
-}
-
-#[derive(Serialize)]
-struct Report {
-    fork: String,
-    into: String,
-    base: String,
-    dry_run: bool,
-    paths: Vec<String>,
-    before: Option<String>,
-    checkpoint: Option<CheckpointJson>,
-    clean: bool,
-    /// Unresolved conflicts left the merge pending (`--continue` or `--abort`).
-    pending: bool,
-    taken: Vec<Change>,
-    conflicts: Vec<Conflict>,
-    summary: Summary,
 }
 
 /// The newest state of `fork` recorded as merged into `target` whose merge the target
@@ -133,7 +109,7 @@ fn resolve_pending(ctx: &Ctx, a: &MergeArgs) -> Result<i32> {
             let paths: Vec<String> = p.conflicts.iter().map(|c| c.path.clone()).collect();
             let doc = json!({
                 "action": "continued", "fork": p.fork, "into": p.into,
-                "checkpoint": cp_json(&cp), "conflicts": paths,
+                "checkpoint": CheckpointDoc::of(&cp), "conflicts": paths,
             });
             let detail = json!({"fork": p.fork, "into": p.into, "checkpoint": cp.name});
             Ok((doc, detail))
@@ -219,7 +195,7 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
     let dry_run = a.dry_run;
 
     // Everything happens in the target's transaction: the base and the fork are read in it.
-    let work = |ws: &mut Workspace| -> Result<Report> {
+    let work = |ws: &mut Workspace| -> Result<MergeReport> {
         let db = ws.db;
         // A merge that left conflicts must be finished or undone first: merging on top
         // of it would mix two merges and could drop the first one's fork side.
@@ -310,17 +286,17 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
             }
         }
         let unresolved = plan.unresolved();
-        Ok(Report {
+        Ok(MergeReport {
             fork: fork.name.clone(),
             into: target.name.clone(),
             base: base_name.clone(),
             dry_run,
             paths: shown_paths.clone(),
             before,
-            checkpoint: checkpoint.as_ref().map(cp_json),
+            checkpoint: checkpoint.as_ref().map(CheckpointDoc::of),
             clean: unresolved == 0,
             pending,
-            summary: Summary {
+            summary: MergeSummary {
                 taken: plan.taken.len(),
                 conflicts: plan.conflicts.len(),
                 unresolved,

@@ -1,17 +1,19 @@
 //! grep, find, search, tag, untag, meta.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 
 use clap::{Args, ValueEnum};
-use serde::Serialize;
 use serde_json::json;
 
 use super::Ctx;
 use super::output::Paint;
 use crate::diff::{ChangeKind, diff_roots};
+use crate::documents::tools::{
+    FindReport, FoundEntry, GrepMatch, GrepReport, SearchReport, TagReport,
+};
 use crate::error::{Error, Result};
 use crate::store::objects::{Entry, Hash, Kind};
 use crate::tags::{meta_attr, meta_of, parse_filter, tag_attr, tags_of};
@@ -195,13 +197,6 @@ fn snapshot(
     })
 }
 
-#[derive(Serialize)]
-struct GrepMatch {
-    path: String,
-    line: u64,
-    text: String,
-}
-
 fn hidden(comps: &[Vec<u8>], start: usize) -> bool {
     comps[start..].iter().any(|c| c.starts_with(b"."))
 }
@@ -304,12 +299,19 @@ pub fn grep(ctx: &Ctx, a: GrepArgs) -> Result<i32> {
     }
     let _ = out.flush();
     drop(out);
+    let no_match = files.is_empty();
     ctx.out.emit(
-        &json!({"pattern": a.pattern, "path": display(&start), "matches": matches, "files": files,
-                "files_searched": searched, "binary_files_skipped": binary}),
+        &GrepReport {
+            binary_files_skipped: binary,
+            files_searched: searched,
+            files,
+            matches,
+            path: display(&start),
+            pattern: a.pattern,
+        },
         || {},
     );
-    Ok(if files.is_empty() { 1 } else { 0 })
+    Ok(if no_match { 1 } else { 0 })
 }
 
 /// Calls `f(line_number, line)` for every line of `data` holding a match, in order, until
@@ -371,18 +373,6 @@ fn highlight(re: &regex::bytes::Regex, line: &[u8], paint: Paint) -> String {
     }
     s.push_str(&String::from_utf8_lossy(&line[last..]));
     s
-}
-
-#[derive(Serialize)]
-struct FoundEntry {
-    path: String,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    size: u64,
-    mode: String,
-    mtime: String,
-    tags: Vec<String>,
-    meta: BTreeMap<String, String>,
 }
 
 /// `--size` as a predicate.
@@ -531,8 +521,13 @@ pub fn find(ctx: &Ctx, a: FindArgs) -> Result<i32> {
         })?;
     let _ = out.flush();
     drop(out);
-    ctx.out
-        .emit(&json!({"path": display(&start), "entries": entries}), || {});
+    ctx.out.emit(
+        &FindReport {
+            entries,
+            path: display(&start),
+        },
+        || {},
+    );
     Ok(0)
 }
 
@@ -567,22 +562,26 @@ pub fn search(ctx: &Ctx, a: SearchArgs) -> Result<i32> {
     let ws_id = store.read(|db| Ok(Workspace::open(db, &v.workspace)?.info.id))?;
     let hits = store.read(|db| crate::search::query(db, ws_id, &fts, &shown, &under, a.limit))?;
     let paint = ctx.out.paint();
-    ctx.out.emit(
-        &json!({"query": shown, "fts_query": fts, "index": update, "results": hits}),
-        || {
-            for h in &hits {
-                let line = h
-                    .line
-                    .map(|l| format!(":{}", paint.line_no(&l.to_string())));
-                println!(
-                    "{}{}  {}",
-                    paint.path(&h.path),
-                    line.unwrap_or_default(),
-                    highlight_terms(&h.snippet, &h.terms, paint)
-                );
-            }
-        },
-    );
+    let doc = SearchReport {
+        fts_query: fts,
+        index: update,
+        query: shown,
+        results: hits,
+    };
+    let hits = &doc.results;
+    ctx.out.emit(&doc, || {
+        for h in hits {
+            let line = h
+                .line
+                .map(|l| format!(":{}", paint.line_no(&l.to_string())));
+            println!(
+                "{}{}  {}",
+                paint.path(&h.path),
+                line.unwrap_or_default(),
+                highlight_terms(&h.snippet, &h.terms, paint)
+            );
+        }
+    });
     Ok(0)
 }
 
@@ -627,18 +626,27 @@ pub fn tag(ctx: &Ctx, a: TagArgs, add: bool) -> Result<i32> {
         }
         Ok((changed, tags_of(&ws.xattrs(node.ino)?)))
     })?;
-    let key = if add { "added" } else { "removed" };
-    ctx.out
-        .emit(&json!({"path": shown, key: changed, "tags": now}), || {
-            println!(
-                "{shown}: {}",
-                if now.is_empty() {
-                    "(no tags)".into()
-                } else {
-                    now.join(" ")
-                }
-            );
-        });
+    let (added, removed) = if add {
+        (Some(changed), None)
+    } else {
+        (None, Some(changed))
+    };
+    let doc = TagReport {
+        added,
+        path: shown.clone(),
+        removed,
+        tags: now.clone(),
+    };
+    ctx.out.emit(&doc, || {
+        println!(
+            "{shown}: {}",
+            if now.is_empty() {
+                "(no tags)".into()
+            } else {
+                now.join(" ")
+            }
+        );
+    });
     Ok(0)
 }
 

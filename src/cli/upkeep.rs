@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::human_size;
+use crate::documents::history::{AuditEntry, AuditLog};
 use crate::error::{Error, Result};
 use crate::store::{Store, audit};
 use crate::util::rfc3339;
@@ -91,14 +92,10 @@ pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
     }
     let since = a.since.as_deref().map(parse_since).transpose()?;
     let rows = store.read(|db| audit::list(db, a.limit, since))?;
-    let out: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            json!({"id": r.id, "time": rfc3339(r.ts_ns), "ts_ns": r.ts_ns, "workspace": r.workspace, "actor": r.actor,
-                   "action": r.action, "detail": r.detail, "hash": r.hash})
-        })
-        .collect();
-    ctx.out.emit(&json!({"entries": out}), || {
+    let doc = AuditLog {
+        entries: rows.iter().map(AuditEntry::of).collect(),
+    };
+    ctx.out.emit(&doc, || {
         for r in &rows {
             println!(
                 "{:>6} {} {:<10} {:<5} {:<20} {}",

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{Ctx, create_vault_file};
+use crate::documents::history::ForkReport;
 use crate::error::{Error, Result};
 use crate::registry::{VaultRef, validate_name};
 use crate::store::{Store, audit};
@@ -324,7 +325,13 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 if use_it {
                     reg.set_current(&name)?;
                 }
-                ctx.out.emit(&json!({"fork": v, "parent": source.name, "checkpoint": null, "completed_interrupted_fork": true}), || {
+                let doc = ForkReport {
+                    checkpoint: None,
+                    completed_interrupted_fork: true,
+                    fork: v,
+                    parent: source.name.clone(),
+                };
+                ctx.out.emit(&doc, || {
                     println!("completed the interrupted fork {name} of {}", source.name);
                 });
                 return Ok(0);
@@ -357,7 +364,12 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 reg.set_current(&name)?;
             }
             ctx.out.emit(
-                &json!({"fork": v, "parent": source.name, "checkpoint": info.parent_checkpoint}),
+                &ForkReport {
+                    checkpoint: info.parent_checkpoint.clone(),
+                    completed_interrupted_fork: false,
+                    fork: v,
+                    parent: source.name.clone(),
+                },
                 || {
                     println!(
                         "forked {} into {name} at checkpoint {}",

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::{ListStream, format_mode, human_size};
+use crate::documents::files::{FileContent, StatDoc};
 use crate::error::{Error, Result};
 use crate::names::escape;
 use crate::store::content;
@@ -57,31 +58,6 @@ pub struct StatArgs {
     path: OsString,
 }
 
-/// One file's attributes as shown by `stat` and `ls --json`. Fields are in the order of
-/// their JSON keys, sorted, as every document prints them: `ls` streams this struct
-/// without going through a sorted map.
-#[derive(Serialize, Debug)]
-pub struct StatJson {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub content_hash: Option<String>,
-    pub ctime_ns: i64,
-    pub gid: u32,
-    /// `None` for an entry the live layer has not loaded (it has no inode number yet).
-    pub ino: Option<u64>,
-    pub mode: String,
-    pub mtime: String,
-    pub mtime_ns: i64,
-    pub name: String,
-    pub nlink: u32,
-    pub path: String,
-    pub size: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub uid: u32,
-}
-
 /// Lowercase hex, without a `format!` per byte (`ls` of a million files prints a million
 /// content hashes).
 fn hex(h: &crate::store::objects::Hash) -> String {
@@ -94,8 +70,8 @@ fn hex(h: &crate::store::objects::Hash) -> String {
     s
 }
 
-fn stat_json(p: &Peek, path: String, name: &[u8], n: &Node) -> Result<StatJson> {
-    Ok(StatJson {
+fn stat_json(p: &Peek, path: String, name: &[u8], n: &Node) -> Result<StatDoc> {
+    Ok(StatDoc {
         path,
         name: escape(name),
         kind: n.kind().name(),
@@ -117,7 +93,7 @@ fn stat_json(p: &Peek, path: String, name: &[u8], n: &Node) -> Result<StatJson> 
     })
 }
 
-fn long_line(s: &StatJson) -> String {
+fn long_line(s: &StatDoc) -> String {
     let st_mode = kind_of(s.kind).ifmt() | u32::from_str_radix(&s.mode, 8).unwrap_or(0);
     let mut line = format!(
         "{} {:>3} {:>5} {:>5} {:>10} {} {}",
@@ -161,7 +137,7 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
     let r = ctx.view(|ws| {
         let p = ws.peek();
         let node = p.resolve_existing(&comps, true)?;
-        let show = |s: StatJson, list: &mut ListStream<StdoutBuf>| {
+        let show = |s: StatDoc, list: &mut ListStream<StdoutBuf>| {
             list.item(&s, |w: &mut StdoutBuf| {
                 if a.long {
                     writeln!(w, "{}", long_line(&s))
@@ -265,14 +241,8 @@ pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
         Ok(vec![])
     })?;
     if json {
-        let v = match std::str::from_utf8(&data) {
-            Ok(s) => {
-                json!({"path": display(&comps), "size": data.len(), "encoding": "utf-8", "content": s})
-            }
-            Err(_) => json!({"path": display(&comps), "size": data.len(), "encoding": "hex",
-                "content": data.iter().map(|b| format!("{b:02x}")).collect::<String>()}),
-        };
-        ctx.out.emit(&v, || {});
+        ctx.out
+            .emit(&FileContent::of(display(&comps), &data), || {});
     }
     Ok(0)
 }

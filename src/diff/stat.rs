@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::{Change, ChangeKind, PATCH_LIMIT, text_of};
 use crate::error::Result;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct FileStat {
     pub path: String,
     pub kind: ChangeKind,
@@ -20,7 +20,7 @@ pub struct FileStat {
     pub binary: bool,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct StatTotals {
     pub files: usize,
     pub insertions: u64,

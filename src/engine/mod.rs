@@ -39,7 +39,7 @@ impl EngineKind {
 }
 
 /// Which engine ran, and why (in the envelope).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct EngineInfo {
     pub name: &'static str,
     pub reason: String,
@@ -52,7 +52,7 @@ pub struct EngineInfo {
     pub ingest: Option<IngestInfo>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct LayersInfo {
     pub how: String,
     pub written: u64,
@@ -60,7 +60,7 @@ pub struct LayersInfo {
     pub prepare_ms: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct IngestInfo {
     pub files_read: u64,
     pub bytes_read: u64,

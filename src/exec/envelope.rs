@@ -12,7 +12,7 @@ use crate::sandbox::SandboxInfo;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Command {
     /// "argv" or "shell".
     pub kind: &'static str,
@@ -20,7 +20,7 @@ pub struct Command {
     pub shell: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Request {
     pub command: Command,
     /// Directory inside the workspace the command runs in.
@@ -30,21 +30,21 @@ pub struct Request {
     pub options: serde_json::Value,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ApprovalInfo {
     pub id: String,
     pub state: String,
     pub expires_at_ns: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Rollback {
     pub requested: bool,
     pub performed: bool,
     pub checkpoint: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Envelope {
     pub schema_version: u32,
     pub id: String,
@@ -125,7 +125,7 @@ impl Default for ReportLimits {
 }
 
 /// One entry of `changes`: a change of the tree diff, with a marker when its patch was cut.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ShownChange {
     #[serde(flatten)]
     pub change: Change,
@@ -138,7 +138,7 @@ pub struct ShownChange {
 }
 
 /// Counts of the run's changes: by kind, in all, and (for long lists) by top directory.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Summary {
     #[serde(flatten)]
     pub counts: ChangeSummary,
@@ -149,7 +149,7 @@ pub struct Summary {
     pub by_directory: Option<Vec<DirectoryCount>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct DirectoryCount {
     pub path: String,
     #[serde(flatten)]
@@ -158,7 +158,7 @@ pub struct DirectoryCount {
 }
 
 /// How much of the list is shown, and the way to the rest.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ChangesPage {
     /// `--changes`: list, full, summary or none.
     pub mode: &'static str,

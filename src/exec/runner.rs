@@ -20,7 +20,7 @@ use super::procs::{self, MARKER};
 use crate::error::{Error, Result};
 use crate::sandbox::REPORT_FD;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunResult {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -44,13 +44,13 @@ pub struct RunResult {
     pub quota_refused: Option<QuotaRefused>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct EscapedProcess {
     pub pid: i32,
     pub command: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct QuotaRefused {
     /// Requests refused (each a failed write, close, create, link, ...).
     pub refusals: u64,

@@ -271,7 +271,7 @@ impl AvfsServer {
 
     #[tool(
         description = "Save a checkpoint of the workspace (O(changes since the last one)).",
-        output_schema = output::doc_schema("checkpoint save"),
+        output_schema = output::doc_schema("checkpoint-save"),
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn checkpoint_save(
@@ -286,7 +286,7 @@ impl AvfsServer {
 
     #[tool(
         description = "List the workspace's checkpoints, oldest first, and the head.",
-        output_schema = output::doc_schema("checkpoint list"),
+        output_schema = output::doc_schema("checkpoint-list"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn checkpoint_list(
@@ -299,7 +299,7 @@ impl AvfsServer {
     #[tool(
         description = "Restore the workspace to a checkpoint. Unsaved changes are first kept in \
         an automatic checkpoint, so nothing is lost.",
-        output_schema = output::doc_schema("checkpoint restore"),
+        output_schema = output::doc_schema("checkpoint-restore"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
     async fn checkpoint_restore(
@@ -344,7 +344,7 @@ impl AvfsServer {
     #[tool(
         description = "Fork the vault into a new task workspace, in O(1) whatever its size. Work \
         in it by passing its name as `vault` to the other tools.",
-        output_schema = output::doc_schema("vault fork"),
+        output_schema = output::doc_schema("vault-fork"),
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn fork(
@@ -540,7 +540,7 @@ impl AvfsServer {
         description = "Three-way merge of a fork back into the vault it was forked from (or \
         `into`): what only the fork changed is taken, what both changed is a conflict. The \
         result is a new checkpoint of the target. Use dry_run first to see what would happen.",
-        output_schema = output::doc_schema("vault merge"),
+        output_schema = output::doc_schema("vault-merge"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
     async fn merge(

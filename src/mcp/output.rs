@@ -4,8 +4,9 @@
 //! The exec tool's schema is derived from `schemas/execution-envelope.schema.json`, the
 //! same file the CLI's envelope is tested against, so the two cannot drift apart: the only
 //! differences are the ones [`compact_envelope`] makes, applied to the schema by
-//! [`exec_schema`]. The other tools return the documents of `avfs --json` (docs/json.md),
-//! which have no JSON Schema file yet; their schema says that much and names the section.
+//! [`exec_schema`]. The other tools return the documents of `avfs --json` (docs/json.md):
+//! their schema is the one `crate::schema` derives from the document's type, the same
+//! that `schemas/NAME.schema.json` holds.
 
 use std::sync::{Arc, OnceLock};
 
@@ -146,18 +147,14 @@ fn drop_required(list: Option<&mut Value>, name: &str) {
     }
 }
 
-/// The output schema of a tool that returns the document of `avfs --json COMMAND`.
-pub(super) fn doc_schema(section: &str) -> Arc<JsonObject> {
-    let s = json!({
-        "type": "object",
-        "description": format!(
-            "The JSON document `avfs --json {section}` prints, as documented in docs/json.md \
-             (section `{section}`)."
-        ),
-    });
-    match s {
+/// The output schema of a tool that returns the document of `avfs --json COMMAND`: the
+/// schema generated from the document's type, exactly as in `schemas/NAME.schema.json`.
+pub(super) fn doc_schema(name: &str) -> Arc<JsonObject> {
+    let schema = crate::schema::named(name)
+        .unwrap_or_else(|| panic!("no document schema named {name} in schema::all()"));
+    match schema.to_value() {
         Value::Object(o) => Arc::new(o),
-        _ => unreachable!(),
+        _ => unreachable!("a document schema is an object"),
     }
 }
 
@@ -228,5 +225,14 @@ mod tests {
             s.pointer("/$defs/options/properties/timeout_secs")
                 .is_some()
         );
+    }
+
+    #[test]
+    fn every_document_tool_declares_its_generated_schema() {
+        for (name, schema) in crate::schema::all() {
+            let declared = Value::Object((*doc_schema(name)).clone());
+            assert_eq!(declared, schema.to_value(), "{name}");
+            assert_eq!(declared["type"], "object", "{name}");
+        }
     }
 }

@@ -239,7 +239,7 @@ impl SandboxConfig {
 }
 
 /// What the sandbox of one run was: recorded in the envelope (and so the audit log).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct SandboxInfo {
     /// The kernel confined the command (namespaces, Landlock, seccomp: docs/exec.md).
     pub enforced: bool,

@@ -10,7 +10,7 @@ use crate::store::now_ns;
 /// How long a request stays valid, from when it was asked: to be approved, and to run.
 pub const APPROVAL_TTL_NS: i64 = 24 * 3600 * 1_000_000_000;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Approval {
     pub id: String,
     pub state: String,

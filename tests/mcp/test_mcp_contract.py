@@ -60,6 +60,77 @@ def test_every_tool_has_an_output_schema_and_all_four_annotations(home: str) -> 
     run(go())
 
 
+# Each tool's outputSchema is the schema generated from its document's type
+# (`agentvfs::schema`), committed as schemas/NAME.schema.json.
+DOCUMENT_SCHEMAS = {
+    "checkpoint_save": "checkpoint-save",
+    "checkpoint_list": "checkpoint-list",
+    "checkpoint_restore": "checkpoint-restore",
+    "diff": "diff",
+    "fork": "vault-fork",
+    "approvals_list": "approvals",
+    "read_file": "cat",
+    "write_file": "write",
+    "list_dir": "ls",
+    "stat": "stat",
+    "log": "log",
+    "grep": "grep",
+    "find": "find",
+    "search": "search",
+    "tag": "tag",
+    "merge": "vault-merge",
+    "audit": "audit",
+}
+
+
+def schema_file(name: str) -> dict:
+    return json.loads((REPO / "schemas" / f"{name}.schema.json").read_text())
+
+
+def test_every_document_tool_declares_its_generated_schema_and_its_results_match(home: str) -> None:
+    async def go() -> None:
+        async with session(home) as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert set(tools) == set(DOCUMENT_SCHEMAS) | {"exec"}, set(tools)
+            for tool, name in DOCUMENT_SCHEMAS.items():
+                assert tools[tool].output_schema == schema_file(name), tool
+
+            seen: set[str] = set()
+
+            async def checked(tool: str, **args: Any) -> Any:
+                # The SDK validates a result against outputSchema already; this checks
+                # against the committed file itself, so a drift cannot hide in both.
+                doc = await call(s, tool, **args)
+                jsonschema.validate(doc, schema_file(DOCUMENT_SCHEMAS[tool]))
+                seen.add(tool)
+                return doc
+
+            await checked("write_file", path="/src/a.py", content="print('a')\n", parents=True)
+            await checked("read_file", path="/src/a.py")
+            await checked("list_dir", path="/src")
+            await checked("stat", path="/src/a.py")
+            await checked("tag", path="/src/a.py", tags=["todo", "wip"])
+            await checked("tag", path="/src/a.py", tags=["wip"], remove=True)
+            await checked("checkpoint_save", name="c1", message="first")
+            await checked("write_file", path="/src/a.py", content="more\n", append=True)
+            await checked("diff", **{"from": "c1"}, patch=True)
+            await checked("checkpoint_list")
+            await checked("log", path="/src/a.py")
+            await checked("grep", pattern="print")
+            await checked("find", tag=["todo"])
+            await checked("search", query="print")
+            await checked("fork", name="task")
+            await checked("write_file", path="/src/b.py", content="b\n", vault="task")
+            await checked("merge", fork="task", dry_run=True)
+            await checked("merge", fork="task")
+            await checked("checkpoint_restore", name="c1")
+            await checked("approvals_list", all=True)
+            await checked("audit", limit=5)
+            assert seen == set(DOCUMENT_SCHEMAS), set(DOCUMENT_SCHEMAS) - seen
+
+    run(go())
+
+
 def test_exec_results_are_compact_and_match_the_schema(home: str) -> None:
     async def go() -> None:
         async with session(home) as s:

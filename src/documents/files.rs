@@ -1,0 +1,125 @@
+//! Documents about files: `ls`, `stat`, `cat`, `write`, `log`.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use super::ErrorBody;
+
+/// One path's attributes (`stat`, and each entry of `ls`). Fields are in the order of
+/// their JSON keys, sorted, as every document prints them: `ls` streams this struct
+/// without going through a sorted map.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct StatDoc {
+    /// BLAKE3 hash (hex) of the content; only for regular files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    /// Change time, nanoseconds since the Unix epoch.
+    pub ctime_ns: i64,
+    pub gid: u32,
+    /// Inode number in the live state (not stable across restores); null for an entry the
+    /// live layer has not loaded yet.
+    pub ino: Option<u64>,
+    /// Permission bits, 4 octal digits (`0644`).
+    pub mode: String,
+    /// Modification time, RFC 3339 UTC.
+    pub mtime: String,
+    /// Modification time, nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
+    /// Last path component (`/` for the root).
+    pub name: String,
+    /// Number of names (hard links).
+    pub nlink: u32,
+    /// Workspace path.
+    pub path: String,
+    /// Bytes (0 for a directory, the target's length for a symlink).
+    pub size: u64,
+    /// The link target as stored; only for symlinks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// file, dir, symlink, fifo, socket, char_device or block_device.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub uid: u32,
+}
+
+/// `ls --json`: a directory's entries (printed as a stream, entry by entry).
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct Listing {
+    /// The entries, sorted by name bytes (one entry describing `path` when it is not a
+    /// directory).
+    pub entries: Vec<StatDoc>,
+    /// Only when an error came after entries were printed: the listing stops there and
+    /// `avfs` exits 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    /// The path listed.
+    pub path: String,
+}
+
+/// `cat --json`: a file's content.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct FileContent {
+    /// The content (utf-8), or two lowercase hex digits per byte (hex).
+    pub content: String,
+    /// `utf-8` when the content is valid UTF-8, otherwise `hex`.
+    pub encoding: &'static str,
+    /// The path read.
+    pub path: String,
+    /// Bytes of content.
+    pub size: usize,
+}
+
+impl FileContent {
+    pub fn of(path: String, data: &[u8]) -> FileContent {
+        let (encoding, content) = match std::str::from_utf8(data) {
+            Ok(s) => ("utf-8", s.to_string()),
+            Err(_) => ("hex", data.iter().map(|b| format!("{b:02x}")).collect()),
+        };
+        FileContent {
+            content,
+            encoding,
+            path,
+            size: data.len(),
+        }
+    }
+}
+
+/// `write --json`: the file written.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct FileWritten {
+    /// The file written.
+    pub path: String,
+    /// The file's size afterwards (with `--append`, old plus appended bytes).
+    pub size: usize,
+}
+
+/// `log --json`: the versions of one path across checkpoints and the live state.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct FileLog {
+    /// The path.
+    pub path: String,
+    /// Oldest first; only where the path changed (every one with `--all`).
+    pub versions: Vec<Version>,
+}
+
+/// The path in one checkpoint (or live). Fields in sorted order, as `json!` printed them.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct Version {
+    /// Checkpoint name, or `live`.
+    pub at: String,
+    /// It differs from the previous version listed (true for the first).
+    pub changed: bool,
+    /// A file's content hash, a directory's tree hash (BLAKE3, hex); null otherwise.
+    pub content_hash: Option<String>,
+    /// When the checkpoint was saved, RFC 3339; null for `live`.
+    pub created_at: Option<String>,
+    /// The path exists there.
+    pub exists: bool,
+    /// Its permission bits, 4 octal digits; null where it does not exist.
+    pub mode: Option<String>,
+    /// Its size in bytes; null where it does not exist.
+    pub size: Option<u64>,
+    /// Its file type; null where it does not exist.
+    #[serde(rename = "type")]
+    pub kind: Option<&'static str>,
+}
