@@ -39,7 +39,10 @@ pub struct Registry {
 /// stamp look-up and record), and each fresh connection re-reads the schema and the WAL
 /// index. Keyed by home and by the file's identity, so a registry removed and made anew
 /// behind a long-running process (the MCP server) is opened afresh.
-static IDLE: Mutex<Vec<(PathBuf, (u64, u64), Connection)>> = Mutex::new(Vec::new());
+static IDLE: Mutex<Vec<Idle>> = Mutex::new(Vec::new());
+
+/// An idle connection: its home, the registry file's (device, inode), the connection.
+type Idle = (PathBuf, (u64, u64), Connection);
 
 /// The WAL is checkpointed once it holds this many pages (SQLite's default is 1000, 4 MB)
 /// and cut back to `WAL_LIMIT` bytes after: every process's first open reads the whole
