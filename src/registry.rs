@@ -4,7 +4,9 @@
 //! in the vault file. It is a tiny SQLite database so concurrent `avfs` processes that
 //! create forks never lose each other's entries.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -25,9 +27,28 @@ pub struct VaultRef {
 }
 
 pub struct Registry {
-    conn: Connection,
+    /// Always `Some` until dropped (then it goes back to `IDLE`).
+    conn: Option<Connection>,
     pub home: PathBuf,
+    /// The registry file the connection has open (device, inode).
+    file: (u64, u64),
 }
+
+/// Open registry connections not in use, for the next `Registry::open` of this process:
+/// one `avfs exec` opens the registry about five times (the target, each vault open's
+/// stamp look-up and record), and each fresh connection re-reads the schema and the WAL
+/// index. Keyed by home and by the file's identity, so a registry removed and made anew
+/// behind a long-running process (the MCP server) is opened afresh.
+static IDLE: Mutex<Vec<Idle>> = Mutex::new(Vec::new());
+
+/// An idle connection: its home, the registry file's (device, inode), the connection.
+type Idle = (PathBuf, (u64, u64), Connection);
+
+/// The WAL is checkpointed once it holds this many pages (SQLite's default is 1000, 4 MB)
+/// and cut back to `WAL_LIMIT` bytes after: every process's first open reads the whole
+/// WAL to rebuild its index, so a registry written a few pages per exec must keep it short.
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 32;
+const WAL_LIMIT: i64 = 128 * 1024;
 
 pub fn default_home() -> PathBuf {
     if let Some(h) = std::env::var_os("AVFS_HOME").filter(|h| !h.is_empty()) {
@@ -59,11 +80,26 @@ pub fn validate_name(name: &str) -> Result<()> {
 impl Registry {
     pub fn open(home: &Path) -> Result<Registry> {
         std::fs::create_dir_all(home).map_err(|e| Error::host(home.display(), e))?;
-        let conn = Connection::open(home.join("registry.db"))?;
+        let db = home.join("registry.db");
+        if let Some(file) = file_id(&db) {
+            let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(i) = idle.iter().position(|(h, f, _)| h == home && *f == file) {
+                let (_, _, conn) = idle.swap_remove(i);
+                return Ok(Registry {
+                    conn: Some(conn),
+                    home: home.to_path_buf(),
+                    file,
+                });
+            }
+        }
+        let conn = Connection::open(&db)?;
         conn.busy_timeout(Duration::from_secs(30))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
+        conn.pragma_update(None, "journal_size_limit", WAL_LIMIT)?;
         crate::store::persist_wal(&conn);
+        cut_wal(&conn, &db);
         conn.set_db_config(
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,
@@ -74,9 +110,16 @@ impl Registry {
              CREATE TABLE IF NOT EXISTS stamp (path BLOB PRIMARY KEY, stamp TEXT NOT NULL, at_ns INTEGER NOT NULL);",
         )?;
         Ok(Registry {
-            conn,
+            conn: Some(conn),
             home: home.to_path_buf(),
+            file: file_id(&db).unwrap_or_default(),
         })
+    }
+
+    fn conn(&self) -> &Connection {
+        self.conn
+            .as_ref()
+            .expect("a registry's connection lives until it is dropped")
     }
 
     /// The stamp avfs recorded when it last finished writing the vault file at `path`
@@ -84,7 +127,7 @@ impl Registry {
     pub fn stamp(&self, path: &Path) -> Result<Option<String>> {
         use std::os::unix::ffi::OsStrExt;
         Ok(self
-            .conn
+            .conn()
             .query_row(
                 "SELECT stamp FROM stamp WHERE path = ?1",
                 [path.as_os_str().as_bytes()],
@@ -98,21 +141,21 @@ impl Registry {
     pub fn restamp(&self, path: &Path, now: impl FnOnce() -> Option<String>) -> Result<()> {
         use std::os::unix::ffi::OsStrExt;
         let key = path.as_os_str().as_bytes();
-        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        self.conn().execute_batch("BEGIN IMMEDIATE")?;
         let r = (|| -> Result<()> {
             match now() {
-                Some(st) => self.conn.execute(
+                Some(st) => self.conn().execute(
                     "INSERT OR REPLACE INTO stamp (path, stamp, at_ns) VALUES (?1, ?2, ?3)",
                     params![key, st, crate::store::now_ns()],
                 )?,
                 None => self
-                    .conn
+                    .conn()
                     .execute("DELETE FROM stamp WHERE path = ?1", [key])?,
             };
             Ok(())
         })();
         let end = if r.is_ok() { "COMMIT" } else { "ROLLBACK" };
-        let _ = self.conn.execute_batch(end);
+        let _ = self.conn().execute_batch(end);
         r
     }
 
@@ -126,7 +169,7 @@ impl Registry {
 
     pub fn get(&self, name: &str) -> Result<Option<VaultRef>> {
         Ok(self
-            .conn
+            .conn()
             .query_row(
                 "SELECT name, path, workspace FROM vault WHERE name = ?1",
                 [name],
@@ -143,7 +186,7 @@ impl Registry {
 
     pub fn list(&self) -> Result<Vec<VaultRef>> {
         let mut stmt = self
-            .conn
+            .conn()
             .prepare("SELECT name, path, workspace FROM vault ORDER BY name")?;
         let rows = stmt.query_map([], |r| {
             Ok(VaultRef {
@@ -163,7 +206,7 @@ impl Registry {
                 "vault paths must be UTF-8".into(),
             )
         })?;
-        let n = self.conn.execute(
+        let n = self.conn().execute(
             "INSERT OR IGNORE INTO vault (name, path, workspace, created_at_ns) VALUES (?1, ?2, ?3, ?4)",
             params![v.name, path, v.workspace, crate::store::now_ns()],
         )?;
@@ -174,10 +217,10 @@ impl Registry {
     }
 
     pub fn remove(&self, name: &str) -> Result<()> {
-        self.conn
+        self.conn()
             .execute("DELETE FROM vault WHERE name = ?1", [name])?;
         if self.current()?.as_deref() == Some(name) {
-            self.conn
+            self.conn()
                 .execute("DELETE FROM setting WHERE key = 'current'", [])?;
         }
         Ok(())
@@ -194,7 +237,7 @@ impl Registry {
 
     pub fn current(&self) -> Result<Option<String>> {
         Ok(self
-            .conn
+            .conn()
             .query_row("SELECT value FROM setting WHERE key = 'current'", [], |r| {
                 r.get(0)
             })
@@ -205,7 +248,7 @@ impl Registry {
         if self.get(name)?.is_none() {
             return Err(Error::NoSuchVault(name.into()));
         }
-        self.conn.execute(
+        self.conn().execute(
             "INSERT OR REPLACE INTO setting (key, value) VALUES ('current', ?1)",
             [name],
         )?;
@@ -235,6 +278,35 @@ impl Registry {
             },
         }
     }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        // Only a connection outside any transaction is reused.
+        if let Some(conn) = self.conn.take().filter(|c| c.is_autocommit())
+            && self.file != (0, 0)
+        {
+            let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+            idle.push((std::mem::take(&mut self.home), self.file, conn));
+        }
+    }
+}
+
+/// Checkpoints a WAL grown past `WAL_LIMIT` and truncates it (registries written before
+/// the limit was set, or whose automatic checkpoints a concurrent reader kept from
+/// restarting the log). Never waits: a busy registry is left for a later open.
+fn cut_wal(conn: &Connection, db: &Path) {
+    let wal = crate::store::stamp::sidecar(db, "-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() as i64 > WAL_LIMIT) {
+        let _ = conn.busy_timeout(Duration::ZERO);
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        let _ = conn.busy_timeout(Duration::from_secs(30));
+    }
+}
+
+/// The (device, inode) of the file at `path`, if it exists.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Makes the registry agree with a vault file after a command was killed between its two

@@ -18,6 +18,7 @@ pub mod path;
 mod place;
 pub mod report;
 mod run;
+mod spawn;
 pub mod watchdog;
 
 use std::path::PathBuf;
@@ -242,10 +243,10 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
     };
     let policy = load_policy(&target, &base, fork_name)?;
     // Where the command will see the workspace: absolute paths below it are its own.
-    let ws_path = {
-        let mut store = Store::open(&base.path)?;
-        store.read(|db| path::workspace_path(db, &target.home, &reg, &base))?
-    };
+    // Opened once for the whole request (each open checks the file and its stamp): forks
+    // live in the same file.
+    let mut store = Store::open(&base.path)?;
+    let ws_path = store.read(|db| path::workspace_path(db, &target.home, &reg, &base))?;
     let request = envelope::Request {
         command: req.command.envelope(),
         cwd: format!("/{}", cwd.join("/")),
@@ -316,7 +317,6 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
     match decision.action {
         Action::Deny => {
             envelope.exit_code = EXIT_DENIED;
-            let mut store = Store::open(&base.path)?;
             store.write(|db| {
                 audit::append(
                     db,
@@ -335,7 +335,6 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
             let ap_id = new_id("ap");
             let rq = serde_json::to_value(&envelope.request).unwrap_or_default();
             let dec = serde_json::to_value(&decision).unwrap_or_default();
-            let mut store = Store::open(&base.path)?;
             // The approval names the vault the command was asked in; a fork (or a fresh
             // ephemeral one) is made from it when the approved command runs.
             let ap = store.write(|db| {
@@ -385,7 +384,6 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
     };
     if let Some(ap) = &approved {
         // Used before anything is created or run: at most once, even when two runs race.
-        let mut store = Store::open(&base.path)?;
         let used = store.write(|db| {
             let used = store_approvals::consume(db, &ap.id)?;
             audit::append(
@@ -414,6 +412,7 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         policy: &policy,
         network,
         ws_path: &ws_path,
+        store,
     };
     let ephemeral = run::run(job, &mut envelope)?;
     Ok(Outcome {

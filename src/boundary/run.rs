@@ -43,6 +43,8 @@ pub(super) struct Job<'a> {
     pub network: Option<(bool, Option<String>)>,
     /// The workspace's stable path.
     pub ws_path: &'a Path,
+    /// The vault file, open (forks are workspaces of the same file).
+    pub store: Store,
 }
 
 /// How an overlay run's upper is read (see `IngestOptions`).
@@ -88,6 +90,11 @@ pub(super) fn run(job: Job, envelope: &mut Envelope) -> Result<Option<(String, b
         dog.tell(json!({"ephemeral": name}));
     }
     let (v, ephemeral) = place::create(ctx, job.reg, job.base, job.place)?;
+    let store = if v.path == job.base.path {
+        job.store
+    } else {
+        Store::open(&v.path)?
+    };
     dog.tell(json!({"workspace": {"name": v.name, "path": v.path, "workspace": v.workspace}}));
     envelope.request.vault = v.name.clone();
     envelope.request.workspace = v.workspace.clone();
@@ -103,6 +110,7 @@ pub(super) fn run(job: Job, envelope: &mut Envelope) -> Result<Option<(String, b
             dog: &dog,
         },
         &v,
+        store,
         envelope,
     );
     if ephemeral && !keep {
@@ -154,11 +162,10 @@ fn check_cwd(db: &Connection, root: &Hash, cwd: &[String], shown: &str) -> Resul
     Ok(())
 }
 
-fn run_in(job: &JobIn, v: &VaultRef, envelope: &mut Envelope) -> Result<()> {
+fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) -> Result<()> {
     let ctx = job.ctx;
     let req = job.req;
     let (engine, reason) = crate::engine::choose(&ctx.home, req.engine)?;
-    let mut store = Store::open(&v.path)?;
     let ws_path = job.ws_path.to_path_buf();
     envelope.workspace_path = Some(ws_path.display().to_string());
     envelope.mountpoint = Some(ws_path.display().to_string());

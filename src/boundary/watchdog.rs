@@ -23,43 +23,40 @@ use crate::workspace::Workspace;
 /// exec's handle on its watchdog: notes go down a pipe only this process holds; dropping
 /// the handle says "done".
 pub struct Watchdog {
-    pipe: Option<std::process::ChildStdin>,
-    child: std::process::Child,
+    pipe: Option<std::fs::File>,
+    pid: libc::pid_t,
 }
 
 impl Watchdog {
     /// Starts the watchdog of run `id`; it inherits `lock_fd` (the run lock).
     pub fn start(home: &Path, id: &str, base: &VaultRef, lock_fd: Option<i32>) -> Result<Watchdog> {
-        use std::os::unix::process::CommandExt;
-        let mut cmd = crate::mount::spawn::avfs_command()?;
-        cmd.arg("exec-watchdog")
-            .arg("--id")
-            .arg(id)
-            .env("AVFS_HOME", home)
-            .env_remove(crate::exec::procs::MARKER)
-            .current_dir("/")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+        let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
+        // /proc/self/exe still runs this very binary if its file was replaced meanwhile
+        // (a rebuild), as `mount::spawn::avfs_command` does.
+        let program = Path::new("/proc/self/exe");
+        let program = if program.exists() {
+            program
+        } else {
+            exe.as_path()
+        };
+        let argv: Vec<std::ffi::OsString> = vec![
+            exe.clone().into(),
+            "exec-watchdog".into(),
+            "--id".into(),
+            id.into(),
+        ];
+        let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os()
+            .filter(|(k, _)| k != "AVFS_HOME" && k != crate::exec::procs::MARKER)
+            .collect();
+        env.push(("AVFS_HOME".into(), home.into()));
         // A process group of its own: the terminal's signals (Ctrl-C, Ctrl-Z, hangup) go
-        // to the foreground group, which ends `avfs exec`, not its watchdog.
-        cmd.process_group(0);
-        if let Some(fd) = lock_fd {
-            // SAFETY: only fcntl between fork and exec: the child keeps the lock's
-            // descriptor open across exec.
-            unsafe {
-                cmd.pre_exec(move || {
-                    libc::fcntl(fd, libc::F_SETFD, 0);
-                    Ok(())
-                });
-            }
-        }
-        let mut child = cmd
-            .spawn()
+        // to the foreground group, which ends `avfs exec`, not its watchdog. It holds the
+        // run lock from the moment it exists: the lock outlives us if we die right here.
+        let child = super::spawn::spawn(program, &argv, &env, lock_fd)
             .map_err(|e| Error::host("starting the exec watchdog", e))?;
         let dog = Watchdog {
-            pipe: child.stdin.take(),
-            child,
+            pipe: Some(child.stdin),
+            pid: child.pid,
         };
         dog.tell(
             json!({"base": {"name": base.name, "path": base.path, "workspace": base.workspace}}),
@@ -70,7 +67,11 @@ impl Watchdog {
     pub fn tell(&self, note: serde_json::Value) {
         use std::io::Write;
         if let Some(mut p) = self.pipe.as_ref() {
-            let _ = writeln!(p, "{note}");
+            // One write per note: formatting straight into the pipe writes every token
+            // on its own.
+            let mut line = note.to_string();
+            line.push('\n');
+            let _ = p.write_all(line.as_bytes());
         }
     }
 }
@@ -80,7 +81,11 @@ impl Drop for Watchdog {
         // Every way out of `exec` that runs destructors cleaned up itself.
         self.tell(json!({"done": true}));
         self.pipe = None;
-        let _ = self.child.try_wait();
+        // Reaped if it already ended; otherwise it outlives us (it holds the run lock
+        // until it has seen "done").
+        let mut status = 0;
+        // SAFETY: waits, without blocking, only for our own child.
+        unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
     }
 }
 

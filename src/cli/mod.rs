@@ -402,8 +402,12 @@ pub fn main() -> i32 {
     // A lazy clone's missing file contents are fetched on first read, by any reader.
     crate::remote::lazy::install();
     let args: Vec<OsString> = std::env::args_os().collect();
-    let parsed = cli_command()
+    // The examples only show in help and error text; adding them to every command costs
+    // about as much as the parse (and each `avfs exec` starts avfs twice), so a command
+    // line that parses is parsed without them, and anything else again with them.
+    let parsed = Cli::command()
         .try_get_matches_from(&args)
+        .or_else(|_| cli_command().try_get_matches_from(&args))
         .and_then(|m| Cli::from_arg_matches(&m));
     let cli = match parsed {
         Ok(c) => c,

@@ -80,7 +80,8 @@ const USAGE: &str =
                      of that size when it ran)
 
  engines group (also uses --tar-files, --io-mib, --mount-reps, --reps, --reps-cargo):
-  --engine-workloads which to run (default all): tar, git, status, script, io, rm, cargo
+  --engine-workloads which to run (default all): tar, git, status, script, io, rm, cargo,
+                     true (`exec -- true` on a workspace of 100 000 files)
   --engines          which engines (default overlay,fuse)
 
  policy group:
