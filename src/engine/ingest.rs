@@ -194,6 +194,10 @@ fn walk(upper: &Path) -> Result<Walk> {
     Ok(w)
 }
 
+/// A file as a worker read it: its content, and the chunks it holds for the storing
+/// thread (those of a small file; a big file's went on their own), or why it failed.
+type FileRead = std::result::Result<(FileContent, Vec<(Hash, Vec<u8>)>), String>;
+
 /// A message from a hashing worker to the storing thread.
 enum Msg {
     /// A chunk of a big file, sent as soon as it is read (the file is not held whole).
@@ -201,10 +205,7 @@ enum Msg {
     /// File `i` read, with the chunks to store that were not sent on their own: one
     /// message per small file, not one per chunk and one more at the end (each message
     /// can wake the storing thread, which shares two cores with the workers).
-    Done(
-        usize,
-        std::result::Result<(FileContent, Vec<(Hash, Vec<u8>)>), String>,
-    ),
+    Done(usize, FileRead),
 }
 
 /// Files up to this size go to the storing thread in one message.
@@ -213,10 +214,7 @@ const BATCH_BYTES: u64 = 16 * CHUNK_SIZE as u64;
 /// Reads one file chunk by chunk, sending each stored chunk (holes are not sent), with
 /// its metadata and attributes read through the same descriptor. It reads the size the
 /// file has when opened: the run's processes are gone, nothing writes to the upper.
-fn hash_file(
-    path: &Path,
-    tx: &SyncSender<Msg>,
-) -> std::result::Result<(FileContent, Vec<(Hash, Vec<u8>)>), String> {
+fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> FileRead {
     let fail = |e: std::io::Error| format!("{}: {e}", path.display());
     let mut f = scan::open_file(path).map_err(fail)?;
     let meta = Meta::of(&f.metadata().map_err(fail)?);
