@@ -13,26 +13,24 @@
 //! is not a change.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::ffi::CString;
+use std::fs;
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use rusqlite::Connection;
 
+pub use super::scan::OPAQUE_XATTR;
+use super::scan::{self, Meta, OpenDir, user_xattrs_fd};
 use crate::error::{Error, Result};
 use crate::store::counter_take;
 use crate::store::objects::{
     self, CHUNK_SIZE, DirAttrs, Entry, HOLE, Hash, Kind, Tree, Xattrs, get_tree, put_tree,
 };
-
-/// The xattr overlayfs marks a directory that replaces the lower one with (`userxattr`).
-pub const OPAQUE_XATTR: &[u8] = b"user.overlay.opaque";
-/// overlayfs's own attributes (`user.overlay.*` under `userxattr`): never the user's.
-const OVERLAY_XATTR_PREFIX: &[u8] = b"user.overlay.";
 
 /// How to read the upper.
 #[derive(Clone, Copy, Debug)]
@@ -59,11 +57,10 @@ pub struct Ingested {
     pub skipped: Vec<String>,
 }
 
-/// One entry of an upper directory, as found.
+/// One entry of an upper directory, as found. The metadata and attributes of files and
+/// directories are read where they are opened: in `Walk::dirs` and the hashed files.
 struct Found {
     name: Vec<u8>,
-    meta: fs::Metadata,
-    xattrs: Xattrs,
     what: FoundKind,
 }
 
@@ -73,13 +70,15 @@ enum FoundKind {
     Dir(usize),
     /// Index into `Walk::files`.
     File(usize),
-    Symlink(Vec<u8>),
-    Special(Kind),
+    Symlink(Vec<u8>, Meta),
+    Special(Kind, Meta),
 }
 
 struct FoundDir {
     /// Path components below the upper's root.
     comps: Vec<Vec<u8>>,
+    meta: Meta,
+    xattrs: Xattrs,
     opaque: bool,
     entries: Vec<Found>,
 }
@@ -90,9 +89,12 @@ struct Walk {
     skipped: Vec<String>,
 }
 
-/// A file's stored content: chunk hashes and size, filled in by the hashing workers.
+/// A file as read by a hashing worker: its metadata and attributes (from the descriptor
+/// it read through), and its stored content (chunk hashes and size).
 #[derive(Clone, Default)]
 struct FileContent {
+    meta: Meta,
+    xattrs: Xattrs,
     chunks: Vec<Hash>,
     size: u64,
 }
@@ -105,129 +107,84 @@ fn display(comps: &[Vec<u8>]) -> String {
     crate::workspace::path::display(comps)
 }
 
-/// `user.*` attributes of a path (not following symlinks), minus overlayfs's own.
-fn read_xattrs(path: &Path) -> (Xattrs, bool) {
-    let c = match std::ffi::CString::new(path.as_os_str().as_bytes()) {
-        Ok(c) => c,
-        Err(_) => return (vec![], false),
-    };
-    let mut names = vec![0u8; 1024];
-    let n = loop {
-        // SAFETY: a valid C string and a buffer of the given length.
-        let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
-        if n >= 0 {
-            break n as usize;
-        }
-        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
-            names.resize(names.len() * 4, 0);
-            continue;
-        }
-        return (vec![], false);
-    };
-    let mut out = Vec::new();
-    let mut opaque = false;
-    for name in names[..n].split(|b| *b == 0).filter(|s| !s.is_empty()) {
-        if !name.starts_with(b"user.") {
-            continue;
-        }
-        let mut value = vec![0u8; 256];
-        let cname = std::ffi::CString::new(name).expect("xattr names have no NUL");
-        let len = loop {
-            // SAFETY: valid C strings and a buffer of the given length.
-            let r = unsafe {
-                libc::lgetxattr(
-                    c.as_ptr(),
-                    cname.as_ptr(),
-                    value.as_mut_ptr().cast(),
-                    value.len(),
-                )
-            };
-            if r >= 0 {
-                break Some(r as usize);
-            }
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
-                value.resize(value.len() * 16, 0);
-                continue;
-            }
-            break None;
-        };
-        let Some(len) = len else { continue };
-        value.truncate(len);
-        if name == OPAQUE_XATTR {
-            opaque = value == b"y";
-            continue;
-        }
-        if name.starts_with(OVERLAY_XATTR_PREFIX) {
-            continue;
-        }
-        out.push((name.to_vec(), value));
-    }
-    out.sort();
-    (out, opaque)
-}
-
+/// Lists the upper, depth first. Each directory is opened once: its listing, metadata
+/// and attributes come through that descriptor, and entries that are neither files nor
+/// directories are `lstat`ed relative to it. Regular files are only named here; the
+/// hashing workers open them.
 fn walk(upper: &Path) -> Result<Walk> {
     let mut w = Walk {
         dirs: vec![],
         files: vec![],
         skipped: vec![],
     };
-    let (_, opaque) = read_xattrs(upper);
     w.dirs.push(FoundDir {
         comps: vec![],
-        opaque,
+        meta: Meta::default(),
+        xattrs: vec![],
+        opaque: false,
         entries: vec![],
     });
     let mut stack = vec![(0usize, upper.to_path_buf())];
     while let Some((idx, dir)) = stack.pop() {
+        let mut od = OpenDir::open(&dir).map_err(|e| host_err(&dir, e))?;
+        let meta = od.file.metadata().map_err(|e| host_err(&dir, e))?;
+        let (xattrs, opaque) = user_xattrs_fd(od.file.as_raw_fd());
+        let d = &mut w.dirs[idx];
+        (d.meta, d.xattrs, d.opaque) = (Meta::of(&meta), xattrs, opaque);
         let mut entries = Vec::new();
-        let rd = fs::read_dir(&dir).map_err(|e| host_err(&dir, e))?;
-        for de in rd {
-            let de = de.map_err(|e| host_err(&dir, e))?;
-            let name = de.file_name().as_bytes().to_vec();
-            let path = de.path();
-            let meta = fs::symlink_metadata(&path).map_err(|e| host_err(&path, e))?;
-            let ft = meta.file_type();
+        while let Some(de) = od.next_entry().map_err(|e| host_err(&dir, e))? {
+            let path = dir.join(std::ffi::OsStr::from_bytes(&de.name));
             let mut comps = w.dirs[idx].comps.clone();
-            comps.push(name.clone());
-            let what = if ft.is_char_device() && meta.rdev() == 0 {
-                FoundKind::Whiteout
-            } else if ft.is_dir() {
-                let (_, opaque) = read_xattrs(&path);
+            comps.push(de.name.clone());
+            // Files and directories are read when opened; anything else (or an entry
+            // whose type the listing does not give) is looked at here.
+            let stat = match de.d_type {
+                libc::DT_REG | libc::DT_DIR => None,
+                _ => {
+                    let c = CString::new(de.name.clone()).expect("names have no NUL");
+                    Some(scan::lstat_at(&od.file, &c).map_err(|e| host_err(&path, e))?)
+                }
+            };
+            let is_dir = stat.map_or(de.d_type == libc::DT_DIR, |m| m.is_dir());
+            let is_file = stat.map_or(de.d_type == libc::DT_REG, |m| m.is_file());
+            let what = if is_dir {
                 w.dirs.push(FoundDir {
                     comps,
-                    opaque,
+                    meta: Meta::default(),
+                    xattrs: vec![],
+                    opaque: false,
                     entries: vec![],
                 });
-                stack.push((w.dirs.len() - 1, path.clone()));
+                stack.push((w.dirs.len() - 1, path));
                 FoundKind::Dir(w.dirs.len() - 1)
-            } else if ft.is_file() {
-                w.files.push(path.clone());
+            } else if is_file {
+                w.files.push(path);
                 FoundKind::File(w.files.len() - 1)
-            } else if ft.is_symlink() {
-                let t = fs::read_link(&path).map_err(|e| host_err(&path, e))?;
-                FoundKind::Symlink(t.as_os_str().as_bytes().to_vec())
-            } else if ft.is_fifo() {
-                FoundKind::Special(Kind::Fifo)
-            } else if ft.is_socket() {
-                FoundKind::Special(Kind::Socket)
-            } else if ft.is_char_device() {
-                FoundKind::Special(Kind::CharDev)
-            } else if ft.is_block_device() {
-                FoundKind::Special(Kind::BlockDev)
             } else {
-                w.skipped
-                    .push(format!("{}: unknown file type", display(&comps)));
-                continue;
-            };
-            let xattrs = match what {
-                FoundKind::Whiteout => vec![],
-                _ => read_xattrs(&path).0,
+                let m = stat.expect("looked at above");
+                // Only files and directories can carry `user.*` attributes (the kernel
+                // refuses them elsewhere), so there are none to read here.
+                if m.is_char_device() && m.rdev == 0 {
+                    FoundKind::Whiteout
+                } else if m.is_symlink() {
+                    let t = fs::read_link(&path).map_err(|e| host_err(&path, e))?;
+                    FoundKind::Symlink(t.as_os_str().as_bytes().to_vec(), m)
+                } else if m.is_fifo() {
+                    FoundKind::Special(Kind::Fifo, m)
+                } else if m.is_socket() {
+                    FoundKind::Special(Kind::Socket, m)
+                } else if m.is_char_device() {
+                    FoundKind::Special(Kind::CharDev, m)
+                } else if m.is_block_device() {
+                    FoundKind::Special(Kind::BlockDev, m)
+                } else {
+                    w.skipped
+                        .push(format!("{}: unknown file type", display(&comps)));
+                    continue;
+                }
             };
             entries.push(Found {
-                name,
-                meta,
-                xattrs,
+                name: de.name,
                 what,
             });
         }
@@ -237,26 +194,53 @@ fn walk(upper: &Path) -> Result<Walk> {
     Ok(w)
 }
 
+/// A file as a worker read it: its content, and the chunks it holds for the storing
+/// thread (those of a small file; a big file's went on their own), or why it failed.
+type FileRead = std::result::Result<(FileContent, Vec<(Hash, Vec<u8>)>), String>;
+
 /// A message from a hashing worker to the storing thread.
 enum Msg {
+    /// A chunk of a big file, sent as soon as it is read (the file is not held whole).
     Chunk(Hash, Vec<u8>),
-    Done(usize, std::result::Result<FileContent, String>),
+    /// File `i` read, with the chunks to store that were not sent on their own: one
+    /// message per small file, not one per chunk and one more at the end (each message
+    /// can wake the storing thread, which shares two cores with the workers).
+    Done(usize, FileRead),
 }
 
-/// Reads one file chunk by chunk, sending each stored chunk (holes are not sent).
-fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> std::result::Result<FileContent, String> {
-    let mut f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut out = FileContent::default();
+/// Files up to this size go to the storing thread in one message.
+const BATCH_BYTES: u64 = 16 * CHUNK_SIZE as u64;
+
+/// Reads one file chunk by chunk, sending each stored chunk (holes are not sent), with
+/// its metadata and attributes read through the same descriptor. It reads the size the
+/// file has when opened: the run's processes are gone, nothing writes to the upper.
+fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> FileRead {
+    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut f = scan::open_file(path).map_err(fail)?;
+    let meta = Meta::of(&f.metadata().map_err(fail)?);
+    if !meta.is_file() {
+        return Err(format!("{}: no longer a regular file", path.display()));
+    }
+    let mut out = FileContent {
+        meta,
+        xattrs: user_xattrs_fd(f.as_raw_fd()).0,
+        ..FileContent::default()
+    };
     let zero = crate::store::content::zero_block_hash();
+    let mut left = meta.size;
+    let mut held = Vec::new();
+    let hold = meta.size <= BATCH_BYTES;
     loop {
-        let mut buf = vec![0u8; CHUNK_SIZE];
+        // A buffer of the bytes expected, not a whole chunk: most files are much smaller
+        // than a chunk, and zeroing 64 KiB per file cost more than reading it.
+        let mut buf = vec![0u8; left.min(CHUNK_SIZE as u64) as usize];
         let mut got = 0;
-        while got < CHUNK_SIZE {
+        while got < buf.len() {
             match f.read(&mut buf[got..]) {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(format!("{}: {e}", path.display())),
+                Err(e) => return Err(fail(e)),
             }
         }
         if got == 0 && !out.chunks.is_empty() {
@@ -264,19 +248,24 @@ fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> std::result::Result<FileConte
         }
         buf.truncate(got);
         out.size += got as u64;
+        left = left.saturating_sub(got as u64);
         let h = Hash::of(&buf);
         if h == zero {
             out.chunks.push(HOLE);
         } else {
             out.chunks.push(h);
-            tx.send(Msg::Chunk(h, buf))
-                .map_err(|_| "the storing thread stopped".to_string())?;
+            if hold {
+                held.push((h, buf));
+            } else {
+                tx.send(Msg::Chunk(h, buf))
+                    .map_err(|_| "the storing thread stopped".to_string())?;
+            }
         }
-        if got < CHUNK_SIZE {
+        if got < CHUNK_SIZE || left == 0 {
             break;
         }
     }
-    Ok(out)
+    Ok((out, held))
 }
 
 /// Hashes every file on worker threads while this thread stores their chunks.
@@ -326,7 +315,17 @@ fn store_files(db: &Connection, files: &[PathBuf]) -> Result<(Vec<FileContent>, 
                         failed = Some(e);
                     }
                 }
-                Msg::Done(i, r) => results[i] = Some(r),
+                Msg::Done(i, Ok((content, held))) => {
+                    for (h, data) in held {
+                        bytes += data.len() as u64;
+                        if let Err(e) = objects::put_chunk_hashed(db, &h, &data) {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                    results[i] = Some(Ok(content));
+                }
+                Msg::Done(i, Err(e)) => results[i] = Some(Err(e)),
             }
         }
         failed.map_or(Ok(()), Err)
@@ -369,15 +368,12 @@ fn content_of(db: &Connection, c: &FileContent) -> Result<Hash> {
     crate::store::content::store_extents(db, crate::store::content::Extents { size: c.size, list })
 }
 
-fn mtime_ns(m: &fs::Metadata) -> i64 {
-    m.mtime() * 1_000_000_000 + m.mtime_nsec()
-}
-
 struct Builder<'a> {
     db: &'a Connection,
     walk: &'a Walk,
+    /// The files as read, and their content hashes.
+    files: Vec<FileContent>,
     contents: Vec<Hash>,
-    sizes: Vec<u64>,
     opts: IngestOptions,
     own: (u32, u32),
     /// (dev, ino) of hard-linked upper files -> link group number.
@@ -388,8 +384,8 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn mode_of(&mut self, kind: Kind, m: &fs::Metadata) -> u32 {
-        let mut mode = m.mode() & 0o7777;
+    fn mode_of(&mut self, kind: Kind, m: &Meta) -> u32 {
+        let mut mode = m.mode & 0o7777;
         if kind == Kind::File && !self.opts.keep_setuid && mode & 0o6000 != 0 {
             mode &= !0o6000;
             self.exact = false;
@@ -397,9 +393,9 @@ impl Builder<'_> {
         mode
     }
 
-    fn owner(&self, m: &fs::Metadata, base: Option<&Entry>) -> (u32, u32) {
+    fn owner(&self, m: &Meta, base: Option<&Entry>) -> (u32, u32) {
         if self.opts.keep_owners {
-            return (m.uid(), m.gid());
+            return (m.uid, m.gid);
         }
         match base {
             Some(b) => (b.uid, b.gid),
@@ -407,8 +403,8 @@ impl Builder<'_> {
         }
     }
 
-    fn link_group(&mut self, m: &fs::Metadata) -> Result<u64> {
-        let key = (m.dev(), m.ino());
+    fn link_group(&mut self, m: &Meta) -> Result<u64> {
+        let key = (m.dev, m.ino);
         if self.link_names.get(&key).copied().unwrap_or(0) < 2 {
             return Ok(0);
         }
@@ -469,14 +465,19 @@ impl Builder<'_> {
 
     /// The new entry for one upper entry (`None`: a whiteout, the name is gone).
     fn entry(&mut self, f: &Found, base: Option<&Entry>) -> Result<Option<Entry>> {
-        let m = &f.meta;
-        let kind = match &f.what {
+        let walk = self.walk;
+        let (kind, m, xattrs) = match &f.what {
             FoundKind::Whiteout => return Ok(None),
-            FoundKind::Dir(_) => Kind::Dir,
-            FoundKind::File(_) => Kind::File,
-            FoundKind::Symlink(_) => Kind::Symlink,
-            FoundKind::Special(k) => *k,
+            FoundKind::Dir(i) => (Kind::Dir, walk.dirs[*i].meta, walk.dirs[*i].xattrs.clone()),
+            FoundKind::File(i) => (
+                Kind::File,
+                self.files[*i].meta,
+                self.files[*i].xattrs.clone(),
+            ),
+            FoundKind::Symlink(_, m) => (Kind::Symlink, *m, vec![]),
+            FoundKind::Special(k, m) => (*k, *m, vec![]),
         };
+        let m = &m;
         let (uid, gid) = self.owner(m, base);
         let mut e = Entry {
             name: f.name.clone(),
@@ -484,14 +485,14 @@ impl Builder<'_> {
             mode: self.mode_of(kind, m),
             uid,
             gid,
-            mtime_ns: mtime_ns(m),
+            mtime_ns: m.mtime_ns,
             size: 0,
             hash: None,
             target: None,
             rdev: 0,
             link_group: 0,
             has_links: false,
-            xattrs: f.xattrs.clone(),
+            xattrs,
         };
         match &f.what {
             FoundKind::Whiteout => unreachable!(),
@@ -503,16 +504,16 @@ impl Builder<'_> {
             }
             FoundKind::File(i) => {
                 e.hash = Some(self.contents[*i]);
-                e.size = self.sizes[*i];
+                e.size = self.files[*i].size;
                 e.link_group = self.link_group(m)?;
             }
-            FoundKind::Symlink(t) => {
+            FoundKind::Symlink(t, _) => {
                 e.target = Some(t.clone());
                 e.mode = 0o777;
             }
-            FoundKind::Special(k) => {
+            FoundKind::Special(k, _) => {
                 if matches!(k, Kind::CharDev | Kind::BlockDev) {
-                    e.rdev = m.rdev();
+                    e.rdev = m.rdev;
                 }
                 e.link_group = self.link_group(m)?;
             }
@@ -550,24 +551,31 @@ pub fn ingest(
     let walk = walk(upper)?;
     let (contents, bytes_read) = store_files(db, &walk.files)?;
     let mut hashes = Vec::with_capacity(contents.len());
-    let mut sizes = Vec::with_capacity(contents.len());
     for c in &contents {
         hashes.push(content_of(db, c)?);
-        sizes.push(c.size);
     }
+    // How many names each hard-linked inode has in the upper.
     let mut link_names: HashMap<(u64, u64), u32> = HashMap::new();
+    let mut count = |m: &Meta| {
+        if m.nlink > 1 {
+            *link_names.entry((m.dev, m.ino)).or_default() += 1;
+        }
+    };
+    for c in &contents {
+        count(&c.meta);
+    }
     for d in &walk.dirs {
         for f in &d.entries {
-            if !matches!(f.what, FoundKind::Dir(_) | FoundKind::Whiteout) && f.meta.nlink() > 1 {
-                *link_names.entry((f.meta.dev(), f.meta.ino())).or_default() += 1;
+            if let FoundKind::Symlink(_, m) | FoundKind::Special(_, m) = &f.what {
+                count(m);
             }
         }
     }
     let mut b = Builder {
         db,
         walk: &walk,
+        files: contents,
         contents: hashes,
-        sizes,
         opts,
         own: crate::workspace::current_uid_gid(),
         groups: HashMap::new(),
@@ -577,18 +585,18 @@ pub fn ingest(
     let base_tree = get_tree(db, base_root)?;
     let base_attrs = base_tree.root_attrs.clone();
     let (mut tree, _) = b.build_dir(0, Some(base_root))?;
-    let rm = fs::symlink_metadata(upper).map_err(|e| host_err(upper, e))?;
+    let rm = walk.dirs[0].meta;
     let (ruid, rgid) = match (&base_attrs, opts.keep_owners) {
-        (_, true) => (rm.uid(), rm.gid()),
+        (_, true) => (rm.uid, rm.gid),
         (Some(a), false) => (a.uid, a.gid),
         (None, false) => b.own,
     };
     tree.root_attrs = Some(DirAttrs {
-        mode: rm.mode() & 0o7777,
+        mode: rm.mode & 0o7777,
         uid: ruid,
         gid: rgid,
-        mtime_ns: mtime_ns(&rm),
-        xattrs: read_xattrs(upper).0,
+        mtime_ns: rm.mtime_ns,
+        xattrs: walk.dirs[0].xattrs.clone(),
     });
     if tree == base_tree {
         return Ok(Ingested {

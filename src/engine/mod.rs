@@ -15,6 +15,7 @@ pub mod ingest;
 pub mod layers;
 pub mod materialize;
 pub mod overlay;
+mod scan;
 
 use std::path::Path;
 

@@ -1,0 +1,253 @@
+//! Reading an upper directory with few system calls, for the ingest.
+//!
+//! A directory's entries come with their type from `getdents` (overlayfs requires an
+//! upper file system that reports it), and metadata and attributes are read through a
+//! descriptor that is open anyway (the directory being listed, the file being hashed).
+//! So a regular file costs one path lookup (its `open`) instead of three (`lstat`,
+//! `llistxattr`, `open`), and the lookups of files happen on the hashing threads.
+
+use std::ffi::{CStr, CString};
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::store::objects::Xattrs;
+
+/// The xattr overlayfs marks a directory that replaces the lower one with (`userxattr`).
+pub const OPAQUE_XATTR: &[u8] = b"user.overlay.opaque";
+/// overlayfs's own attributes (`user.overlay.*` under `userxattr`): never the user's.
+const OVERLAY_XATTR_PREFIX: &[u8] = b"user.overlay.";
+
+/// What the ingest needs of an inode's metadata.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Meta {
+    /// `st_mode`: type and permission bits.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime_ns: i64,
+    pub rdev: u64,
+    pub nlink: u64,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+}
+
+impl Meta {
+    pub fn of(m: &fs::Metadata) -> Meta {
+        Meta {
+            mode: m.mode(),
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            rdev: m.rdev(),
+            nlink: m.nlink(),
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+        }
+    }
+
+    fn of_stat(st: &libc::stat) -> Meta {
+        Meta {
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+            rdev: st.st_rdev,
+            nlink: st.st_nlink,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+        }
+    }
+
+    fn is(&self, kind: u32) -> bool {
+        self.mode & libc::S_IFMT == kind
+    }
+    pub fn is_file(&self) -> bool {
+        self.is(libc::S_IFREG)
+    }
+    pub fn is_dir(&self) -> bool {
+        self.is(libc::S_IFDIR)
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.is(libc::S_IFLNK)
+    }
+    pub fn is_char_device(&self) -> bool {
+        self.is(libc::S_IFCHR)
+    }
+    pub fn is_block_device(&self) -> bool {
+        self.is(libc::S_IFBLK)
+    }
+    pub fn is_fifo(&self) -> bool {
+        self.is(libc::S_IFIFO)
+    }
+    pub fn is_socket(&self) -> bool {
+        self.is(libc::S_IFSOCK)
+    }
+}
+
+/// `lstat` of `name` in the directory open as `dir` (no lookup of the directory's path).
+pub fn lstat_at(dir: &File, name: &CStr) -> io::Result<Meta> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor, C string and stat buffer.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatat filled it.
+    let st = unsafe { st.assume_init() };
+    Ok(Meta::of_stat(&st))
+}
+
+/// Opens a regular file for reading, never through a symlink.
+pub fn open_file(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// A directory open for listing: its descriptor (for metadata, attributes and `*at`
+/// calls) and its entries.
+pub struct OpenDir {
+    pub file: File,
+    stream: *mut libc::DIR,
+}
+
+/// One directory entry: its name and `d_type` (`DT_UNKNOWN` when the file system does
+/// not say).
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub d_type: u8,
+}
+
+impl OpenDir {
+    pub fn open(path: &Path) -> io::Result<OpenDir> {
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(path)?;
+        // The stream owns (and closes) a duplicate; `file` stays usable.
+        // SAFETY: a valid descriptor.
+        let dup = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `dup` is ours; on success the stream owns it.
+        let stream = unsafe { libc::fdopendir(dup) };
+        if stream.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so `dup` is still ours to close.
+            drop(unsafe { File::from_raw_fd(dup) });
+            return Err(e);
+        }
+        Ok(OpenDir { file, stream })
+    }
+
+    /// The next entry (not `.` or `..`), `None` at the end.
+    pub fn next_entry(&mut self) -> io::Result<Option<DirEntry>> {
+        loop {
+            // SAFETY: readdir reports errors through errno only when it returns null.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: a valid stream, used by this thread only.
+            let d = unsafe { libc::readdir64(self.stream) };
+            if d.is_null() {
+                let e = io::Error::last_os_error();
+                return if e.raw_os_error().unwrap_or(0) == 0 {
+                    Ok(None)
+                } else {
+                    Err(e)
+                };
+            }
+            // SAFETY: readdir returned a valid entry with a NUL-terminated name.
+            let (name, d_type) =
+                unsafe { (CStr::from_ptr((*d).d_name.as_ptr()).to_bytes(), (*d).d_type) };
+            if name == b"." || name == b".." {
+                continue;
+            }
+            return Ok(Some(DirEntry {
+                name: name.to_vec(),
+                d_type,
+            }));
+        }
+    }
+}
+
+impl Drop for OpenDir {
+    fn drop(&mut self) {
+        // SAFETY: the stream is valid and closed once.
+        unsafe { libc::closedir(self.stream) };
+    }
+}
+
+/// `user.*` attributes of an open file or directory, minus overlayfs's own; and whether
+/// overlayfs marked it opaque.
+pub fn user_xattrs_fd(fd: RawFd) -> (Xattrs, bool) {
+    user_xattrs(
+        // SAFETY (both): a valid descriptor, C strings and buffers of the given lengths.
+        |buf| unsafe { libc::flistxattr(fd, buf.as_mut_ptr().cast(), buf.len()) },
+        |name, buf| unsafe {
+            libc::fgetxattr(fd, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+        },
+    )
+}
+
+fn user_xattrs(
+    list: impl Fn(&mut [u8]) -> isize,
+    get: impl Fn(&CStr, &mut [u8]) -> isize,
+) -> (Xattrs, bool) {
+    let Some(names) = grow_read(1024, 4, |buf| list(buf)) else {
+        return (vec![], false);
+    };
+    let mut out = Vec::new();
+    let mut opaque = false;
+    for name in names.split(|b| *b == 0).filter(|s| !s.is_empty()) {
+        if !name.starts_with(b"user.") {
+            continue;
+        }
+        let cname = CString::new(name).expect("xattr names have no NUL");
+        let Some(value) = grow_read(256, 16, |buf| get(&cname, buf)) else {
+            continue;
+        };
+        if name == OPAQUE_XATTR {
+            opaque = value == b"y";
+            continue;
+        }
+        if name.starts_with(OVERLAY_XATTR_PREFIX) {
+            continue;
+        }
+        out.push((name.to_vec(), value));
+    }
+    out.sort();
+    (out, opaque)
+}
+
+/// Calls `read` with a buffer grown by `factor` while it reports `ERANGE`; `None` on
+/// another error.
+fn grow_read(start: usize, factor: usize, read: impl Fn(&mut [u8]) -> isize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; start];
+    loop {
+        let n = read(&mut buf);
+        if n >= 0 {
+            buf.truncate(n as usize);
+            return Some(buf);
+        }
+        if io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) {
+            let len = buf.len() * factor;
+            buf.resize(len, 0);
+            continue;
+        }
+        return None;
+    }
+}
