@@ -530,21 +530,6 @@ fn package_manager(argv: &[String]) -> Analysis {
     a
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn id_bits() {
-        assert!(sets_id_bits("4755"));
-        assert!(sets_id_bits("u+s"));
-        assert!(sets_id_bits("g=rxs"));
-        assert!(!sets_id_bits("755"));
-        assert!(!sets_id_bits("0755"));
-        assert!(!sets_id_bits("+x"));
-    }
-}
-
 /// `jq FILTER [FILES]`: the filter (and `--arg NAME VALUE` words) are not paths; the
 /// files are (`jq . ~/.docker/config.json` reads a secret).
 fn json_query(argv: &[String]) -> Analysis {
@@ -631,7 +616,7 @@ fn sqlite(argv: &[String]) -> Analysis {
         let starts = |d: &str| {
             lower
                 .split(['\n', ';'])
-                .any(|l| l.trim_start().split_whitespace().next() == Some(d))
+                .any(|l| l.split_whitespace().next() == Some(d))
         };
         let names = |n: &&&str| {
             if n.starts_with('.') {
@@ -680,4 +665,19 @@ fn vim(argv: &[String]) -> Analysis {
         }
     }
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_bits() {
+        assert!(sets_id_bits("4755"));
+        assert!(sets_id_bits("u+s"));
+        assert!(sets_id_bits("g=rxs"));
+        assert!(!sets_id_bits("755"));
+        assert!(!sets_id_bits("0755"));
+        assert!(!sets_id_bits("+x"));
+    }
 }
