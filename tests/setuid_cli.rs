@@ -108,8 +108,7 @@ fn mount_options(mp: &std::path::Path) -> Vec<String> {
     let mp = mp.to_str().unwrap();
     let line = info
         .lines()
-        .filter(|l| l.split(' ').nth(4) == Some(mp))
-        .last()
+        .rfind(|l| l.split(' ').nth(4) == Some(mp))
         .unwrap_or_else(|| panic!("{mp} is not in /proc/self/mountinfo"));
     line.split(' ')
         .nth(5)
