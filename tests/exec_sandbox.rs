@@ -891,3 +891,70 @@ fn policy_settings_make_the_sandbox_the_default() {
     assert_eq!(x.code, 0, "{}", x.env);
     assert_sandboxed(&x.env, false);
 }
+
+/// Issue 14, finding 6: a run cannot reach `$AVFS_HOME` or the vault, so it cannot read
+/// the vault, rewrite its policy or approve its own pending request, even when told
+/// where they are and given the avfs binary.
+#[test]
+fn a_run_cannot_reach_avfs_home_or_approve_itself() {
+    if !can_sandbox("a_run_cannot_reach_avfs_home_or_approve_itself") {
+        return;
+    }
+    let env = setup();
+    let asked = env.run(&[
+        "--json",
+        "--vault",
+        "t",
+        "exec",
+        "--shell",
+        "curl -s http://127.0.0.1:9/",
+    ]);
+    let asked: Value = serde_json::from_str(&asked.stdout).unwrap();
+    let id = asked["approval"]["id"].as_str().unwrap().to_string();
+    allow_all(&env);
+    let policy_file = env.home().join("policies/t.toml");
+    let policy_before = std::fs::read_to_string(&policy_file).unwrap();
+    let copy_of_avfs = env.path("avfs-bin");
+    std::fs::copy(env!("CARGO_BIN_EXE_avfs"), &copy_of_avfs).unwrap();
+    write(
+        &env,
+        "reach.sh",
+        r#"ls "$H/vaults" 2>/dev/null | grep -q . && echo "listed the vaults"
+cat "$H/vaults/t.avfs" > stolen.db 2>/dev/null && test -s stolen.db && echo "read the vault"
+echo '[defaults]' >> "$H/policies/t.toml" 2>/dev/null && echo "wrote the policy"
+AVFS_HOME="$H" "$AVFS" --vault t approve "$ID" >/dev/null 2>&1 && echo "approved itself"
+echo done
+"#,
+    );
+    let h = format!("H={}", env.home().display());
+    let avfs = format!("AVFS={}", copy_of_avfs.display());
+    let ask = format!("ID={id}");
+    let x = exec(
+        &env,
+        &[
+            "--sandbox",
+            "--env",
+            &h,
+            "--env",
+            &avfs,
+            "--env",
+            &ask,
+            "--",
+            "sh",
+            "reach.sh",
+        ],
+    );
+    assert_eq!(stdout(&x), "done\n", "{}", x.env);
+    assert_eq!(
+        std::fs::read_to_string(&policy_file).unwrap(),
+        policy_before
+    );
+    let list = env.json(&["--vault", "t", "approvals"]);
+    let entry = list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} is gone: {list}"));
+    assert_eq!(entry["state"], "pending", "{list}");
+}

@@ -1,7 +1,10 @@
 //! `avfs import` and `avfs export` drop setuid/setgid bits unless `--keep-setuid`: a file
 //! that runs as its owner does not cross between the host and a workspace by accident.
+//! And `avfs mount` is `nosuid,nodev`: a setuid-root file in a vault gives nobody root.
 
 mod common;
+#[path = "common/fuse.rs"]
+mod fuse;
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -97,4 +100,76 @@ fn export_drops_setuid_and_setgid_unless_asked() {
     assert_eq!(v["stats"]["setuid_dropped"], 0, "{v}");
     assert_eq!(mode(&kept.join("rootsh")), 0o4755);
     assert_eq!(mode(&kept.join("tool")), 0o2711);
+}
+
+/// The mount options of the mount at `mp`, from /proc/self/mountinfo.
+fn mount_options(mp: &std::path::Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mp = mp.to_str().unwrap();
+    let line = info
+        .lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(mp))
+        .unwrap_or_else(|| panic!("{mp} is not in /proc/self/mountinfo"));
+    line.split(' ')
+        .nth(5)
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_mounted_workspace_is_nosuid_and_nodev() {
+    let Some(m) = fuse::Mount::new("a_mounted_workspace_is_nosuid_and_nodev") else {
+        return;
+    };
+    // A setuid-root shell in the vault (as issue 14's attack left one there).
+    m.env
+        .ok(&["--vault", "t", "write", "/rootsh", "#!/bin/sh\n"]);
+    m.env.ok(&["--vault", "t", "chmod", "4755", "/rootsh"]);
+    let opts = mount_options(&m.mp);
+    assert!(opts.iter().any(|o| o == "nosuid"), "{opts:?}");
+    assert!(opts.iter().any(|o| o == "nodev"), "{opts:?}");
+}
+
+/// A policy that allows everything: what holds is the sandbox and the change intake.
+fn allow_all(env: &Env) {
+    std::fs::create_dir_all(env.home().join("policies")).unwrap();
+    std::fs::write(
+        env.home().join("policies/t.toml"),
+        "[defaults]\nread_only = \"allow\"\nmutating = \"allow\"\ndestructive = \"allow\"\n\
+         networked = \"allow\"\nhost_escape_risk = \"allow\"\nunknown = \"allow\"\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_setuid_root_file_made_in_the_sandbox_keeps_no_setuid_bit() {
+    let env = Env::new();
+    env.ok(&["vault", "create", "t"]);
+    allow_all(&env);
+    // Issue 14, finding 7: a setuid-root shell made by a run.
+    let attack = "cp /bin/sh rootsh && { chown 0:0 rootsh || true; } && chmod 4755 rootsh \
+                  && cp /bin/sh sgid && chmod 2755 sgid";
+    let run = env.run(&[
+        "--json",
+        "--vault",
+        "t",
+        "exec",
+        "--sandbox",
+        "--shell",
+        attack,
+    ]);
+    if run.code != 0 {
+        assert!(
+            std::env::var("AVFS_REQUIRE_FUSE").as_deref() != Ok("1"),
+            "the sandbox is required (AVFS_REQUIRE_FUSE=1) but the run failed: {}{}",
+            run.stdout,
+            run.stderr
+        );
+        eprintln!("SKIPPED: the sandbox is unusable here: {}", run.stdout);
+        return;
+    }
+    assert_eq!(vault_mode(&env, "t", "/rootsh"), "0755");
+    assert_eq!(vault_mode(&env, "t", "/sgid"), "0755");
 }

@@ -276,8 +276,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         fuser::MountOption::Subtype("avfs".into()),
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::NoAtime,
-        fuser::MountOption::Dev,
-        fuser::MountOption::Suid,
+        fuser::MountOption::NoDev,
+        fuser::MountOption::NoSuid,
         if opts.readonly {
             fuser::MountOption::RO
         } else {

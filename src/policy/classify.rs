@@ -102,6 +102,19 @@ impl Classifier<'_> {
         for (n, v) in &c.assignments {
             self.env(prog, n, v, &dir);
         }
+        if matches!(
+            prog,
+            "export" | "declare" | "typeset" | "local" | "readonly"
+        ) {
+            // `export PATH=/evil:$PATH; ls` changes what later commands run just as a
+            // `PATH=/evil ls` prefix does (PATH, LD_* and the like are exported already,
+            // so even a plain `declare` or `local` counts).
+            for a in c.argv.iter().skip(1).filter(|a| !a.starts_with('-')) {
+                if let Some((n, v)) = a.split_once('=') {
+                    self.env(prog, n, v, &dir);
+                }
+            }
+        }
         for r in &c.redirects {
             match paths::judge(&r.target, &dir, self.ws) {
                 Verdict::Outside(why) => self.add(

@@ -247,6 +247,12 @@ fn subcommand(a: &mut Analysis, sub: &[String], at: usize) {
                 format!("git grep {w} runs a program on the files found"),
             );
         }
+        if name == "filter-branch" && w.ends_with("-filter") && w.starts_with("--") {
+            // `--tree-filter 'cmd'`, `--index-filter`, `--msg-filter`, ...: shell
+            // commands git runs for every commit.
+            a.scripts.extend(args.get(k + 1).cloned());
+            a.not_paths.push(idx + 1);
+        }
         if matches!(name, "rebase") && (w == "-x" || w == "--exec") {
             a.scripts.extend(args.get(k + 1).cloned());
             a.not_paths.push(idx + 1);

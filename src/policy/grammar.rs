@@ -411,8 +411,9 @@ impl Lower {
 
     fn arithmetic(&mut self, expr: &str, depth: usize, cds: &[String]) -> Result<(), ParseError> {
         if expr.contains("$(") || expr.contains('`') {
-            // `$(( $(cmd) + 1 ))`: lower the substitutions through a word.
-            self.word(&format!("\"$(({expr}))\""), depth, cds)?;
+            // `$(( $(cmd) + 1 ))`: the expression read as a plain word lowers its
+            // substitutions (wrapped in `$((..))` again it would come back here forever).
+            self.word(expr, depth + 1, cds)?;
             self.problem(format!(
                 "a command substitution inside arithmetic ({expr}) is not followed"
             ));

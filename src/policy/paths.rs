@@ -78,6 +78,52 @@ pub fn names_home(word: &str) -> bool {
     word.starts_with('~') || word.contains("$HOME") || word.contains("${HOME}")
 }
 
+/// Variables whose value is a host directory outside any workspace: avfs's own state
+/// (vaults, policies, pending approvals: writing there would let a run approve itself),
+/// the per-user directories and the host's temporary directory.
+const HOST_DIR_VARS: &[(&str, &str)] = &[
+    (
+        "AVFS_HOME",
+        "is avfs's own directory (vaults, policies, approvals) on the host",
+    ),
+    (
+        "XDG_CONFIG_HOME",
+        "is the user's configuration directory on the host",
+    ),
+    ("XDG_DATA_HOME", "is the user's data directory on the host"),
+    (
+        "XDG_CACHE_HOME",
+        "is the user's cache directory on the host",
+    ),
+    (
+        "XDG_STATE_HOME",
+        "is the user's state directory on the host",
+    ),
+    (
+        "XDG_RUNTIME_DIR",
+        "is the user's runtime directory on the host",
+    ),
+    ("TMPDIR", "is the host's temporary directory"),
+];
+
+/// Why the word names a host directory through a variable (`$AVFS_HOME/...`), if it does.
+fn names_host_dir(word: &str) -> Option<&'static str> {
+    HOST_DIR_VARS.iter().find_map(|(name, why)| {
+        (word.contains(&format!("${{{name}}}")) || contains_var(word, name)).then_some(*why)
+    })
+}
+
+/// `$NAME` in `word`, not as the start of a longer name (`$TMPDIRS`).
+fn contains_var(word: &str, name: &str) -> bool {
+    let pat = format!("${name}");
+    word.match_indices(&pat).any(|(i, _)| {
+        !word[i + pat.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
 /// Lexically normalized components of an absolute path (`..` above `/` stays at `/`).
 fn normalize_abs(path: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -161,6 +207,9 @@ fn judge_abs(path: &str, ws: Option<&Path>) -> Verdict {
 pub fn judge(word: &str, dir: &Where, ws: Option<&Path>) -> Verdict {
     if names_home(word) {
         return Verdict::Outside("is in the home directory on the host".into());
+    }
+    if let Some(why) = names_host_dir(word) {
+        return Verdict::Outside(why.into());
     }
     if word.starts_with('$') {
         return Verdict::NotJudged;
@@ -266,6 +315,13 @@ mod tests {
         assert_eq!(j("/proc/self/status"), Verdict::Device);
         assert_eq!(j("/dev/tcp/127.0.0.1/80"), Verdict::Network);
         assert!(matches!(j("hostroot$HOME/.ssh/k"), Verdict::Outside(_)));
+        assert!(matches!(
+            j("${AVFS_HOME}/policies/t.toml"),
+            Verdict::Outside(_)
+        ));
+        assert!(matches!(j("$AVFS_HOME/vaults/t.avfs"), Verdict::Outside(_)));
+        assert!(matches!(j("$TMPDIR/x"), Verdict::Outside(_)));
+        assert!(matches!(j("$TMPDIRS/x"), Verdict::NotJudged));
         assert!(matches!(j("a/../../x"), Verdict::Outside(_)));
         assert_eq!(j("a/../b"), Verdict::Inside);
         assert_eq!(j("$X/y"), Verdict::NotJudged);

@@ -20,8 +20,11 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
         "sed" | "gsed" => scripts::sed(argv),
         "awk" | "gawk" | "mawk" | "nawk" | "busybox-awk" => scripts::awk(argv),
         "find" => find(argv),
-        "echo" | "printf" | "expr" | "test" | "[" | "[[" | "seq" | "yes" | "jq" | "yq"
-        | "export" | "local" | "declare" | "typeset" | "readonly" | "read" | "let" | "getopts" => {
+        "jq" | "yq" | "gojq" | "jaq" => json_query(argv),
+        "sqlite3" => sqlite(argv),
+        "vim" | "vi" | "nvim" | "view" | "ex" | "vimdiff" => vim(argv),
+        "echo" | "printf" | "expr" | "test" | "[" | "[[" | "seq" | "yes" | "export" | "local"
+        | "declare" | "typeset" | "readonly" | "read" | "let" | "getopts" => {
             // Words to print or compare, not files (`export` values are checked as
             // environment).
             Analysis {
@@ -522,6 +525,143 @@ fn package_manager(argv: &[String]) -> Analysis {
             let mut v = vec![argv[0].clone()];
             v.extend(argv[from.min(argv.len())..].iter().cloned());
             a.rule_argv.push(v);
+        }
+    }
+    a
+}
+
+/// `jq FILTER [FILES]`: the filter (and `--arg NAME VALUE` words) are not paths; the
+/// files are (`jq . ~/.docker/config.json` reads a secret).
+fn json_query(argv: &[String]) -> Analysis {
+    let mut a = Analysis::default();
+    let mut filter_seen = false;
+    // After `--args`/`--jsonargs`, positional words past the filter are values.
+    let mut values_follow = false;
+    let mut i = 1;
+    while i < argv.len() {
+        let w = argv[i].as_str();
+        match w {
+            "--arg" | "--argjson" => {
+                a.not_paths.extend([i + 1, i + 2]);
+                i += 2;
+            }
+            "--slurpfile" | "--rawfile" => {
+                a.not_paths.push(i + 1);
+                i += 2;
+            }
+            "--indent" | "--tab-width" => {
+                a.not_paths.push(i + 1);
+                i += 1;
+            }
+            "-f" | "--from-file" => filter_seen = true,
+            "--args" | "--jsonargs" => values_follow = true,
+            _ if w.starts_with('-') && w.len() > 1 => {}
+            _ if !filter_seen => {
+                filter_seen = true;
+                a.not_paths.push(i);
+            }
+            _ if values_follow => a.not_paths.push(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    a
+}
+
+/// `sqlite3 [OPTIONS] DB [SQL...]`: dot-commands and SQL functions of the shell that run
+/// programs (`.shell`, `.system`), load code (`.load`, `load_extension`) or read and write
+/// host files (`.output`, `.read`, `writefile()`, ...) through words the policy cannot
+/// judge as paths.
+fn sqlite(argv: &[String]) -> Analysis {
+    const RUNS: &[&str] = &[".shell", ".system", ".load", "load_extension(", "edit("];
+    const FILES: &[&str] = &[
+        ".output",
+        ".once",
+        ".read",
+        ".import",
+        ".backup",
+        ".save",
+        ".restore",
+        ".open",
+        ".clone",
+        ".excel",
+        ".log",
+        ".trace",
+        "writefile(",
+        "readfile(",
+    ];
+    let mut a = Analysis::default();
+    let mut db_seen = false;
+    for (i, w) in argv.iter().enumerate().skip(1) {
+        if w == "-init" || w == "-cmd" {
+            a.effect(
+                Category::Unknown,
+                "sqlite-commands",
+                format!("sqlite3 {w} runs commands the policy does not read"),
+            );
+            continue;
+        }
+        if w.starts_with('-') {
+            continue;
+        }
+        if !db_seen {
+            db_seen = true;
+            continue;
+        }
+        // SQL and dot-commands after the database: not paths.
+        a.not_paths.push(i);
+        let lower = w.to_ascii_lowercase();
+        // Dot-commands start a line (or a `;`-separated statement); functions are
+        // called anywhere in SQL (`select a.login` is neither).
+        let starts = |d: &str| {
+            lower
+                .split(['\n', ';'])
+                .any(|l| l.split_whitespace().next() == Some(d))
+        };
+        let names = |n: &&&str| {
+            if n.starts_with('.') {
+                starts(n)
+            } else {
+                lower.contains(**n)
+            }
+        };
+        if let Some(r) = RUNS.iter().find(names) {
+            a.effect(
+                Category::Unknown,
+                "runs-program",
+                format!("sqlite3 {r} runs a program or loads code"),
+            );
+        } else if let Some(f) = FILES.iter().find(names) {
+            a.effect(
+                Category::Unknown,
+                "sqlite-files",
+                format!("sqlite3 {f} reads or writes files the policy cannot judge"),
+            );
+        }
+    }
+    a
+}
+
+/// vim and friends: `-c CMD`, `+CMD`, `--cmd CMD` and `-S FILE` run Ex commands, which can
+/// run programs (`:!curl ...`) and write anywhere. `+N` (go to line N) does not.
+fn vim(argv: &[String]) -> Analysis {
+    let mut a = Analysis::default();
+    for (i, w) in argv.iter().enumerate().skip(1) {
+        let ex_command =
+            matches!(
+                w.as_str(),
+                "-c" | "--cmd" | "-S" | "-s" | "-u" | "-W" | "-w"
+            ) || (w.len() > 1 && w.starts_with('+') && !w[1..].bytes().all(|b| b.is_ascii_digit()));
+        if ex_command {
+            a.effect(
+                Category::Unknown,
+                "editor-commands",
+                format!(
+                    "{} {w} runs editor commands, which can run programs",
+                    argv[0]
+                ),
+            );
+            a.not_paths.push(i + 1);
         }
     }
     a
