@@ -311,8 +311,15 @@ fn fsx_workload_keeps_the_vault_small() {
     let v = m.env.json(&["--vault", &m.vault, "vault", "verify"]);
     let verify = t.elapsed();
     assert_eq!(v["report"]["ok"], true, "{v}");
+    // The vault file is what reclaim keeps small. Its WAL is emptied by the mount's timer
+    // thread, so how far it grows between two chances depends on scheduling (measured
+    // 15-37 MB here, idle and loaded; docs/storage.md): bounded, not tight.
     assert!(
-        peak < 50 << 20,
+        file_peak < 50 << 20,
+        "the vault file reached {file_peak} bytes (with its WAL {peak})"
+    );
+    assert!(
+        peak < 100 << 20,
         "the vault and its WAL reached {peak} bytes (the file alone {file_peak})"
     );
     assert!(after < 8 << 20, "the vault is {after} bytes after unmount");
