@@ -19,7 +19,9 @@ use std::process::Command;
 use common::Env;
 use overlay::{exec_in, ok_in, overlay_or_skip, setup_with};
 use serde_json::Value;
-use tools::{RENAMER, assert_same_tree, assert_same_tree_no_mtime, git, need, run};
+use tools::{
+    TREE_DIGEST, adder_main, assert_same_tree, assert_same_tree_no_mtime, git, need, renamer, run,
+};
 
 /// The tools run without approval, with a checkpoint: what is tested is the engine.
 fn policy() -> String {
@@ -243,12 +245,16 @@ fn python_creates_and_renames_many_files_in_one_exec() {
     std::fs::create_dir(&native).unwrap();
     let want = run(Command::new("python3")
         .arg("-c")
-        .arg(RENAMER)
+        .arg(renamer())
         .arg(&native)
         .arg("3000"));
     let want = tools::stdout(&want);
     assert!(want.starts_with("3000 "), "{want}");
-    let v = ok_in(&env, "t", &["--", "python3", "-c", RENAMER, "gen", "3000"]);
+    let v = ok_in(
+        &env,
+        "t",
+        &["--", "python3", "-c", &renamer(), "gen", "3000"],
+    );
     assert_eq!(out(&v), want);
     assert!(
         v["change_summary"]["added"].as_u64().unwrap() >= 3000,
@@ -256,21 +262,7 @@ fn python_creates_and_renames_many_files_in_one_exec() {
         v["change_summary"]
     );
     // The next run reads what the vault took in: the same files, the same bytes.
-    let digest = r#"
-import hashlib, os, sys
-root = sys.argv[1]
-digest, count = hashlib.sha256(), 0
-for dirpath, dirnames, filenames in os.walk(root):
-    dirnames.sort()
-    for fn in sorted(filenames):
-        p = os.path.join(dirpath, fn)
-        digest.update(os.path.relpath(p, root).encode())
-        with open(p, "rb") as f:
-            digest.update(f.read())
-        count += 1
-print(count, digest.hexdigest())
-"#;
-    let v = ok_in(&env, "t", &["--", "python3", "-c", digest, "gen"]);
+    let v = ok_in(&env, "t", &["--", "python3", "-c", TREE_DIGEST, "gen"]);
     assert_eq!(out(&v), want);
     assert!(
         v["changes"].as_array().unwrap().is_empty(),
@@ -293,20 +285,7 @@ fn cargo_new_build_test_one_exec_per_step() {
         "t",
         "write",
         "/hello/src/main.rs",
-        r#"fn add(a: i32, b: i32) -> i32 { a + b }
-
-fn main() {
-    println!("hello from exec: {}", add(2, 3));
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn adds() {
-        assert_eq!(super::add(2, 3), 5);
-    }
-}
-"#,
+        &adder_main("exec"),
     ]);
     step(&env, "/hello", "cargo build --offline");
     let v = step(&env, "/hello", "cargo run -q --offline");

@@ -51,15 +51,7 @@ fn t2(k: &str, p: &str) -> (String, String) {
 
 /// Runs `avfs --json ARGS`, expects exit `code` and a normal (non-error) document.
 fn report(env: &Env, args: &[&str], code: i32) -> Value {
-    let mut a = vec!["--json"];
-    a.extend_from_slice(args);
-    let r = env.run(&a);
-    assert_eq!(
-        r.code, code,
-        "avfs {a:?}\nstdout: {}\nstderr: {}",
-        r.stdout, r.stderr
-    );
-    let v = r.json();
+    let v = env.json_exit(args, code);
     assert!(v.get("error").is_none(), "{v}");
     documents::check(args, &v);
     v

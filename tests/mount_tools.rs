@@ -123,24 +123,7 @@ fn cargo_new_build_test() {
     };
     run(cargo(&m.mp).args(["new", "--vcs", "git", "hello"]));
     let dir = m.p("hello");
-    std::fs::write(
-        dir.join("src/main.rs"),
-        r#"fn add(a: i32, b: i32) -> i32 { a + b }
-
-fn main() {
-    println!("hello from the mount: {}", add(2, 3));
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn adds() {
-        assert_eq!(super::add(2, 3), 5);
-    }
-}
-"#,
-    )
-    .unwrap();
+    std::fs::write(dir.join("src/main.rs"), adder_main("the mount")).unwrap();
     run(cargo(&dir).args(["build", "--offline"]));
     let out = run(&mut Command::new(dir.join("target/debug/hello")));
     assert_eq!(stdout(&out), "hello from the mount: 5\n");
@@ -174,12 +157,12 @@ fn python_creates_and_renames_many_files() {
     let n = "3000";
     let native = run(Command::new("python3")
         .arg("-c")
-        .arg(RENAMER)
+        .arg(renamer())
         .arg(&m.native)
         .arg(n));
     let mounted = run(Command::new("python3")
         .arg("-c")
-        .arg(RENAMER)
+        .arg(renamer())
         .arg(&m.mp)
         .arg(n));
     assert_eq!(stdout(&mounted), stdout(&native));

@@ -73,15 +73,7 @@ fn every_schema_is_an_object_schema_as_mcp_requires() {
 /// Runs `avfs --json ARGS` (exit `code`) and validates its document against the schema
 /// of its command.
 fn checked(env: &Env, args: &[&str], code: i32) -> Value {
-    let mut a = vec!["--json"];
-    a.extend_from_slice(args);
-    let r = env.run(&a);
-    assert_eq!(
-        r.code, code,
-        "avfs {a:?}\nstdout: {}\nstderr: {}",
-        r.stdout, r.stderr
-    );
-    let v = r.json();
+    let v = env.json_exit(args, code);
     assert!(
         documents::check(args, &v).is_some(),
         "{args:?} has no document schema"

@@ -101,6 +101,19 @@ impl Env {
         self.ok(&a).json()
     }
 
+    /// Runs with --json, insists on exit `code`, returns the document whatever it is.
+    pub fn json_exit(&self, args: &[&str], code: i32) -> Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let r = self.run(&a);
+        assert_eq!(
+            r.code, code,
+            "avfs {a:?}\nstdout: {}\nstderr: {}",
+            r.stdout, r.stderr
+        );
+        r.json()
+    }
+
     /// Runs with --json, insists on failure with `code`, returns the error object.
     pub fn json_err(&self, args: &[&str], code: i32) -> Value {
         let mut a = vec!["--json"];

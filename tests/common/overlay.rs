@@ -84,15 +84,5 @@ pub fn stdout(v: &Value) -> String {
 
 /// The envelope's change list as (kind, path) pairs.
 pub fn changes(v: &Value) -> BTreeSet<(String, String)> {
-    v["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["kind"].as_str().unwrap().to_string(),
-                c["path"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    crate::common::changes(v).into_iter().collect()
 }

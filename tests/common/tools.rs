@@ -110,14 +110,28 @@ fn names(dir: &Path) -> std::io::Result<Vec<Vec<u8>>> {
     Ok(v)
 }
 
-/// Creates N files in 37 directories, renames them all (temp file, then its final name),
-/// rewrites a third with an atomic save, moves half the directories; prints the file
-/// count and a digest of every path and its bytes (arguments: root, N).
-pub const RENAMER: &str = r#"
-import os, sys, hashlib
+/// Prints the number of files under `sys.argv[1]` and a digest of every path and its
+/// bytes, in a stable order.
+pub const TREE_DIGEST: &str = r#"
+import hashlib, os, sys
+root = sys.argv[1]
+digest, count = hashlib.sha256(), 0
+for dirpath, dirnames, filenames in os.walk(root):
+    dirnames.sort()
+    for fn in sorted(filenames):
+        p = os.path.join(dirpath, fn)
+        digest.update(os.path.relpath(p, root).encode())
+        with open(p, "rb") as f:
+            digest.update(f.read())
+        count += 1
+print(count, digest.hexdigest())
+"#;
+
+/// The workload of [`renamer`].
+const RENAME_MANY: &str = r#"
+import os, sys
 root = sys.argv[1]
 n = int(sys.argv[2])
-digest = hashlib.sha256()
 for i in range(n):
     d = os.path.join(root, "d%02d" % (i % 37))
     os.makedirs(d, exist_ok=True)
@@ -140,18 +154,34 @@ for i in range(0, n, 3):
 os.makedirs(os.path.join(root, "moved"), exist_ok=True)
 for k in range(0, 37, 2):
     os.rename(os.path.join(root, "d%02d" % k), os.path.join(root, "moved", "m%02d" % k))
-# Digest of everything in a stable order.
-count = 0
-for dirpath, dirnames, filenames in os.walk(root):
-    dirnames.sort()
-    for fn in sorted(filenames):
-        p = os.path.join(dirpath, fn)
-        digest.update(os.path.relpath(p, root).encode())
-        with open(p, "rb") as f:
-            digest.update(f.read())
-        count += 1
-print(count, digest.hexdigest())
 "#;
+
+/// Creates N files in 37 directories, renames them all (temp file, then its final name),
+/// rewrites a third with an atomic save, moves half the directories; then prints what
+/// [`TREE_DIGEST`] prints (arguments: root, N).
+pub fn renamer() -> String {
+    format!("{RENAME_MANY}{TREE_DIGEST}")
+}
+
+/// A binary crate's `main.rs` with one unit test, printing "hello from WHERE: 5".
+pub fn adder_main(place: &str) -> String {
+    format!(
+        r#"fn add(a: i32, b: i32) -> i32 {{ a + b }}
+
+fn main() {{
+    println!("hello from {place}: {{}}", add(2, 3));
+}}
+
+#[cfg(test)]
+mod tests {{
+    #[test]
+    fn adds() {{
+        assert_eq!(super::add(2, 3), 5);
+    }}
+}}
+"#
+    )
+}
 
 /// Like `assert_same_tree`, but mtimes (set by the writes themselves) are not compared.
 pub fn assert_same_tree_no_mtime(a: &Path, b: &Path) {
