@@ -81,7 +81,7 @@ fn checked(env: &Env, args: &[&str], code: i32) -> Value {
     v
 }
 
-/// The documents tests/json_shapes.rs does not make (grep, find, search, tag, untag,
+/// The documents tests/json_shapes*.rs do not make (grep, find, search, tag, untag,
 /// approvals) match their schemas too, with every optional part present.
 #[test]
 fn tool_and_approval_documents_match_their_schemas() {
