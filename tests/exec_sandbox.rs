@@ -77,19 +77,6 @@ fn write(env: &Env, path: &str, text: &str) {
     env.ok(&["--vault", "t", "write", "-p", path, text]);
 }
 
-/// A vault policy that allows every category: what still holds is the sandbox alone.
-/// (The built-in policy asks about a workspace script and refuses host paths, which is
-/// right for an agent but not what these tests are about.)
-fn allow_all(env: &Env) {
-    std::fs::create_dir_all(env.home().join("policies")).unwrap();
-    std::fs::write(
-        env.home().join("policies/t.toml"),
-        "[defaults]\nread_only = \"allow\"\nmutating = \"allow\"\ndestructive = \"allow\"\n\
-         networked = \"allow\"\nhost_escape_risk = \"allow\"\nunknown = \"allow\"\n",
-    )
-    .unwrap();
-}
-
 fn policy(env: &Env, text: &str) {
     std::fs::write(env.home().join("policy.toml"), text).unwrap();
 }
@@ -206,7 +193,7 @@ fn writing_outside_the_workspace_fails() {
         return;
     }
     let env = setup();
-    allow_all(&env);
+    env.allow_all_policy("t");
     let host_dir = env.path("host");
     std::fs::create_dir_all(&host_dir).unwrap();
     let host_file = host_dir.join("escape.txt");
@@ -346,7 +333,7 @@ fn reading_home_secrets_fails() {
         return;
     }
     let env = setup();
-    allow_all(&env);
+    env.allow_all_policy("t");
     let home = env.path("userhome");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     std::fs::create_dir_all(home.join(".aws")).unwrap();
@@ -615,7 +602,7 @@ fn a_process_left_running_is_gone_when_exec_returns() {
         return;
     }
     let env = setup();
-    allow_all(&env);
+    env.allow_all_policy("t");
     let tag = format!(
         "{}.{}",
         4000 + std::process::id() % 1000,
@@ -669,7 +656,7 @@ fn status_and_timeouts_are_exact_in_the_sandbox() {
         return;
     }
     let env = setup();
-    allow_all(&env);
+    env.allow_all_policy("t");
     write(&env, "k.sh", "kill -9 $$\n");
     for sandbox in [false, true] {
         let with = |args: &[&str]| {
@@ -743,7 +730,7 @@ fn inherited_descriptors_stay_outside() {
         return;
     }
     let env = setup();
-    allow_all(&env);
+    env.allow_all_policy("t");
     let host = env.path("host");
     std::fs::create_dir_all(&host).unwrap();
     std::fs::write(host.join("outside.txt"), "outside\n").unwrap();
@@ -911,7 +898,7 @@ fn a_run_cannot_reach_avfs_home_or_approve_itself() {
     ]);
     let asked: Value = serde_json::from_str(&asked.stdout).unwrap();
     let id = asked["approval"]["id"].as_str().unwrap().to_string();
-    allow_all(&env);
+    env.allow_all_policy("t");
     let policy_file = env.home().join("policies/t.toml");
     let policy_before = std::fs::read_to_string(&policy_file).unwrap();
     let copy_of_avfs = env.path("avfs-bin");

@@ -132,22 +132,11 @@ fn a_mounted_workspace_is_nosuid_and_nodev() {
     assert!(opts.iter().any(|o| o == "nodev"), "{opts:?}");
 }
 
-/// A policy that allows everything: what holds is the sandbox and the change intake.
-fn allow_all(env: &Env) {
-    std::fs::create_dir_all(env.home().join("policies")).unwrap();
-    std::fs::write(
-        env.home().join("policies/t.toml"),
-        "[defaults]\nread_only = \"allow\"\nmutating = \"allow\"\ndestructive = \"allow\"\n\
-         networked = \"allow\"\nhost_escape_risk = \"allow\"\nunknown = \"allow\"\n",
-    )
-    .unwrap();
-}
-
 #[test]
 fn a_setuid_root_file_made_in_the_sandbox_keeps_no_setuid_bit() {
     let env = Env::new();
     env.ok(&["vault", "create", "t"]);
-    allow_all(&env);
+    env.allow_all_policy("t");
     // Issue 14, finding 7: a setuid-root shell made by a run.
     let attack = "cp /bin/sh rootsh && { chown 0:0 rootsh || true; } && chmod 4755 rootsh \
                   && cp /bin/sh sgid && chmod 2755 sgid";

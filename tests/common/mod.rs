@@ -101,6 +101,20 @@ impl Env {
         self.ok(&a).json()
     }
 
+    /// A policy for vault `vault` that allows every category: what still holds is the
+    /// sandbox and the change intake alone. (The built-in policy asks about a workspace
+    /// script and refuses host paths, which is right for an agent but not what the
+    /// sandbox tests are about.)
+    pub fn allow_all_policy(&self, vault: &str) {
+        std::fs::create_dir_all(self.home().join("policies")).unwrap();
+        std::fs::write(
+            self.home().join(format!("policies/{vault}.toml")),
+            "[defaults]\nread_only = \"allow\"\nmutating = \"allow\"\ndestructive = \"allow\"\n\
+             networked = \"allow\"\nhost_escape_risk = \"allow\"\nunknown = \"allow\"\n",
+        )
+        .unwrap();
+    }
+
     /// Runs with --json, insists on exit `code`, returns the document whatever it is.
     pub fn json_exit(&self, args: &[&str], code: i32) -> Value {
         let mut a = vec!["--json"];
