@@ -389,3 +389,96 @@ fn attacks_in_the_sandbox_are_stopped_by_the_sandbox_alone() {
     );
     assert_eq!(env.cat(Some("t"), "c.txt"), "sandboxed");
 }
+
+/// Without the sandbox the command follows the workspace's symlinks on the host: a link
+/// already in the workspace (made with `avfs ln -s`, imported, checked out) must not turn
+/// an ordinary-looking line into a host read or write.
+#[test]
+fn symlinks_in_the_workspace_do_not_lead_an_unsandboxed_run_out() {
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_err()
+    {
+        assert!(
+            !fuse_required(),
+            "FUSE is required (AVFS_REQUIRE_FUSE=1) but /dev/fuse is unusable"
+        );
+        eprintln!("SKIPPED: /dev/fuse unusable");
+        return;
+    }
+    let env = setup();
+    let t = Target::new(&env);
+    let secret_path = t.home.join(".ssh/id_canary");
+    let secret = secret_path.to_str().unwrap();
+    let canary = t.canary.to_str().unwrap();
+    for (link, target) in [
+        ("/hostroot", "/"),
+        ("/leak", secret),
+        ("/d/up", "../hostroot"),
+        ("/canarylink", canary),
+        ("/inner", "a.txt"),
+    ] {
+        env.ok(&["--vault", "t", "mkdir", "-p", "/d"]);
+        env.ok(&["--vault", "t", "ln", "-s", target, link]);
+    }
+    let home_rel = secret.trim_start_matches('/');
+    let before = snapshot(&t.canary);
+    for line in [
+        format!("cat hostroot{secret}"),
+        "cat leak".to_string(),
+        "cat ./leak".to_string(),
+        "grep -h . leak a.txt".to_string(),
+        format!("cd hostroot && cat {home_rel}"),
+        format!("cat d/up{secret}"),
+        format!("cat d/../d/up{secret}"),
+        "echo x > canarylink/new".to_string(),
+        "cp a.txt canarylink/".to_string(),
+        "cp a.txt --target-directory=canarylink".to_string(),
+        "rm -rf canarylink/sub".to_string(),
+    ] {
+        let out = env
+            .cmd(&[
+                "--json",
+                "--vault",
+                "t",
+                "exec",
+                "--no-sandbox",
+                "--timeout",
+                "10",
+                "--shell",
+                &line,
+            ])
+            .env("HOME", &t.home)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(
+            v["result"].is_null() && out.status.code() == Some(126),
+            "{line}: ran without the sandbox through a symlink of the workspace: {stdout}"
+        );
+        assert_eq!(v["decision"]["action"], "deny", "{line}");
+        let reason = v["decision"]["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("is a symlink to") && reason.contains("outside the workspace"),
+            "{line}: the reason names the link: {reason}"
+        );
+        assert!(!stdout.contains(&t.secret), "{line}: printed the secret");
+        assert_eq!(snapshot(&t.canary), before, "{line}: changed the canary");
+    }
+    // Links that stay in the workspace work as before.
+    let v = env.json_exit(
+        &[
+            "--vault",
+            "t",
+            "exec",
+            "--no-sandbox",
+            "--shell",
+            "cat inner && cat d/../inner",
+        ],
+        0,
+    );
+    assert_eq!(v["result"]["stdout"], "alpha\nbeta\nalpha\nbeta\n");
+}

@@ -13,6 +13,7 @@
 //! (ingest or roll back, discard, audit) if the calling process dies.
 
 pub mod approvals;
+pub mod links;
 pub mod lock;
 pub mod path;
 mod place;
@@ -37,6 +38,7 @@ use crate::exec::{EXIT_APPROVAL_REQUIRED, EXIT_DENIED};
 use crate::registry::VaultRef;
 use crate::sandbox::SandboxInfo;
 use crate::store::{Store, approvals as store_approvals, audit};
+use crate::workspace::Workspace;
 
 pub use place::Place;
 
@@ -254,6 +256,18 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         workspace: planned_ws,
         options: approvals::options_json(&req),
     };
+    // Sandboxed unless --no-sandbox where the policy allows it.
+    let sandboxed = match req.sandbox {
+        SandboxMode::Off if policy.sandbox.required => {
+            return Err(Error::Refused(format!(
+                "--no-sandbox: the policy requires the sandbox ([sandbox] required = true in {})",
+                policy.sources.join(", ")
+            )));
+        }
+        SandboxMode::Off => false,
+        SandboxMode::On => true,
+        SandboxMode::Default => policy.sandbox.default || policy.sandbox.required,
+    };
     let mut decision: Decision = if req.interactive {
         // `avfs shell`: a person types the commands; the sandbox still applies.
         let mut d = policy.decide_argv(&["true".to_string()], &cwd, Some(&ws_path));
@@ -262,7 +276,7 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         d.reason = "an interactive shell: a person at the terminal decides".into();
         d
     } else {
-        policy.decide(&crate::policy::Request {
+        let policy_request = crate::policy::Request {
             command: match &req.command {
                 Command::Shell(s) => crate::policy::CommandLine::Shell(s),
                 Command::Argv(a) => crate::policy::CommandLine::Argv(a),
@@ -270,7 +284,26 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
             cwd: &cwd,
             env: &req.env,
             workspace: Some(&ws_path),
-        })
+            links: None,
+        };
+        if sandboxed {
+            policy.decide(&policy_request)
+        } else {
+            // Unconfined, the command follows the workspace's symlinks on the host: the
+            // paths the line names are judged where they really lead.
+            store.read(|db| {
+                let ws = Workspace::open(db, &base.workspace)?;
+                let peek = ws.peek();
+                let links = links::TreeLinks {
+                    peek: &peek,
+                    ws_path: &ws_path,
+                };
+                Ok(policy.decide(&crate::policy::Request {
+                    links: Some(&links),
+                    ..policy_request
+                }))
+            })?
+        }
     };
     if let Some(ap) = &approved {
         // A human approved exactly this request: it runs once, with a checkpoint.
@@ -300,18 +333,6 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         engine: None,
         sandbox: SandboxInfo::nothing_ran(),
         exit_code: 0,
-    };
-    // Sandboxed unless --no-sandbox where the policy allows it.
-    let sandboxed = match req.sandbox {
-        SandboxMode::Off if policy.sandbox.required => {
-            return Err(Error::Refused(format!(
-                "--no-sandbox: the policy requires the sandbox ([sandbox] required = true in {})",
-                policy.sources.join(", ")
-            )));
-        }
-        SandboxMode::Off => false,
-        SandboxMode::On => true,
-        SandboxMode::Default => policy.sandbox.default || policy.sandbox.required,
     };
     // Nothing is created before the policy has said yes.
     match decision.action {

@@ -367,6 +367,8 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                 cwd: &cwd,
                 env: &env,
                 workspace: ws.as_deref(),
+                // As a sandboxed run sees it (the default): the line alone.
+                links: None,
             });
             ctx.out.emit(&d, || {
                 println!("{} ({}): {}", d.action.name(), d.matched_rule, d.reason);

@@ -29,6 +29,7 @@ const SYSTEM_BIN: &[&str] = &[
 pub(super) struct Classifier<'a> {
     pub policy: &'a Policy,
     pub ws: Option<&'a Path>,
+    pub links: Option<&'a dyn super::Links>,
     pub out: Vec<Finding>,
 }
 
@@ -116,7 +117,7 @@ impl Classifier<'_> {
             }
         }
         for r in &c.redirects {
-            match paths::judge(&r.target, &dir, self.ws) {
+            match self.verdict(&r.target, &dir) {
                 Verdict::Outside(why) => self.add(
                     prog,
                     Category::HostEscapeRisk,
@@ -296,11 +297,33 @@ impl Classifier<'_> {
         }
     }
 
+    /// Where a path the line names leads: as the line says, then, for a run that sees the
+    /// host (`links` given), through the workspace's symlinks.
+    fn verdict(&self, word: &str, dir: &Where) -> Verdict {
+        let v = paths::judge(word, dir, self.ws);
+        match (v, self.links) {
+            (Verdict::Inside, Some(links)) => match paths::inside(word, dir, self.ws) {
+                Some(comps) => links.follow(&comps),
+                None => Verdict::Inside,
+            },
+            (v, _) => v,
+        }
+    }
+
+    /// True if a bare word (`cat leak`) names a symlink of the workspace that leads out of
+    /// it: only asked when the run sees the host.
+    fn is_link(&self, word: &str, dir: &Where) -> bool {
+        self.links.is_some()
+            && !word.is_empty()
+            && !word.starts_with('-')
+            && matches!(self.verdict(word, dir), Verdict::Outside(_))
+    }
+
     fn judge(&mut self, prog: &str, cand: &str, dir: &Where, named: bool) {
-        if !named && !paths::looks_like_path(cand) {
+        if !named && !paths::looks_like_path(cand) && !self.is_link(cand, dir) {
             return;
         }
-        match paths::judge(cand, dir, self.ws) {
+        match self.verdict(cand, dir) {
             Verdict::Outside(why) => self.add(
                 prog,
                 Category::HostEscapeRisk,

@@ -12,7 +12,7 @@ mod decision;
 mod envvars;
 mod git;
 pub mod grammar;
-mod paths;
+pub mod paths;
 mod rules;
 mod scripts;
 mod tools;
@@ -54,6 +54,24 @@ pub struct Request<'a> {
     /// The workspace's path on the host as the command sees it, when known: absolute
     /// paths below it are inside the workspace.
     pub workspace: Option<&'a Path>,
+    /// The workspace's own tree, when the command will see it unconfined
+    /// (`--no-sandbox`): a path the line names inside the workspace is then judged where
+    /// its symlinks really lead (`hostroot/etc/x` with `hostroot -> /` is a host path).
+    pub links: Option<&'a dyn Links>,
+}
+
+/// Follows the symlinks of the workspace's tree along a path the line names.
+pub trait Links {
+    /// The verdict for `comps` (components below the workspace root) once the symlinks
+    /// on it are followed: `Inside` when they stay in the workspace (or nothing there is
+    /// a symlink, or the path does not exist yet), `Outside` when one leads out of it.
+    fn follow(&self, comps: &[String]) -> paths::Verdict;
+}
+
+impl std::fmt::Debug for dyn Links + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Links")
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -201,6 +219,7 @@ impl Policy {
         let mut c = Classifier {
             policy: self,
             ws: req.workspace,
+            links: req.links,
             out: Vec::new(),
         };
         let dir = Where::In(req.cwd.to_vec());
@@ -243,6 +262,7 @@ impl Policy {
             cwd,
             env: &[],
             workspace,
+            links: None,
         })
     }
 
@@ -258,6 +278,7 @@ impl Policy {
             cwd,
             env: &[],
             workspace,
+            links: None,
         })
     }
 }

@@ -242,6 +242,30 @@ pub fn judge(word: &str, dir: &Where, ws: Option<&Path>) -> Verdict {
     Verdict::Inside
 }
 
+/// The components below the workspace root of a path [`judge`] finds `Inside`, as the
+/// line names it: `..` is kept where it is, since after a symlink the kernel climbs from
+/// where the link led, not from the link (`link/../x`). `None` for any other path.
+pub fn inside(word: &str, dir: &Where, ws: Option<&Path>) -> Option<Vec<String>> {
+    if judge(word, dir, ws) != Verdict::Inside {
+        return None;
+    }
+    let (mut comps, rest) = match (word.starts_with('/'), dir, ws) {
+        (true, _, Some(ws)) => {
+            let root = normalize_abs(&ws.to_string_lossy());
+            let all = through_proc(normalize_abs(word)).ok()?;
+            (Vec::new(), all.get(root.len()..)?.join("/"))
+        }
+        (false, Where::In(base), _) => (base.clone(), word.to_string()),
+        _ => return None,
+    };
+    comps.extend(
+        rest.split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .map(str::to_string),
+    );
+    Some(comps)
+}
+
 /// The directory `target` leads to from `dir` (a `cd`), in the workspace or not.
 pub fn change_dir(dir: &Where, target: &str, ws: Option<&Path>) -> Where {
     if names_home(target) {
@@ -292,6 +316,22 @@ mod tests {
 
     fn j(p: &str) -> Verdict {
         judge(p, &Where::In(vec![]), Some(Path::new("/ws/main")))
+    }
+
+    #[test]
+    fn inside_keeps_dotdot_where_the_line_puts_it() {
+        let ws = Some(Path::new("/ws/main"));
+        let base = Where::In(vec!["src".into()]);
+        let v = |c: &[&str]| Some(c.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            inside("link/../x", &base, ws),
+            v(&["src", "link", "..", "x"])
+        );
+        assert_eq!(inside("./a//b", &base, ws), v(&["src", "a", "b"]));
+        assert_eq!(inside("/ws/main/a", &base, ws), v(&["a"]));
+        assert_eq!(inside("/etc/x", &base, ws), None);
+        assert_eq!(inside("../../x", &base, ws), None);
+        assert_eq!(inside("$X/a", &base, ws), None);
     }
 
     #[test]
