@@ -439,7 +439,7 @@ fn symlinks_in_the_workspace_do_not_lead_an_unsandboxed_run_out() {
         "rm -rf canarylink/sub".to_string(),
     ] {
         let out = env
-            .cmd(&[
+            .cmd([
                 "--json",
                 "--vault",
                 "t",

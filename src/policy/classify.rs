@@ -247,7 +247,7 @@ impl Classifier<'_> {
             self.env(prog, n, v, dir);
         }
         for code in &a.code {
-            let c = scripts::code(code);
+            let c = scripts::code(code, prog);
             for e in &c.effects {
                 self.add(prog, e.category, e.rule, e.reason.clone());
             }

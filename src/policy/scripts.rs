@@ -552,9 +552,17 @@ const HOME_MARKERS: &[&str] = &[
     "$ENV{'HOME'}",
 ];
 
+/// Interpreters whose backticks are not commands: JavaScript's template literals
+/// (`` `v=${x}` ``) and Python (where they are a syntax error). In Ruby, Perl, PHP and the
+/// shells a backtick runs a program.
+fn backticks_are_text(interpreter: &str) -> bool {
+    let base = interpreter.rsplit('/').next().unwrap_or(interpreter);
+    matches!(base, "node" | "nodejs" | "deno" | "bun") || base.starts_with("python")
+}
+
 /// Inline code of an interpreter (`python3 -c`, `node -e`, a here-document fed to it):
 /// it can do anything, so what it names decides: the network, other programs, host paths.
-pub fn code(text: &str) -> Analysis {
+pub fn code(text: &str, interpreter: &str) -> Analysis {
     let mut a = Analysis::default();
     if let Some(m) = NETWORK_MARKERS.iter().find(|m| text.contains(**m)) {
         a.effect(
@@ -563,7 +571,11 @@ pub fn code(text: &str) -> Analysis {
             format!("the inline code uses the network ({m})"),
         );
     }
-    if let Some(m) = PROCESS_MARKERS.iter().find(|m| text.contains(**m)) {
+    if let Some(m) = PROCESS_MARKERS
+        .iter()
+        .filter(|m| **m != "`" || !backticks_are_text(interpreter))
+        .find(|m| text.contains(**m))
+    {
         a.effect(
             Category::Unknown,
             "code-runs-programs",
