@@ -21,7 +21,10 @@ fn setup(test: &str) -> Option<Env> {
     let v: Value = serde_json::from_str(&probe.stdout).unwrap_or(Value::Null);
     if v.get("error").is_some() || v.is_null() {
         let why = format!("avfs exec cannot run here: {}", probe.stdout);
-        assert!(!required(), "{test}: runs are required (AVFS_REQUIRE_FUSE=1): {why}");
+        assert!(
+            !required(),
+            "{test}: runs are required (AVFS_REQUIRE_FUSE=1): {why}"
+        );
         eprintln!("SKIPPED {test}: {why}");
         return None;
     }
