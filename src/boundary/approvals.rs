@@ -26,9 +26,12 @@ pub fn inside_a_run() -> Option<String> {
         return Some(format!("{} is set", crate::exec::procs::MARKER));
     }
     let init = std::fs::read("/proc/1/cmdline").unwrap_or_default();
+    let comm = std::fs::read("/proc/1/comm").unwrap_or_default();
+    let forked = crate::exec::forked::RUN_INIT_COMM.to_bytes();
     if init
         .split(|b| *b == 0)
         .any(|a| a == crate::sandbox::RUN_INIT_ARG.as_bytes())
+        || comm.strip_suffix(b"\n") == Some(forked)
     {
         return Some("this process runs in an avfs run's PID namespace".into());
     }

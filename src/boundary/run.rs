@@ -378,6 +378,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
         id: &envelope.id,
         adopt_children: true,
         on_start: Some(&|pgid| job.dog.tell(json!({"pgid": pgid}))),
+        setup: Some(&plan),
     };
     let mut run = runner::run(&spec);
     if let Ok(r) = &run {

@@ -5,6 +5,7 @@
 
 pub mod capture;
 pub mod envelope;
+pub mod forked;
 pub use crate::policy;
 pub mod procs;
 pub mod runner;

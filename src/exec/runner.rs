@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::capture::{Capture, CaptureLimits};
+use super::forked::{self, Forked, SelfStat};
 use super::procs::{self, MARKER};
 use crate::error::{Error, Result};
-use crate::sandbox::REPORT_FD;
+use crate::sandbox::{REPORT_FD, RunPlan};
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunResult {
@@ -85,6 +86,49 @@ pub struct RunSpec<'a> {
     pub adopt_children: bool,
     /// Called with the command's process group id once it started.
     pub on_start: Option<&'a dyn Fn(i32)>,
+    /// `sandboxed` only: the set-up's plan, to start the set-up by forking this process
+    /// rather than executing `program` (see `forked`), when this process runs one thread.
+    pub setup: Option<&'a RunPlan>,
+}
+
+/// The started process: by std's `Command`, or a forked set-up.
+enum Proc {
+    Std(Child),
+    Forked(Forked),
+}
+
+impl Proc {
+    fn id(&self) -> u32 {
+        match self {
+            Proc::Std(c) => c.id(),
+            Proc::Forked(f) => f.id(),
+        }
+    }
+
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        match self {
+            Proc::Std(c) => c.try_wait(),
+            Proc::Forked(f) => f.try_wait(),
+        }
+    }
+
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Proc::Std(c) => c.wait(),
+            Proc::Forked(f) => f.wait(),
+        }
+    }
+
+    /// The read ends of the command's stdout and stderr pipes (when captured).
+    fn take_output(&mut self) -> (Option<std::fs::File>, Option<std::fs::File>) {
+        match self {
+            Proc::Std(c) => (
+                c.stdout.take().map(|o| OwnedFd::from(o).into()),
+                c.stderr.take().map(|e| OwnedFd::from(e).into()),
+            ),
+            Proc::Forked(f) => (f.stdout.take(), f.stderr.take()),
+        }
+    }
 }
 
 fn pump(
@@ -140,7 +184,7 @@ fn signal_group(pgid: i32, sig: i32) {
 /// Reaps `child` (the group leader) on the way: an unreaped leader is a zombie that
 /// still counts as a member of the group, so without reaping the wait would always
 /// last the whole grace period.
-fn end_group(pgid: i32, grace: Duration, child: &mut Child) {
+fn end_group(pgid: i32, grace: Duration, child: &mut Proc) {
     signal_group(pgid, libc::SIGTERM);
     let until = Instant::now() + grace;
     loop {
@@ -389,8 +433,27 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     // keeps its process group alive as far as kill(-pgid, 0) can tell.
     // SAFETY: sets a flag on this process only.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    // Forking is safe only while this process runs one thread (see `forked`).
+    let fork_plan = spec
+        .setup
+        .filter(|_| spec.sandboxed)
+        .zip(SelfStat::read().filter(SelfStat::single_threaded));
     let start = Instant::now();
-    let mut child = match cmd.spawn() {
+    let spawned = match (fork_plan, report_w) {
+        (Some((plan, stat)), Some(w)) => forked::start(
+            plan,
+            spec.id,
+            &forked::Stdio {
+                interactive: spec.interactive,
+                stream: spec.stream,
+            },
+            w,
+            &stat,
+        )
+        .map(Proc::Forked),
+        _ => cmd.spawn().map(Proc::Std),
+    };
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) if spec.sandboxed => {
             return Err(Error::SandboxUnavailable(format!(
@@ -418,7 +481,8 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         let _ = tx.send(Capture::of(data));
         rx
     };
-    let out_rx = match child.stdout.take() {
+    let (stdout, stderr) = child.take_output();
+    let out_rx = match stdout {
         None => empty(b""),
         Some(out) => pump(
             out,
@@ -427,7 +491,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                 .then(|| Box::new(std::io::stdout()) as Box<dyn Write + Send>),
         ),
     };
-    let err_rx = match child.stderr.take() {
+    let err_rx = match stderr {
         None => empty(b""),
         Some(err) => pump(
             err,
@@ -581,6 +645,7 @@ mod tests {
             ),
             adopt_children: false,
             on_start: None,
+            setup: None,
         }
     }
 

@@ -78,9 +78,21 @@ pub struct RunPlan {
     pub interactive: bool,
 }
 
-fn fail(e: io::Error) -> ! {
+/// Says why the set-up failed, on stderr (the runner quotes its last line), and gives
+/// the status of a set-up that never started the command.
+fn failed(e: io::Error) -> i32 {
     eprintln!("avfs: the run could not be set up: {e}");
-    std::process::exit(SETUP_FAILED);
+    SETUP_FAILED
+}
+
+/// Leaves this process at once: no destructors, no exit handlers. The set-up may be a
+/// fork of `avfs exec` (`forked`), whose objects (open vaults, buffered output) are the
+/// parent's to close and flush, never a copy's.
+pub fn leave(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process without touching any shared state.
+    unsafe { libc::_exit(code) }
 }
 
 /// `avfs __avfs-run`: sets the run up and waits for its PID 1. Never returns.
@@ -90,30 +102,37 @@ pub fn run_init_main() -> ! {
         .and_then(|s| serde_json::from_str(&s).ok())
     {
         Some(p) => p,
-        None => fail(io::Error::other(format!(
+        None => leave(failed(io::Error::other(format!(
             "{PLAN_VAR} is missing or unreadable"
-        ))),
+        )))),
     };
     // SAFETY: single-threaded at this point; removes our own variable.
     unsafe { std::env::remove_var(PLAN_VAR) };
-    if let Err(e) = enter_namespaces(&plan) {
-        fail(e)
+    leave(set_up_and_wait(&plan))
+}
+
+/// The set-up itself, in a single-threaded process of its own (re-executed avfs, or a
+/// fork of `avfs exec`): namespaces, the workspace, the sandbox's mounts, PID 1. Returns
+/// the run's exit status (PID 1's), or `SETUP_FAILED`.
+pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
+    if let Err(e) = enter_namespaces(plan) {
+        return failed(e);
     }
     let ws = match mount_workspace(&plan.view) {
         Ok(fd) => fd,
-        Err(e) => fail(e),
+        Err(e) => return failed(e),
     };
-    if let Err(e) = arrange(&plan, ws) {
-        fail(e)
+    if let Err(e) = arrange(plan, ws) {
+        return failed(e);
     }
     // SAFETY: this process is single-threaded; the child only makes system calls and
     // runs init, which starts the command.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        fail(sys::err("fork"));
+        return failed(sys::err("fork"));
     }
     if pid == 0 {
-        std::process::exit(pid1(&plan));
+        leave(pid1(plan));
     }
     // The set-up waits for PID 1 and leaves with its status. (It ignores SIGTERM, set by
     // the runner: a timeout reaches the command through PID 1.)
@@ -125,13 +144,13 @@ pub fn run_init_main() -> ! {
             break;
         }
         if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            std::process::exit(SETUP_FAILED);
+            return SETUP_FAILED;
         }
     }
     if libc::WIFSIGNALED(status) {
-        std::process::exit(128 + libc::WTERMSIG(status));
+        return 128 + libc::WTERMSIG(status);
     }
-    std::process::exit(libc::WEXITSTATUS(status));
+    libc::WEXITSTATUS(status)
 }
 
 fn enter_namespaces(plan: &RunPlan) -> io::Result<()> {
