@@ -409,7 +409,8 @@ pub fn fork(
     let source = reg
         .resolve(Some(src))?
         .ok_or_else(|| Error::NoSuchVault(src.into()))?;
-    // A fork killed after its vault-file commit is registered here, not refused.
+    // A fork killed after its vault-file commit is registered here (so it is usable);
+    // running the same fork again then reports that it exists.
     crate::registry::reconcile(&reg, &source.path)?;
     if reg.get(name)?.is_some() {
         return Err(Error::VaultExists(name.into()));
