@@ -484,6 +484,37 @@ fn remote_push_fetch_pull_clone_gc() {
     env.ok(&["checkpoint", "save", "v2b"]);
     doc(&other, &["--vault", "copy", "push"]);
     err_doc(&env, &["push"], 1, "push_rejected");
+    // A fork at the remote's checkpoint: `vault fork`'s shape plus what came from where.
+    let fk = doc(
+        &env,
+        &["vault", "fork", "default", "theirs", "--remote", "origin"],
+    );
+    shape(
+        &fk,
+        &[
+            ("fork", Obj),
+            ("parent", Str),
+            ("checkpoint", NullOr(&Str)),
+            ("remote", Obj),
+        ],
+    );
+    shape(
+        &fk["remote"],
+        &[
+            ("remote", Str),
+            ("workspace", Str),
+            ("checkpoint", Str),
+            ("head", Str),
+            ("base", NullOr(&Str)),
+            ("lazy", Bool),
+            ("fetched", Obj),
+            ("traffic", Obj),
+            ("seconds", Any),
+        ],
+    );
+    assert_eq!(fk["checkpoint"], "v2");
+    assert_eq!(fk["remote"]["base"], "v1");
+    shape(&fk["remote"]["traffic"], TRAFFIC);
     let removed = doc(&env, &["remote", "remove", "origin"]);
     shape(&removed["removed"], &[("name", Str), ("url", Str)]);
 }

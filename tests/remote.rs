@@ -112,11 +112,13 @@ fn push_then_lazy_and_full_clone_over_s3() {
     assert!(p["objects"].as_u64().unwrap() > 120);
     assert!(p["traffic"]["requests"].as_u64().unwrap() <= 10, "{p}");
 
-    // Another machine: a lazy clone holds the trees, no file contents yet.
+    // Another machine: a lazy clone holds the checkpoint and the root listing, nothing
+    // more; listings below and file contents come on first read.
     let b = machine(&s3);
     let c = b.json(&["clone", &url, "web"]);
     assert_eq!(c["clone"]["lazy"], true);
     assert_eq!(c["clone"]["checkpoint"], "v1");
+    assert_eq!(c["clone"]["fetched"]["objects"], 2, "{c}");
     assert_eq!(stats_chunks(&b, "web"), 0);
     let ls = b.ok(&["--vault", "web", "ls", "/src/m3"]).stdout;
     assert!(ls.contains("f3.txt"), "{ls}");
@@ -556,4 +558,69 @@ fn lazy_clone_contents_reach_a_mount() {
     b.ok(&["unmount", mnt.to_str().unwrap()]);
     assert_eq!(got.unwrap(), std::fs::read(src.join("big.bin")).unwrap());
     assert_eq!(small.unwrap(), "file 2\n".repeat(3));
+}
+
+#[test]
+fn vault_fork_from_a_remote_checkpoint_moves_only_missing_objects() {
+    let s3 = S3::start();
+    let a = machine(&s3);
+    let src = a.path("src");
+    project(&src, 200);
+    a.ok(&["import", src.to_str().unwrap(), "/"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    let url = s3.url("fork");
+    a.ok(&["remote", "add", "origin", &url]);
+    a.json(&["push"]);
+    // Machine b holds all of v1; machine c a lazy clone of v1.
+    let b = machine(&s3);
+    b.json(&["clone", &url, "web", "--full"]);
+    // a moves on: three changed files, pushed as v2.
+    for i in 0..3 {
+        a.ok(&["write", &format!("/src/m{i}/f{i}.txt"), &format!("v2 {i}")]);
+    }
+    a.ok(&["checkpoint", "save", "v2"]);
+    a.json(&["push"]);
+    let c = machine(&s3);
+    c.json(&["clone", &url, "web", "--checkpoint", "v1"]);
+
+    let f = b.json(&[
+        "vault", "fork", "web", "review", "--remote", "origin", "--from", "v2",
+    ]);
+    assert_eq!(f["checkpoint"], "v2");
+    assert_eq!(f["fork"]["name"], "review");
+    assert_eq!(f["remote"]["base"], "v1");
+    assert_eq!(f["remote"]["lazy"], false);
+    // Only what v2 adds: 3 chunks, the changed listings (/, /src, 3 directories) and
+    // the checkpoint; none of the 200 files b already holds.
+    let objects = f["remote"]["fetched"]["objects"].as_u64().unwrap();
+    assert!((5..=12).contains(&objects), "{f}");
+    assert_eq!(b.cat(Some("review"), "/src/m1/f1.txt"), "v2 1");
+    assert_eq!(b.cat(Some("web"), "/src/m1/f1.txt"), "file 1\n".repeat(2));
+    // Into its fork's vault file: the same name again is refused, a missing remote
+    // workspace is an error that names it.
+    let again = b.run(&["vault", "fork", "web", "review", "--remote", "origin"]);
+    assert!(
+        again.code != 0 && again.stderr.contains("exists"),
+        "{}",
+        again.stderr
+    );
+    let none = b.run(&["vault", "fork", "web", "x", "--remote", "origin/nosuch"]);
+    assert!(
+        none.code != 0 && none.stderr.contains("nosuch"),
+        "{}",
+        none.stderr
+    );
+
+    // The lazy clone stays lazy: the checkpoint is known, only the root listing moves.
+    let g = c.json(&["vault", "fork", "web", "review", "--remote", "origin"]);
+    assert_eq!(g["checkpoint"], "v2");
+    assert_eq!(g["remote"]["lazy"], true);
+    assert_eq!(g["remote"]["fetched"]["objects"], 1, "{g}");
+    assert_eq!(c.cat(Some("review"), "/src/m2/f2.txt"), "v2 2");
+
+    // b's fork is complete: it reads without the server.
+    drop(s3);
+    assert_eq!(b.cat(Some("review"), "/src/m0/f0.txt"), "v2 0");
+    assert_eq!(b.cat(Some("review"), "/src/m5/f5.txt"), "file 5\n");
+    exported_equals(&b, "web", &src);
 }

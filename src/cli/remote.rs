@@ -392,3 +392,85 @@ pub fn clone(ctx: &Ctx, a: CloneArgs) -> Result<i32> {
     });
     Ok(0)
 }
+
+/// `vault fork SRC NAME --remote REMOTE[/WORKSPACE] [--from C]`: a new workspace in SRC's
+/// vault file at a checkpoint of one of its remotes (see `remote::fork`).
+pub fn fork(
+    ctx: &Ctx,
+    src: &str,
+    name: &str,
+    spec: &str,
+    from: Option<&str>,
+    use_it: bool,
+) -> Result<i32> {
+    validate_name(name)?;
+    let (remote_name, remote_ws) = remote::fork::parse_spec(spec)?;
+    let reg = ctx.registry()?;
+    let source = reg
+        .resolve(Some(src))?
+        .ok_or_else(|| Error::NoSuchVault(src.into()))?;
+    // A fork killed after its vault-file commit is registered here (so it is usable);
+    // running the same fork again then reports that it exists.
+    crate::registry::reconcile(&reg, &source.path)?;
+    if reg.get(name)?.is_some() {
+        return Err(Error::VaultExists(name.into()));
+    }
+    ctx.sync_mount(&source)?;
+    let bar = Bar::new(ctx);
+    let r = remote::fork::fork(
+        &ctx.home,
+        &source.path,
+        &source.workspace,
+        name,
+        &remote::fork::RemoteForkSpec {
+            remote: remote_name,
+            workspace: remote_ws,
+            checkpoint: from,
+        },
+        &bar,
+    );
+    bar.done();
+    let r = r?;
+    let v = VaultRef {
+        name: name.into(),
+        path: source.path.clone(),
+        workspace: name.into(),
+    };
+    crate::registry::add_or_same(&reg, &v)?;
+    if use_it {
+        reg.set_current(name)?;
+    }
+    let doc = crate::documents::history::ForkReport {
+        checkpoint: Some(r.checkpoint.clone()),
+        completed_interrupted_fork: false,
+        fork: v,
+        parent: source.name.clone(),
+        remote: Some(r),
+    };
+    ctx.out.emit(&doc, || {
+        let r = doc.remote.as_ref().expect("a remote fork");
+        println!(
+            "forked {}/{} at checkpoint {} into {name}{}",
+            r.remote,
+            r.workspace,
+            r.checkpoint,
+            r.base
+                .as_deref()
+                .map(|b| format!(" (shares checkpoint {b} with {})", doc.parent))
+                .unwrap_or_default()
+        );
+        println!(
+            "fetched {} object(s), {} in {} request(s), {:.2}s{}",
+            r.fetched.objects,
+            human_size(r.fetched.bytes),
+            r.traffic.requests,
+            r.seconds,
+            if r.lazy {
+                "; file contents come on first read"
+            } else {
+                ""
+            }
+        );
+    });
+    Ok(0)
+}

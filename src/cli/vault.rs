@@ -62,9 +62,14 @@ pub enum VaultCmd {
         /// Make the fork the current vault.
         #[arg(long = "use")]
         use_it: bool,
-        /// Fork from this checkpoint of SRC instead of its live state.
+        /// Fork from this checkpoint of SRC instead of its live state (with --remote: a
+        /// checkpoint of the remote workspace's history).
         #[arg(long, value_name = "CHECKPOINT")]
         from: Option<String>,
+        /// Fork from a checkpoint of a remote of SRC's vault file (default: the head of
+        /// the remote's workspace of SRC's name), fetching only what the file lacks.
+        #[arg(long, value_name = "REMOTE[/WORKSPACE]")]
+        remote: Option<String>,
     },
     /// Write a vault or fork as a standalone .avfs file with only what it references.
     Export { name: String, file: PathBuf },
@@ -310,6 +315,14 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             name,
             use_it,
             from,
+            remote: Some(spec),
+        } => return super::remote::fork(ctx, &src, &name, &spec, from.as_deref(), use_it),
+        VaultCmd::Fork {
+            src,
+            name,
+            use_it,
+            from,
+            remote: None,
         } => {
             validate_name(&name)?;
             let reg = ctx.registry()?;
@@ -330,6 +343,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                     completed_interrupted_fork: true,
                     fork: v,
                     parent: source.name.clone(),
+                    remote: None,
                 };
                 ctx.out.emit(&doc, || {
                     println!("completed the interrupted fork {name} of {}", source.name);
@@ -369,6 +383,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                     completed_interrupted_fork: false,
                     fork: v,
                     parent: source.name.clone(),
+                    remote: None,
                 },
                 || {
                     println!(

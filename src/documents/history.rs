@@ -89,6 +89,9 @@ pub struct ForkReport {
     pub fork: VaultRef,
     /// The source as resolved: its registered name, or the path as typed.
     pub parent: String,
+    /// Only with `--remote`: where the checkpoint came from and what moved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<crate::remote::fork::RemoteFork>,
 }
 
 /// `vault merge --json`: a three-way merge of a fork into its target.

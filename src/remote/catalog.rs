@@ -215,3 +215,33 @@ pub fn following(
     }
     Ok(out)
 }
+
+/// The objects of pack `pack_id` that lie wholly inside bytes `range`, in order (a lazy
+/// read of a tree brings its neighbours: see `lazy`).
+pub fn within(
+    db: &Connection,
+    pack_id: i64,
+    range: std::ops::Range<u64>,
+) -> Result<Vec<(Hash, ObjKind, u64, u64)>> {
+    let mut st = db.prepare_cached(
+        "SELECT hash, kind, offset, length FROM remote_object
+         WHERE pack = ?1 AND offset >= ?2 AND offset < ?3 AND offset + length <= ?3
+         ORDER BY offset",
+    )?;
+    let rows = st.query_map(
+        params![pack_id, range.start as i64, range.end as i64],
+        |r| {
+            let h: Vec<u8> = r.get(0)?;
+            let k: u8 = r.get(1)?;
+            Ok((h, k, r.get::<_, i64>(2)? as u64, r.get::<_, i64>(3)? as u64))
+        },
+    )?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (h, k, o, l) = row?;
+        if let (Ok(h), Some(k)) = (Hash::from_slice(&h), ObjKind::from_u8(k)) {
+            out.push((h, k, o, l));
+        }
+    }
+    Ok(out)
+}

@@ -44,7 +44,7 @@ pub struct Walk {
     pub deep: bool,
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct Fetched {
     pub objects: u64,
     pub bytes: u64,
@@ -232,6 +232,22 @@ pub fn fetch_closure(
     Ok(())
 }
 
+/// Fetches tree `root` alone, unless it is here.
+pub fn fetch_root(
+    store: &mut Store,
+    t: &Transport,
+    remote: &str,
+    root: &Hash,
+    got: &mut Fetched,
+    progress: &dyn Progress,
+) -> Result<()> {
+    if *root == HOLE || store.read(|db| wire::has(db, ObjKind::Tree, root))? {
+        return Ok(());
+    }
+    fetch_objects(store, t, remote, &[(ObjKind::Tree, *root)], got, progress)?;
+    Ok(())
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct RefSeen {
     pub workspace: String,
@@ -285,7 +301,7 @@ pub fn fetch(
     progress.phase("fetching", None);
     fetch_history(&mut store, &t, &remote, &heads, &mut got, progress)?;
     // The roots to bring: every checkpoint of the refs' histories (a full vault keeps its
-    // history whole); a lazy vault takes the trees of the heads only.
+    // history whole); a lazy vault takes the root trees of the heads only.
     let mut roots = Vec::new();
     store.read(|db| {
         if lazy {
@@ -323,18 +339,25 @@ pub fn fetch(
     if !lazy {
         store.write(|db| meta_set(db, FETCHING_KEY, 1))?;
     }
-    fetch_closure(
-        &mut store,
-        &t,
-        &remote,
-        &roots,
-        Walk {
-            contents: !lazy,
-            deep,
-        },
-        &mut got,
-        progress,
-    )?;
+    if lazy {
+        // As a lazy clone: the heads' root trees; the rest on first read.
+        for r in &roots {
+            fetch_root(&mut store, &t, &remote, r, &mut got, progress)?;
+        }
+    } else {
+        fetch_closure(
+            &mut store,
+            &t,
+            &remote,
+            &roots,
+            Walk {
+                contents: true,
+                deep,
+            },
+            &mut got,
+            progress,
+        )?;
+    }
     let mut seen_refs = Vec::new();
     store.write(|db| {
         let previous: HashMap<String, Hash> = refs::remembered(db, &remote)?.into_iter().collect();
@@ -468,19 +491,25 @@ pub fn clone(home: &Path, o: &CloneOptions, progress: &dyn Progress) -> Result<C
     let obj = store
         .read(|db| commits::load(db, &target))?
         .ok_or_else(|| Error::Internal("checkpoint object not fetched".into()))?;
-    fetch_closure(
-        &mut store,
-        &t,
-        &remote,
-        &[obj.root],
-        Walk {
-            contents: o.full,
-            deep: resumed,
-        },
-        &mut got,
-        progress,
-    )?;
     let lazy = !o.full;
+    if lazy {
+        // The root tree only: the rest of the listings and every file's contents come
+        // on first read (see `lazy`), a request per MiB of listings.
+        fetch_root(&mut store, &t, &remote, &obj.root, &mut got, progress)?;
+    } else {
+        fetch_closure(
+            &mut store,
+            &t,
+            &remote,
+            &[obj.root],
+            Walk {
+                contents: true,
+                deep: resumed,
+            },
+            &mut got,
+            progress,
+        )?;
+    }
     store.write(|db| {
         let info = crate::workspace::create_workspace(db, crate::workspace::MAIN, Some(obj.root), None)?;
         let id = commits::import(db, info.id, &target, &remote)?;

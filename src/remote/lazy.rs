@@ -4,6 +4,12 @@
 //! A read of one chunk brings the chunks stored after it in the same pack too (up to
 //! 4 MiB, only ones this vault lacks): a push writes a file's chunks one after another,
 //! so reading a large file sequentially costs a request per 4 MiB, not per 64 KiB.
+//!
+//! A read of one tree (or chunk list) brings the metadata around it in its pack: up to
+//! 1 MiB before it and 256 KiB after. A push writes a directory's subtrees right before
+//! the directory (children first), so the first `ls` of a deep path, or a `find` below a
+//! directory, costs a request per MiB of listings, not one per directory, and a lazy
+//! clone needs only its root tree to begin.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -19,6 +25,9 @@ use crate::store::missing::{Missing, ObjectSource};
 use crate::store::objects::Hash;
 
 const READ_AHEAD: u64 = 4 * 1024 * 1024;
+/// Metadata read around a missing tree or chunk list: before it, after it.
+const TREES_BEFORE: u64 = 1024 * 1024;
+const TREES_AFTER: u64 = 256 * 1024;
 
 struct LazyFetch;
 
@@ -44,6 +53,44 @@ fn transport_for(remote: &str, url: &str) -> Result<Arc<Transport>> {
     )?);
     map.insert(url.to_string(), t.clone());
     Ok(t)
+}
+
+/// Listings and chunk lists this process fetched, by hash: a command reads inside one
+/// transaction, whose snapshot does not see what `keep` stored through another
+/// connection, so without this the next directory of a path would be fetched again.
+/// Bounded; contents (chunks) are not kept here, they are read once.
+struct Fetched {
+    objects: HashMap<(u8, Hash), Arc<[u8]>>,
+    bytes: usize,
+}
+
+const FETCHED_MAX_BYTES: usize = 64 * 1024 * 1024;
+
+fn fetched() -> &'static Mutex<Fetched> {
+    static F: OnceLock<Mutex<Fetched>> = OnceLock::new();
+    F.get_or_init(|| {
+        Mutex::new(Fetched {
+            objects: HashMap::new(),
+            bytes: 0,
+        })
+    })
+}
+
+fn remember(objects: &[(ObjKind, Hash, &[u8])]) {
+    let mut f = fetched().lock().unwrap_or_else(|e| e.into_inner());
+    for (k, h, d) in objects {
+        if *k == ObjKind::Chunk || f.bytes + d.len() > FETCHED_MAX_BYTES {
+            continue;
+        }
+        if f.objects.insert((*k as u8, *h), Arc::from(*d)).is_none() {
+            f.bytes += d.len();
+        }
+    }
+}
+
+fn recall(kind: ObjKind, hash: &Hash) -> Option<Arc<[u8]>> {
+    let f = fetched().lock().unwrap_or_else(|e| e.into_inner());
+    f.objects.get(&(kind as u8, *hash)).cloned()
 }
 
 /// SQLITE_TXN_WRITE: the connection holds the write lock, so the objects go in with its
@@ -79,6 +126,9 @@ impl ObjectSource for LazyFetch {
             Missing::Content => ObjKind::Content,
             Missing::Tree => ObjKind::Tree,
         };
+        if let Some(d) = recall(kind, hash) {
+            return Ok(Some(d.to_vec()));
+        }
         let Some(loc) = catalog::locate(db, hash, kind, None)? else {
             return Ok(None);
         };
@@ -86,43 +136,87 @@ impl ObjectSource for LazyFetch {
             .prepare_cached("SELECT url FROM remote WHERE name = ?1")?
             .query_row([&loc.remote], |r| r.get(0))
             .map_err(|_| Error::NoSuchRemote(loc.remote.clone()))?;
-        // The object, then the ones stored right after it that this vault lacks.
-        let mut items = vec![(kind, *hash, loc.offset, loc.length)];
-        let mut end = loc.offset + loc.length;
-        if kind == ObjKind::Chunk {
-            for (h, k, off, len) in catalog::following(db, loc.pack_id, loc.offset, 64)? {
-                if off != end || k != ObjKind::Chunk || end + len - loc.offset > READ_AHEAD {
-                    break;
-                }
-                if wire::has(db, k, &h)? {
-                    break;
-                }
-                items.push((k, h, off, len));
-                end = off + len;
-            }
-        }
+        let (start, items) = if kind == ObjKind::Chunk {
+            (loc.offset, chunks_after(db, &loc, *hash)?)
+        } else {
+            metadata_around(db, &loc, *hash)?
+        };
+        let end = items.iter().map(|i| i.2 + i.3).max().unwrap_or(start);
         let t = transport_for(&loc.remote, &url)?;
         let key = pack_key(&loc.pack_name);
-        let bytes = t.run_anywhere(t.get_range(&key, loc.offset..end))?;
+        let bytes = t.run_anywhere(t.get_range(&key, start..end))?;
+        let mut asked: Option<&[u8]> = None;
         let mut good: Vec<(ObjKind, Hash, &[u8])> = Vec::new();
-        for (i, (k, h, off, len)) in items.iter().enumerate() {
-            let at = (off - loc.offset) as usize;
+        for (k, h, off, len) in &items {
+            let at = (off - start) as usize;
             let data = &bytes[at..at + *len as usize];
-            match verify(*k, h, data) {
-                Ok(()) => good.push((*k, *h, data)),
-                Err(reason) if i == 0 => {
+            let ok = verify(*k, h, data);
+            if *h == *hash && *k == kind {
+                if let Err(reason) = ok {
                     return Err(Error::RemoteCorrupt {
                         remote: loc.remote.clone(),
                         what: format!("{} {}", k.name(), h.to_hex()),
                         reason,
                     });
                 }
-                // A bad neighbour is not what was asked for: leave it unfetched.
-                Err(_) => break,
+                asked = Some(data);
+            }
+            // A bad neighbour is not what was asked for: leave it unfetched.
+            if ok.is_ok() {
+                good.push((*k, *h, data));
             }
         }
+        let asked = asked.ok_or_else(|| Error::Internal("lazy fetch lost its object".into()))?;
         // Keeping is a cache: if it fails (a busy vault), the read still succeeds.
         let _ = keep(db, &good);
-        Ok(Some(good[0].2.to_vec()))
+        remember(&good);
+        Ok(Some(asked.to_vec()))
     }
+}
+
+/// An object to fetch: kind, hash, offset and length in its pack.
+type Item = (ObjKind, Hash, u64, u64);
+
+/// The chunk asked for, then the chunks stored right after it that this vault lacks
+/// (a file's next chunks, up to `READ_AHEAD`).
+fn chunks_after(db: &Connection, loc: &catalog::Located, hash: Hash) -> Result<Vec<Item>> {
+    let mut items = vec![(ObjKind::Chunk, hash, loc.offset, loc.length)];
+    let mut end = loc.offset + loc.length;
+    for (h, k, off, len) in catalog::following(db, loc.pack_id, loc.offset, 64)? {
+        if off != end || k != ObjKind::Chunk || end + len - loc.offset > READ_AHEAD {
+            break;
+        }
+        if wire::has(db, k, &h)? {
+            break;
+        }
+        items.push((k, h, off, len));
+        end = off + len;
+    }
+    Ok(items)
+}
+
+/// The tree or chunk list asked for and the trees and chunk lists this vault lacks
+/// around it in its pack (one contiguous range from the returned start).
+fn metadata_around(
+    db: &Connection,
+    loc: &catalog::Located,
+    hash: Hash,
+) -> Result<(u64, Vec<Item>)> {
+    let lo = loc.offset.saturating_sub(TREES_BEFORE);
+    let hi = loc.offset + loc.length + TREES_AFTER;
+    let mut items = Vec::new();
+    for (h, k, off, len) in catalog::within(db, loc.pack_id, lo..hi)? {
+        let wanted = off == loc.offset
+            || (matches!(k, ObjKind::Tree | ObjKind::Content)
+                && recall(k, &h).is_none()
+                && !wire::has(db, k, &h)?);
+        if wanted {
+            items.push((k, h, off, len));
+        }
+    }
+    if !items.iter().any(|i| i.2 == loc.offset) {
+        items = vec![(loc.kind, hash, loc.offset, loc.length)];
+    }
+    let start = items.first().map_or(loc.offset, |i| i.2);
+    Ok((start, items))
 }

@@ -15,12 +15,14 @@
 //! `transport` (the object store client, request counters, conditional writes), `pack`
 //! (the object and index formats), `catalog` (this vault's copy of the remote's indexes),
 //! `commits` (checkpoints as content-addressed objects), `refs`, `push`, `fetch` (and
-//! clone), `pull`, `lazy` (a lazy clone's fault handler) and `gc` below.
+//! clone), `fork` (`vault fork --remote`), `pull`, `lazy` (a lazy clone's fault handler)
+//! and `gc` below.
 
 pub mod catalog;
 pub mod commits;
 pub mod config;
 pub mod fetch;
+pub mod fork;
 pub mod lazy;
 pub mod objects;
 pub mod pack;

@@ -27,7 +27,7 @@ pub struct Counters {
     pub bytes_down: AtomicU64,
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, schemars::JsonSchema, PartialEq, Eq)]
 pub struct Traffic {
     pub requests: u64,
     pub bytes_up: u64,

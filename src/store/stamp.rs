@@ -34,7 +34,12 @@ pub fn of(path: &Path) -> std::io::Result<String> {
     }
     let head = blake3::hash(&header[..got]);
     let wal = match std::fs::metadata(sidecar(path, "-wal")) {
-        Ok(w) => format!("{}@{}.{}", w.len(), w.ctime(), w.ctime_nsec()),
+        // Its size and modification time, not its ctime: SQLite running as root
+        // chowns the `-wal` to the vault's owner on every open, so a command that only
+        // read the vault would move the ctime and cost the next writer a full check.
+        // An empty `-wal` holds nothing, as none does.
+        Ok(w) if w.len() == 0 => "none".into(),
+        Ok(w) => format!("{}@{}.{}", w.len(), w.mtime(), w.mtime_nsec()),
         Err(_) => "none".into(),
     };
     Ok(format!(
