@@ -239,12 +239,13 @@ impl Store {
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
+        // First of all, `auto_vacuum` included: setting that on an empty file fixes the
+        // page size at the default (measured: 4 KiB pages when set after it).
+        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
         // Lets freed pages go back to the file system (`vacuum`). It must come before
         // anything is written to the file, the header included (application_id): set
         // later, it is silently ignored, as it was in vaults made before format 5.
         conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
-        // Like auto_vacuum, only settable before the first write (in WAL mode, never after).
-        conn.pragma_update(None, "page_size", PAGE_SIZE)?;
         conn.pragma_update(None, "application_id", APPLICATION_ID as i64)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // No stamp guard: nobody else knows this temporary name, and its stamp would
