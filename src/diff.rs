@@ -116,17 +116,22 @@ impl ChangeSummary {
     pub fn of(changes: &[Change]) -> ChangeSummary {
         let mut s = ChangeSummary::default();
         for c in changes {
-            match c.kind {
-                ChangeKind::Added => s.added += 1,
-                ChangeKind::Modified => s.modified += 1,
-                ChangeKind::Deleted => s.deleted += 1,
-                ChangeKind::TypeChanged => s.type_changed += 1,
-                ChangeKind::ModeChanged => s.mode_changed += 1,
-                ChangeKind::MetaChanged => s.meta_changed += 1,
-                ChangeKind::Renamed => s.renamed += 1,
-            }
+            s.add(c.kind);
         }
         s
+    }
+
+    /// Counts one change of this kind.
+    pub fn add(&mut self, kind: ChangeKind) {
+        match kind {
+            ChangeKind::Added => self.added += 1,
+            ChangeKind::Modified => self.modified += 1,
+            ChangeKind::Deleted => self.deleted += 1,
+            ChangeKind::TypeChanged => self.type_changed += 1,
+            ChangeKind::ModeChanged => self.mode_changed += 1,
+            ChangeKind::MetaChanged => self.meta_changed += 1,
+            ChangeKind::Renamed => self.renamed += 1,
+        }
     }
 }
 

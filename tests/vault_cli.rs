@@ -15,6 +15,23 @@ fn fresh_machine_write_then_cat_creates_default_vault() {
     assert!(env.home().join("vaults/default.avfs").exists());
 }
 
+/// What the file's header says (SQLite's own format), as `sqlite3 v.avfs 'pragma ...'`
+/// would show it: new vaults are made with 16 KiB pages (big files are stored at about
+/// half the cost of 4 KiB pages) and incremental vacuum, both only settable at creation.
+#[test]
+fn new_vaults_have_16k_pages_and_incremental_vacuum() {
+    let env = Env::new();
+    env.json(&["vault", "create", "v"]);
+    env.ok(&["--vault", "v", "write", "/a", "x"]);
+    let c = rusqlite::Connection::open(env.home().join("vaults/v.avfs")).unwrap();
+    let page: i64 = c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+    let vacuum: i64 = c.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).unwrap();
+    assert_eq!((page, vacuum), (16384, 2));
+    drop(c);
+    env.ok(&["--vault", "v", "vault", "verify"]);
+    assert_eq!(env.cat(Some("v"), "/a"), "x");
+}
+
 #[test]
 fn create_use_info_delete() {
     let env = Env::new();

@@ -231,22 +231,16 @@ fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> FileRead {
     let mut held = Vec::new();
     let hold = meta.size <= BATCH_BYTES;
     loop {
-        // A buffer of the bytes expected, not a whole chunk: most files are much smaller
-        // than a chunk, and zeroing 64 KiB per file cost more than reading it.
-        let mut buf = vec![0u8; left.min(CHUNK_SIZE as u64) as usize];
-        let mut got = 0;
-        while got < buf.len() {
-            match f.read(&mut buf[got..]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(fail(e)),
-            }
-        }
+        // A buffer of the bytes expected, not a whole chunk (most files are much smaller
+        // than a chunk), read into without zeroing it first: zeroing cost more than the
+        // read for small files, and is one more pass over every byte of a big one.
+        let want = left.min(CHUNK_SIZE as u64);
+        let mut buf = Vec::with_capacity(want as usize);
+        (&mut f).take(want).read_to_end(&mut buf).map_err(fail)?;
+        let got = buf.len();
         if got == 0 && !out.chunks.is_empty() {
             break;
         }
-        buf.truncate(got);
         out.size += got as u64;
         left = left.saturating_sub(got as u64);
         let h = Hash::of(&buf);
