@@ -177,7 +177,8 @@ impl Error {
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
         // Damage SQLite finds in its pages, and values of a type the schema rules out
-        // (a text where an integer belongs), are a corrupt vault, not a bug of avfs.
+        // (a text where an integer belongs, a name that is no longer UTF-8), are a
+        // corrupt vault, not a bug of avfs.
         // The path is filled in by the store that ran the statement.
         let corrupt = |reason: String| Error::Corrupt {
             path: PathBuf::new(),
@@ -196,6 +197,7 @@ impl From<rusqlite::Error> for Error {
                 return corrupt(msg.clone());
             }
             rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::Utf8Error(..)
             | rusqlite::Error::FromSqlConversionFailure(..)
             | rusqlite::Error::IntegralValueOutOfRange(..) => {
                 return corrupt(format!("a stored value has the wrong type: {e}"));

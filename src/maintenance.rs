@@ -329,6 +329,18 @@ fn int_of_value(v: ValueRef, what: &str) -> std::result::Result<i64, String> {
 }
 
 /// A text column for display (names of workspaces and checkpoints).
+/// Why a stored value is not the text its column holds (reads of it would fail), if it is
+/// not: a flipped byte can leave a name that is no longer UTF-8.
+fn not_text(v: ValueRef, nullable: bool) -> Option<String> {
+    match v {
+        ValueRef::Text(b) => std::str::from_utf8(b)
+            .err()
+            .map(|e| format!("not UTF-8 ({e})")),
+        ValueRef::Null if nullable => None,
+        other => Some(format!("{} where text belongs", show_name(other))),
+    }
+}
+
 fn show_text(v: ValueRef) -> String {
     match v {
         ValueRef::Blob(b) | ValueRef::Text(b) => String::from_utf8_lossy(b).into_owned(),
@@ -620,6 +632,9 @@ impl<'a> Verifier<'a> {
             self.checked.workspaces += 1;
             let id: i64 = r.get(0)?;
             let obj = format!("workspace {}", show_text(r.get_ref(1)?));
+            if let Some(why) = not_text(r.get_ref(1)?, false) {
+                self.problem("bad_text", &obj, format!("name: {why}"));
+            }
             match hash_of_value(r.get_ref(2)?) {
                 Ok(h) if self.tree_missing(&h) => self.problem(
                     "missing_tree",
@@ -672,7 +687,8 @@ impl<'a> Verifier<'a> {
     fn check_checkpoints(&mut self) -> Result<()> {
         let db = self.db;
         let mut stmt = db.prepare(
-            "SELECT c.id, COALESCE(w.name, '#' || c.workspace), c.name, c.root FROM checkpoint c
+            "SELECT c.id, COALESCE(w.name, '#' || c.workspace), c.name, c.root, c.origin,
+                    c.message FROM checkpoint c
              LEFT JOIN workspace w ON w.id = c.workspace",
         )?;
         let mut rows = stmt.query([])?;
@@ -683,6 +699,15 @@ impl<'a> Verifier<'a> {
                 show_text(r.get_ref(1)?),
                 show_text(r.get_ref(2)?)
             );
+            for (col, at, nullable) in [
+                ("name", 2, false),
+                ("origin", 4, false),
+                ("message", 5, true),
+            ] {
+                if let Some(why) = not_text(r.get_ref(at)?, nullable) {
+                    self.problem("bad_text", &obj, format!("{col}: {why}"));
+                }
+            }
             match hash_of_value(r.get_ref(3)?) {
                 Ok(h) if self.tree_missing(&h) => self.problem(
                     "missing_tree",

@@ -480,6 +480,40 @@ fn audit_truncation_and_tampering_are_caught() {
     );
 }
 
+/// A stored name that is no longer UTF-8 (a flipped byte in a checkpoint row, seen by the
+/// targeted flips of docs/reliability.md) is `corrupt_vault` for every read that meets
+/// it, never an internal error, and the file is left as it was.
+#[test]
+fn a_row_that_is_no_longer_text_is_corrupt_not_internal() {
+    let env = Env::new();
+    let vault = populated(&env);
+    let bad = env.path("utf8.avfs");
+    std::fs::copy(&vault, &bad).unwrap();
+    tamper(
+        &bad,
+        "UPDATE checkpoint SET name = CAST(x'6f6eff' AS TEXT) WHERE name = 'one';",
+    );
+    let before = std::fs::read(&bad).unwrap();
+    let sel = bad.to_str().unwrap();
+    for args in [vec!["checkpoint", "list"], vec!["log", "/src/f1.txt"]] {
+        let mut a = vec!["--vault", sel];
+        a.extend(&args);
+        let e = env.json_err(&a, 1);
+        assert_eq!(e["kind"], "corrupt_vault", "{args:?}: {e}");
+    }
+    let r = env.run(&["--json", "--vault", sel, "vault", "verify"]);
+    assert_eq!(
+        r.code, 1,
+        "verify passed a checkpoint name that is not text: {}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("\"internal\""), "{}", r.stdout);
+    assert!(
+        std::fs::read(&bad).unwrap() == before,
+        "a read wrote the file"
+    );
+}
+
 /// A vault changed behind avfs's back after a clean close is checked in full before the
 /// next write, which refuses it and leaves it as it was.
 #[test]

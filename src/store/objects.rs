@@ -353,24 +353,51 @@ pub fn get_tree(db: &Connection, hash: &Hash) -> Result<Tree> {
 
 /// Calls `f` with each entry of stored tree `hash`, in name order, until it returns false.
 /// The tree's hash is checked before the first entry is given out, and entries are
-/// decoded one at a time (a directory of a million entries never becomes a million
-/// `Entry` values at once).
+/// decoded one at a time. A tree stored in the vault is read twice in pieces through
+/// SQLite's incremental blob I/O (once to hash, once to decode), so a directory of a
+/// million entries costs neither its encoding nor its entries in memory.
 pub fn visit_tree(
     db: &Connection,
     hash: &Hash,
     f: &mut dyn FnMut(&mut Entry) -> Result<bool>,
 ) -> Result<()> {
-    let data = tree_data(db, hash)?;
     let corrupt = |reason: String| Error::Corrupt {
         path: Default::default(),
         reason: format!("tree {}: {reason}", hash.to_hex()),
     };
-    if Tree::hash_of(&data) != *hash {
+    let row: Option<i64> = db
+        .prepare_cached("SELECT id FROM tree WHERE hash = ?1")?
+        .query_row([&hash.0[..]], |r| r.get(0))
+        .optional()?;
+    // Scratch and remote trees are held whole anyway.
+    let whole = match row {
+        Some(_) => None,
+        None => Some(tree_data(db, hash)?),
+    };
+    let mut hasher = blake3::Hasher::new();
+    let stored = match (&whole, row) {
+        (Some(data), _) => Tree::hash_of(data),
+        (None, Some(id)) => {
+            hasher.update(TREE_TAG);
+            let mut blob = db.blob_open("main", "tree", "data", id, true)?;
+            let mut buf = vec![0u8; TREE_PIECE];
+            loop {
+                let n = read_blob(&mut blob, &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+            }
+            Hash(*hasher.finalize().as_bytes())
+        }
+        (None, None) => unreachable!("no row means the tree was read whole"),
+    };
+    if stored != *hash {
         return Err(corrupt("fails its hash".into()));
     }
     let mut prev: Vec<u8> = Vec::new();
     let mut failed: Option<Error> = None;
-    super::treecodec::for_each_entry(&data, &mut |e| {
+    let mut check_and_give = |e: &mut Entry| -> std::result::Result<bool, String> {
         validate_name(&e.name).map_err(|why| format!("bad entry name: {why}"))?;
         if !prev.is_empty() && prev.as_slice() >= e.name.as_slice() {
             return Err("entries not sorted or duplicated".into());
@@ -384,12 +411,46 @@ pub fn visit_tree(
                 Ok(false)
             }
         }
-    })
+    };
+    match (&whole, row) {
+        (Some(data), _) => super::treecodec::for_each_entry(data, &mut check_and_give),
+        (None, Some(id)) => {
+            let mut blob = db.blob_open("main", "tree", "data", id, true)?;
+            super::treecodec::for_each_entry_from(
+                &mut |buf| {
+                    let at = buf.len();
+                    buf.resize(at + TREE_PIECE, 0);
+                    let n = read_blob(&mut blob, &mut buf[at..]).map_err(|e| e.to_string())?;
+                    buf.truncate(at + n);
+                    Ok(n > 0)
+                },
+                &mut check_and_give,
+            )
+        }
+        (None, None) => unreachable!("no row means the tree was read whole"),
+    }
     .map_err(corrupt)?;
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// How much of a tree's encoding `visit_tree` reads at a time.
+const TREE_PIECE: usize = 64 * 1024;
+
+/// One read of a blob, with SQLite's own error (a damaged page is `corrupt_vault`) rather
+/// than the `io::Error` rusqlite wraps it in.
+fn read_blob(blob: &mut rusqlite::blob::Blob, buf: &mut [u8]) -> Result<usize> {
+    std::io::Read::read(blob, buf).map_err(|e| {
+        match e
+            .into_inner()
+            .and_then(|inner| inner.downcast::<rusqlite::Error>().ok())
+        {
+            Some(sqlite) => Error::from(*sqlite),
+            None => Error::Internal("reading a stored tree failed".into()),
+        }
+    })
 }
 
 pub fn put_chunk(db: &Connection, data: &[u8]) -> Result<Hash> {

@@ -7,20 +7,41 @@ use super::objects::{DirAttrs, Entry, Hash, Kind, Tree, Xattrs};
 
 type R<T> = std::result::Result<T, &'static str>;
 
+/// What a reader over part of a tree's bytes says when the item goes on past them.
+const NEED_MORE: &str = "need more bytes";
+
 struct Reader<'a> {
     buf: &'a [u8],
+    /// `buf` is a window on the tree's bytes with more after it (`TreeStream`): running
+    /// out means "read more", not "malformed".
+    partial: bool,
 }
 
 impl<'a> Reader<'a> {
+    fn whole(buf: &'a [u8]) -> Self {
+        Reader {
+            buf,
+            partial: false,
+        }
+    }
+
+    fn end(&self) -> &'static str {
+        if self.partial {
+            NEED_MORE
+        } else {
+            "unexpected end"
+        }
+    }
+
     fn byte(&mut self) -> R<u8> {
-        let (&b, rest) = self.buf.split_first().ok_or("unexpected end")?;
+        let (&b, rest) = self.buf.split_first().ok_or(self.end())?;
         self.buf = rest;
         Ok(b)
     }
 
     fn take(&mut self, n: usize) -> R<&'a [u8]> {
         if n > self.buf.len() {
-            return Err("unexpected end");
+            return Err(self.end());
         }
         let (head, rest) = self.buf.split_at(n);
         self.buf = rest;
@@ -69,11 +90,18 @@ impl<'a> Reader<'a> {
 
     fn len(&mut self) -> R<usize> {
         let n = self.varint(64)?;
-        // Every element takes at least one byte: a longer length is a lie.
-        if n > self.buf.len() as u64 {
+        // Every element takes at least one byte: a longer length is a lie. A window
+        // cannot tell yet (the stream reads on until the bytes end), so it only bounds
+        // what is allocated up front (`capacity`).
+        if !self.partial && n > self.buf.len() as u64 {
             return Err("length beyond the data");
         }
-        Ok(n as usize)
+        usize::try_from(n).map_err(|_| "length beyond the data")
+    }
+
+    /// Room to reserve for `n` elements: never more than the bytes at hand could hold.
+    fn capacity(&self, n: usize) -> usize {
+        n.min(self.buf.len())
     }
 
     fn bytes(&mut self) -> R<Vec<u8>> {
@@ -109,7 +137,7 @@ impl<'a> Reader<'a> {
 
     fn xattrs(&mut self) -> R<Xattrs> {
         let n = self.len()?;
-        let mut v = Vec::with_capacity(n);
+        let mut v = Vec::with_capacity(self.capacity(n));
         for _ in 0..n {
             v.push((self.bytes()?, self.bytes()?));
         }
@@ -142,8 +170,8 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn tree(&mut self) -> R<Tree> {
-        let root_attrs = if self.option_tag()? {
+    fn root_attrs(&mut self) -> R<Option<DirAttrs>> {
+        Ok(if self.option_tag()? {
             Some(DirAttrs {
                 mode: self.u32()?,
                 uid: self.u32()?,
@@ -153,7 +181,11 @@ impl<'a> Reader<'a> {
             })
         } else {
             None
-        };
+        })
+    }
+
+    fn tree(&mut self) -> R<Tree> {
+        let root_attrs = self.root_attrs()?;
         let n = self.len()?;
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
@@ -173,31 +205,99 @@ pub fn for_each_entry(
     data: &[u8],
     f: &mut dyn FnMut(&mut Entry) -> std::result::Result<bool, String>,
 ) -> std::result::Result<bool, String> {
-    let mut r = Reader { buf: data };
-    let bad = |e: &str| format!("undecodable tree: {e}");
-    if r.option_tag().map_err(bad)? {
-        r.u32().map_err(bad)?;
-        r.u32().map_err(bad)?;
-        r.u32().map_err(bad)?;
-        r.i64().map_err(bad)?;
-        r.xattrs().map_err(bad)?;
+    let mut whole = Some(data);
+    for_each_entry_from(
+        &mut |buf| {
+            Ok(match whole.take() {
+                Some(d) => {
+                    buf.extend_from_slice(d);
+                    true
+                }
+                None => false,
+            })
+        },
+        f,
+    )
+}
+
+/// A tree's bytes read in pieces: `fill` appends the next piece to the buffer and says
+/// false once there is none. Only the entry being decoded and one piece are held.
+struct TreeStream<'f> {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already decoded.
+    pos: usize,
+    /// `fill` said there is no more: `buf` ends where the tree ends.
+    eof: bool,
+    fill: &'f mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<bool, String>,
+}
+
+impl TreeStream<'_> {
+    /// Decodes one item with `item`, reading more bytes as long as it runs out of them.
+    fn next<T>(&mut self, item: impl Fn(&mut Reader) -> R<T>) -> std::result::Result<T, String> {
+        loop {
+            let mut r = Reader {
+                buf: &self.buf[self.pos..],
+                partial: !self.eof,
+            };
+            match item(&mut r) {
+                Ok(v) => {
+                    self.pos = self.buf.len() - r.buf.len();
+                    return Ok(v);
+                }
+                Err(NEED_MORE) => {
+                    self.buf.drain(..self.pos);
+                    self.pos = 0;
+                    if !(self.fill)(&mut self.buf)? {
+                        self.eof = true;
+                    }
+                }
+                Err(e) => return Err(format!("undecodable tree: {e}")),
+            }
+        }
     }
-    let n = r.len().map_err(bad)?;
+
+    /// Whether bytes are left after the last item.
+    fn trailing(&mut self) -> std::result::Result<bool, String> {
+        while !self.eof && self.pos == self.buf.len() {
+            self.buf.clear();
+            self.pos = 0;
+            if !(self.fill)(&mut self.buf)? {
+                self.eof = true;
+            }
+        }
+        Ok(self.pos < self.buf.len())
+    }
+}
+
+/// `for_each_entry` over bytes that come in pieces (`TreeStream`): a tree of a million
+/// entries is decoded holding one piece of it, not its whole encoding.
+pub fn for_each_entry_from(
+    fill: &mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<bool, String>,
+    f: &mut dyn FnMut(&mut Entry) -> std::result::Result<bool, String>,
+) -> std::result::Result<bool, String> {
+    let mut s = TreeStream {
+        buf: Vec::new(),
+        pos: 0,
+        eof: false,
+        fill,
+    };
+    s.next(|r| r.root_attrs())?;
+    let n = s.next(|r| r.len())?;
     for _ in 0..n {
-        let mut e = r.entry().map_err(bad)?;
+        let mut e = s.next(|r| r.entry())?;
         if !f(&mut e)? {
             return Ok(false);
         }
     }
-    if !r.buf.is_empty() {
-        return Err(bad("trailing bytes"));
+    if s.trailing()? {
+        return Err("undecodable tree: trailing bytes".into());
     }
     Ok(true)
 }
 
 /// Decodes the bytes of a stored tree (structure only; `Tree::decode` checks the rest).
 pub fn decode_tree(data: &[u8]) -> std::result::Result<Tree, String> {
-    let mut r = Reader { buf: data };
+    let mut r = Reader::whole(data);
     let tree = r.tree().map_err(|e| format!("undecodable tree: {e}"))?;
     if !r.buf.is_empty() {
         return Err("undecodable tree: trailing bytes".into());
@@ -304,6 +404,50 @@ mod tests {
                 assert_eq!(ours.as_ref().ok(), Some(&t), "{bad:?}");
             } else {
                 assert!(ours.is_err(), "{bad:?}");
+            }
+        }
+    }
+
+    /// Decoding in pieces of any size gives the entries decoding the whole gives, and
+    /// fails exactly where it fails.
+    #[test]
+    fn pieces_of_any_size_decode_as_the_whole() {
+        let mut r = Rng(0x2545_f491_4f6c_dd1d);
+        for round in 0..5_000 {
+            let tree = random_tree(&mut r);
+            let mut enc = postcard::to_allocvec(&tree).unwrap();
+            if round % 2 == 1 && !enc.is_empty() {
+                match r.next() % 3 {
+                    0 => {
+                        let i = (r.next() as usize) % enc.len();
+                        enc[i] ^= 1 << (r.next() % 8);
+                    }
+                    1 => enc.truncate((r.next() as usize) % enc.len()),
+                    _ => enc.push(r.next() as u8),
+                }
+            }
+            let piece = 1 + (r.next() as usize) % 40;
+            let mut at = 0;
+            let mut streamed = Vec::new();
+            let ok = for_each_entry_from(
+                &mut |buf| {
+                    let end = (at + piece).min(enc.len());
+                    buf.extend_from_slice(&enc[at..end]);
+                    let more = end > at;
+                    at = end;
+                    Ok(more)
+                },
+                &mut |e| {
+                    streamed.push(e.clone());
+                    Ok(true)
+                },
+            );
+            match decode_tree(&enc) {
+                Ok(t) => {
+                    assert_eq!(ok, Ok(true), "{enc:?}");
+                    assert_eq!(streamed, t.entries);
+                }
+                Err(_) => assert!(ok.is_err(), "{enc:?}"),
             }
         }
     }

@@ -311,3 +311,35 @@ def test_transcript_for_the_docs(home: str, tmp_path: pathlib.Path) -> None:
         with open(out, "w") as f:
             for q, a in calls:
                 f.write(json.dumps(q) + "\n" + json.dumps(a) + "\n")
+
+
+def test_every_single_byte_name_round_trips_through_mcp(home: str) -> None:
+    """Issue 17: a name is bytes. Every single-byte name (all but NUL, '/' and '.') made on
+    the host lists as a distinct name in list_dir, reads back by that printed name, and a
+    file written through MCP under it has exactly those bytes in the vault."""
+    host = pathlib.Path(home) / "names"
+    host.mkdir()
+    names = [bytes([b]) for b in range(1, 256) if b not in (0x2F, 0x2E)]
+    for n in names:
+        (host / os.fsdecode(n)).write_bytes(b"%02x" % n[0])
+    env = {**os.environ, "AVFS_HOME": home}
+    subprocess.run([AVFS, "vault", "create", "default"], env=env, check=True, capture_output=True)
+    subprocess.run([AVFS, "import", str(host), "/d"], env=env, check=True, capture_output=True)
+
+    async def go() -> None:
+        async with session(home) as s:
+            ls = await call(s, "list_dir", path="/d")
+            printed = [e["name"] for e in ls["entries"]]
+            assert len(printed) == len(names) == len(set(printed))
+            for p in printed:
+                r = await call(s, "read_file", path="/d/" + p)
+                assert r["encoding"] == "utf-8", (p, r)
+                await call(s, "write_file", path="/e/" + p, content=r["content"], parents=True)
+            assert [e["name"] for e in (await call(s, "list_dir", path="/e"))["entries"]] == printed
+
+    run(go())
+    # The bytes in the vault: exported back to the host, each file is its byte's hex.
+    out = pathlib.Path(home) / "out"
+    subprocess.run([AVFS, "export", "/e", str(out)], env=env, check=True, capture_output=True)
+    got = {os.fsencode(p.name): p.read_bytes() for p in out.iterdir()}
+    assert got == {n: b"%02x" % n[0] for n in names}
