@@ -30,8 +30,6 @@ use crate::workspace::{Budget, Inode, NewNode, ROOT_INO, SetAttr, Workspace, Wor
 const TTL: Duration = Duration::from_secs(30);
 /// Longest time a batch of metadata changes stays uncommitted.
 const MAX_BATCH: Duration = Duration::from_millis(50);
-/// The `-wal` file size past which the mount empties it (see `shrink_wal_if_big`).
-const WAL_LIMIT: u64 = 8 << 20;
 /// A file's write buffer is flushed to the vault once it holds this much.
 const MAX_DIRTY_PER_FILE: usize = 64 << 20;
 
@@ -442,10 +440,13 @@ impl AvfsFs {
         }
         if end != End::Batch || state.tx_since.is_some_and(|t| t.elapsed() > MAX_BATCH) {
             Self::commit(db, state)?;
+            // Between two transactions, under the lock: the WAL's bound (a failed
+            // checkpoint is tried again after the next commit; the data is committed).
+            let _ = super::wal::cap(store);
         }
         if end == End::Durable && r.is_ok() {
             // Still under the lock, so no other request has begun a transaction.
-            Self::make_durable(store)?;
+            super::wal::make_durable(store)?;
         }
         *state.busy_ns.entry(op).or_default() += started.elapsed().as_nanos() as u64;
         if state.refused {
@@ -458,27 +459,6 @@ impl AvfsFs {
     fn end_listing(&self, dir: u64) {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         guard.1.listings.remove(&dir);
-    }
-
-    /// Makes every committed transaction survive power loss. Commits run with
-    /// synchronous=NORMAL, which leaves the newest ones in the WAL file unsynced:
-    /// syncing that file is what synchronous=FULL would have done at commit (older
-    /// frames already checkpointed into the database file were synced by the checkpoint).
-    fn make_durable(store: &Store) -> Result<()> {
-        let mut wal = store.path.clone().into_os_string();
-        wal.push("-wal");
-        match std::fs::File::open(&wal) {
-            Ok(f) => f
-                .sync_data()
-                .map_err(|e| Error::host("sync the vault's WAL", e)),
-            // Not in WAL mode (or no WAL yet): a checkpoint syncs whatever there is.
-            Err(_) => {
-                store
-                    .conn
-                    .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
-                Ok(())
-            }
-        }
     }
 
     fn commit(db: &Connection, state: &mut State) -> Result<()> {
@@ -499,6 +479,7 @@ impl AvfsFs {
         let (store, state) = &mut *guard;
         if state.tx_since.is_some_and(|t| t.elapsed() > MAX_BATCH) {
             let _ = Self::commit(&store.conn, state);
+            let _ = super::wal::cap(store);
         }
     }
 
@@ -517,42 +498,7 @@ impl AvfsFs {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (store, state) = &mut *guard;
         Self::commit(&store.conn, state)?;
-        Self::truncate_wal(store)?;
-        Ok(())
-    }
-
-    /// A checkpoint that also empties the `-wal` file, waiting a moment at most for
-    /// readers; a PASSIVE one when they stay.
-    fn truncate_wal(store: &Store) -> Result<()> {
-        let conn = &store.conn;
-        conn.busy_timeout(Duration::from_millis(100))?;
-        let busy: i64 = conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
-            .unwrap_or(1);
-        conn.busy_timeout(Duration::from_secs(30))?;
-        if busy != 0 {
-            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
-        }
-        Ok(())
-    }
-
-    /// Under a steady stream of writes the WAL is never caught up at the start of a
-    /// transaction, which is when SQLite starts it over, so it only grows; past
-    /// `WAL_LIMIT` the mount empties it between two transactions (timer thread).
-    pub fn shrink_wal_if_big(&self) -> Result<bool> {
-        let mut wal = {
-            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            guard.0.path.clone().into_os_string()
-        };
-        wal.push("-wal");
-        if std::fs::metadata(&wal).map_or(0, |m| m.len()) <= WAL_LIMIT {
-            return Ok(false);
-        }
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let (store, state) = &mut *guard;
-        Self::commit(&store.conn, state)?;
-        Self::truncate_wal(store)?;
-        Ok(true)
+        super::wal::empty(store)
     }
 
     /// After a change made outside the mount (CLI, restore): works out what the kernel

@@ -261,7 +261,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     }
     check_mountpoint(&mountpoint)?;
     let store = Store::open(&opts.vault_path)?;
-    // Checkpoints run on the WAL thread (see `wal`), not in a request's commit.
+    // Checkpoints run on the WAL thread (see `wal`), not in a request's commit, unless
+    // the WAL passes `wal::CAP_BYTES`.
     store
         .conn
         .pragma_update(None, "wal_autocheckpoint", wal::BACKSTOP_PAGES)?;
@@ -337,9 +338,6 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
             if reclaimed.elapsed() >= fs::RECLAIM_EVERY {
                 if let Err(e) = batcher.reclaim_if_due() {
                     eprintln!("avfs: space reclaim: {e}");
-                }
-                if let Err(e) = batcher.shrink_wal_if_big() {
-                    eprintln!("avfs: WAL checkpoint: {e}");
                 }
                 reclaimed = Instant::now();
             }
