@@ -263,9 +263,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     let store = Store::open(&opts.vault_path)?;
     // Checkpoints run on the WAL thread (see `wal`), not in a request's commit, unless
     // the WAL passes `wal::CAP_BYTES`.
-    store
-        .conn
-        .pragma_update(None, "wal_autocheckpoint", wal::BACKSTOP_PAGES)?;
+    wal::set_backstop(&store)?;
     let wal_upkeep = wal::WalUpkeep::start(&opts.vault_path)?;
     crate::workspace::find_workspace(&store.conn, &opts.workspace)?
         .ok_or_else(|| Error::NoSuchVault(opts.workspace.clone()))?;

@@ -14,7 +14,7 @@
 //! 80 MB of WAL for an fsx-like workload on 1 MB of files). So the writer itself, after a
 //! commit, empties the file once it passes `CAP_BYTES` (`cap`): the WAL is never larger
 //! than that plus one transaction. The thread normally starts it over well before
-//! (`RESTART_PAGES`), so the writer pays only when the thread fell behind.
+//! (`RESTART_BYTES`), so the writer pays only when the thread fell behind.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{RecvTimeoutError, Sender, channel};
@@ -26,22 +26,43 @@ use crate::store::Store;
 
 const PERIOD: Duration = Duration::from_millis(200);
 
-/// The WAL size (in pages) at which the mount's own connection checkpoints anyway
-/// (SQLite's autocheckpoint, PASSIVE). `cap` acts first; this is the last resort should
-/// its `stat` fail.
-pub const BACKSTOP_PAGES: i64 = 4_096;
+/// The WAL size at which the mount's own connection checkpoints anyway (SQLite's
+/// autocheckpoint, PASSIVE). `cap` acts first; this is the last resort should its `stat`
+/// fail.
+const BACKSTOP_BYTES: i64 = 64 << 20;
 
-/// The WAL size (in pages, 4 KiB each) past which the thread makes the next commit start
-/// the WAL over. A PASSIVE checkpoint copies frames but never empties the WAL while
-/// requests keep committing (SQLite starts over only at a write that finds every frame
-/// copied), so a steady writer would grow it to `CAP_BYTES`, where the writer pays.
-const RESTART_PAGES: i64 = 2_048;
+/// The WAL size past which the thread makes the next commit start the WAL over. A
+/// PASSIVE checkpoint copies frames but never empties the WAL while requests keep
+/// committing (SQLite starts over only at a write that finds every frame copied), so a
+/// steady writer would grow it to `CAP_BYTES`, where the writer pays.
+const RESTART_BYTES: i64 = 6 << 20;
 
 /// The `-wal` file size past which the writer empties it itself, between two
 /// transactions (`cap`). Twice the thread's threshold, so that the writer pays only when
-/// the thread fell behind: at 8 MiB (with the thread at 4 MiB), `tar x` of 6 000 files
-/// made the writer empty it 16 to 20 times and sync 1.5 to 4 times as often as before.
-pub const CAP_BYTES: u64 = 16 << 20;
+/// the thread fell behind. Measured (docs/storage.md): with the writer at 8 MiB and the
+/// thread at 4 MiB, `tar x` of 6 000 files made the writer empty it 16 to 20 times and
+/// sync 1.5 to 4 times as often as before; at 16/8 MiB the fsx test's vault + WAL peaked
+/// at 42 MB of its 50 MB bound under load. 12/6 MiB sits between the two.
+pub const CAP_BYTES: u64 = 12 << 20;
+
+/// A size in bytes as a count of the vault's pages (new vaults have
+/// 16 KiB pages, older ones 4 KiB): SQLite counts the WAL in frames of one page.
+fn in_pages(store: &Store, bytes: i64) -> i64 {
+    let page: i64 = store
+        .conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap_or(4096)
+        .max(512);
+    bytes / page
+}
+
+/// Sets the mount connection's own autocheckpoint to the backstop.
+pub fn set_backstop(store: &Store) -> Result<()> {
+    store
+        .conn
+        .pragma_update(None, "wal_autocheckpoint", in_pages(store, BACKSTOP_BYTES))?;
+    Ok(())
+}
 
 /// How long emptying the WAL may keep trying while another checkpoint runs (the thread's,
 /// or another process's): SQLite answers such a checkpoint busy at once, without waiting.
@@ -127,6 +148,7 @@ pub struct WalUpkeep {
 impl WalUpkeep {
     pub fn start(vault: &Path) -> Result<WalUpkeep> {
         let store = Store::open(vault)?;
+        let restart_frames = in_pages(&store, RESTART_BYTES);
         // A busy checkpointer (another process's) means try again next period, not wait.
         store.conn.busy_timeout(Duration::ZERO)?;
         let (stop, stopped) = channel::<()>();
@@ -143,7 +165,7 @@ impl WalUpkeep {
                     // A WAL that grew past a period's worth is being written fast: start it
                     // over and look again soon.
                     wait = PERIOD;
-                    if frames > RESTART_PAGES {
+                    if frames > restart_frames {
                         restart(&store);
                         wait = PERIOD / 10;
                     }
