@@ -35,15 +35,17 @@ const BACKSTOP_BYTES: i64 = 64 << 20;
 /// PASSIVE checkpoint copies frames but never empties the WAL while requests keep
 /// committing (SQLite starts over only at a write that finds every frame copied), so a
 /// steady writer would grow it to `CAP_BYTES`, where the writer pays.
-const RESTART_BYTES: i64 = 6 << 20;
+const RESTART_BYTES: i64 = 4 << 20;
 
 /// The `-wal` file size past which the writer empties it itself, between two
 /// transactions (`cap`). Twice the thread's threshold, so that the writer pays only when
 /// the thread fell behind. Measured (docs/storage.md): with the writer at 8 MiB and the
 /// thread at 4 MiB, `tar x` of 6 000 files made the writer empty it 16 to 20 times and
-/// sync 1.5 to 4 times as often as before; at 16/8 MiB the fsx test's vault + WAL peaked
-/// at 42 MB of its 50 MB bound under load. 12/6 MiB sits between the two.
-pub const CAP_BYTES: u64 = 12 << 20;
+/// sync 1.5 to 4 times as often as before (4 KiB pages); at 16/8 MiB the fsx test's vault +
+/// WAL peaked at 42 MB of its 50 MB bound under load, and with 16 KiB pages the vault file
+/// alone peaks at 30 MB there (12/6 MiB: 43 MB on a quiet machine). So 8 MiB: what a user
+/// sees on disk stays bounded first, the syncs cost the mount's writes a little.
+pub const CAP_BYTES: u64 = 8 << 20;
 
 /// A size in bytes as a count of the vault's pages (new vaults have
 /// 16 KiB pages, older ones 4 KiB): SQLite counts the WAL in frames of one page.
