@@ -94,7 +94,7 @@ impl Registry {
         }
         let conn = Connection::open(&db)?;
         conn.busy_timeout(Duration::from_secs(30))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL"))?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
         conn.pragma_update(None, "journal_size_limit", WAL_LIMIT)?;
@@ -104,11 +104,13 @@ impl Registry {
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,
         )?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS vault (name TEXT PRIMARY KEY, path TEXT NOT NULL, workspace TEXT NOT NULL, created_at_ns INTEGER NOT NULL);
-             CREATE TABLE IF NOT EXISTS setting (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS stamp (path BLOB PRIMARY KEY, stamp TEXT NOT NULL, at_ns INTEGER NOT NULL);",
-        )?;
+        retry_busy(|| {
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS vault (name TEXT PRIMARY KEY, path TEXT NOT NULL, workspace TEXT NOT NULL, created_at_ns INTEGER NOT NULL);
+                 CREATE TABLE IF NOT EXISTS setting (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS stamp (path BLOB PRIMARY KEY, stamp TEXT NOT NULL, at_ns INTEGER NOT NULL);",
+            )
+        })?;
         Ok(Registry {
             conn: Some(conn),
             home: home.to_path_buf(),
@@ -288,6 +290,31 @@ impl Drop for Registry {
         {
             let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
             idle.push((std::mem::take(&mut self.home), self.file, conn));
+        }
+    }
+}
+
+/// Runs a step of a registry's set-up again while SQLite answers busy. When several
+/// processes open a new registry at the same moment (eight `vault create` on a fresh
+/// home), switching it to WAL or creating its tables can answer `SQLITE_BUSY` at once,
+/// without calling the busy handler (SQLite does not wait where waiting could deadlock,
+/// e.g. while another connection recovers or changes the journal mode). Seen in CI as
+/// `vault create v0: busy`, about 1 run in 20-40.
+fn retry_busy<T>(mut step: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match step() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            other => return other,
         }
     }
 }
