@@ -267,15 +267,9 @@ fn close_from(first: RawFd) {
         return;
     }
     // Kernels before 5.11: one by one, up to the descriptor limit.
-    // SAFETY: getrlimit and close on our own descriptors.
+    // SAFETY: close on our own descriptors.
     unsafe {
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur.min(1 << 16) as i32
-        } else {
-            1024
-        };
-        for fd in first..max {
+        for fd in first..super::runner::descriptor_limit() {
             libc::close(fd);
         }
     }

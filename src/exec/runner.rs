@@ -282,6 +282,21 @@ fn report_pipe() -> Result<(OwnedFd, OwnedFd)> {
 
 /// Marks every descriptor from `first` on close-on-exec. Async-signal-safe (called
 /// between fork and exec); descriptors std itself uses are close-on-exec already.
+/// Where a loop over this process's descriptors may stop: the soft `RLIMIT_NOFILE`
+/// (at most 65 536), or 1 024 when it cannot be read. Async-signal-safe (a forked child
+/// calls it too).
+pub(super) fn descriptor_limit() -> i32 {
+    // SAFETY: getrlimit writes into a zeroed rlimit we own.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 16) as i32
+        } else {
+            1024
+        }
+    }
+}
+
 fn close_inherited_fds(first: i32) {
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
     let r = unsafe {
@@ -296,15 +311,9 @@ fn close_inherited_fds(first: i32) {
         return;
     }
     // Kernels before 5.11: one by one, up to the descriptor limit.
-    // SAFETY: getrlimit and fcntl on our own descriptors.
+    // SAFETY: fcntl on our own descriptors.
     unsafe {
-        let mut lim: libc::rlimit = std::mem::zeroed();
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur.min(1 << 16) as i32
-        } else {
-            1024
-        };
-        for fd in first..max {
+        for fd in first..descriptor_limit() {
             let flags = libc::fcntl(fd, libc::F_GETFD);
             if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
                 libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
