@@ -21,6 +21,7 @@ pub mod report;
 mod run;
 mod spawn;
 pub mod watchdog;
+mod watchdog_fork;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -52,8 +52,15 @@ impl Watchdog {
         // A process group of its own: the terminal's signals (Ctrl-C, Ctrl-Z, hangup) go
         // to the foreground group, which ends `avfs exec`, not its watchdog. It holds the
         // run lock from the moment it exists: the lock outlives us if we die right here.
-        let child = super::spawn::spawn(program, &argv, &env, lock_fd)
-            .map_err(|e| Error::host("starting the exec watchdog", e))?;
+        // A fork where that is sound (see `watchdog_fork`); the MCP server and other
+        // multi-threaded callers execute the binary.
+        let single = crate::exec::forked::SelfStat::read().is_some_and(|s| s.single_threaded());
+        let child = if single {
+            super::watchdog_fork::start(program, &argv, &env, lock_fd)
+        } else {
+            super::spawn::spawn(program, &argv, &env, lock_fd)
+        }
+        .map_err(|e| Error::host("starting the exec watchdog", e))?;
         let dog = Watchdog {
             pipe: Some(child.stdin),
             pid: child.pid,
@@ -81,12 +88,41 @@ impl Drop for Watchdog {
         // Every way out of `exec` that runs destructors cleaned up itself.
         self.tell(json!({"done": true}));
         self.pipe = None;
-        // Reaped if it already ended; otherwise it outlives us (it holds the run lock
-        // until it has seen "done").
-        let mut status = 0;
-        // SAFETY: waits, without blocking, only for our own child.
-        unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        // It ends as soon as it reads "done": wait for that (a bounded wait), so that
+        // when `avfs exec` returns, nothing of the run is left, not even its watchdog
+        // (a caller that looks for the run's processes right after would otherwise find
+        // it, on a busy machine, not yet scheduled to read). Past the bound, it outlives
+        // us (it holds the run lock until it has seen "done").
+        wait_for_exit(self.pid, Duration::from_secs(5));
     }
+}
+
+/// Reaps our child `pid` once it has exited, waiting up to `limit` for that.
+fn wait_for_exit(pid: libc::pid_t, limit: Duration) {
+    // SAFETY: pidfd_open on our own child; the descriptor is owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd >= 0 {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        // SAFETY: the kernel just returned this descriptor to us.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // SAFETY: polls one descriptor we own.
+            let r = unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
+            if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits, without blocking, only for our own child.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
 }
 
 fn vault_ref(v: &serde_json::Value) -> Option<VaultRef> {

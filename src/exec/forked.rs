@@ -241,6 +241,8 @@ fn child(
         // the run lock) would be a way out.
         close_from(REPORT_FD + 1);
         reset_signals();
+        // The set-up ignores SIGTERM: a timeout reaches the command through PID 1.
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
         libc::chdir(c"/".as_ptr());
         // The first that fits; else nothing at all is left there.
         if !environ.iter().any(|e| overwrite(stat.env, e.as_bytes())) {
@@ -253,7 +255,7 @@ fn child(
 }
 
 /// Closes every descriptor from `first` on.
-fn close_from(first: RawFd) {
+pub(crate) fn close_from(first: RawFd) {
     // SAFETY: close_range on our own descriptor table.
     let r = unsafe {
         libc::syscall(
@@ -277,7 +279,7 @@ fn close_from(first: RawFd) {
 
 /// What `execve` does to signals: caught ones back to their defaults (ignored ones stay
 /// ignored); and what std's `Command` does: the mask emptied, SIGPIPE at its default.
-fn reset_signals() {
+pub(crate) fn reset_signals() {
     // SAFETY: sigaction and sigprocmask on this process.
     unsafe {
         for sig in 1..=libc::SIGRTMAX() {
@@ -296,8 +298,6 @@ fn reset_signals() {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        // The set-up ignores SIGTERM: a timeout reaches the command through PID 1.
-        libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
 }
 

@@ -270,29 +270,43 @@ pub(crate) fn build_tarball(work: &Path, want: usize) -> BoxResult<Tarball> {
 /// committed HEAD (`git archive`), so that concurrent edits of the work tree cannot break it.
 pub(crate) fn crate_tarball(args: &Args, work: &Path) -> BoxResult<(PathBuf, String)> {
     let path = work.join("crate.tar");
-    let parts = ["src", "Cargo.toml", "Cargo.lock"];
+    // What a build reads: the sources, and what they include (the JSON schemas) or build
+    // (a build script and what it compiles), where the crate has them.
+    let parts_of = |dir: &Path| -> Vec<&'static str> {
+        [
+            "src",
+            "Cargo.toml",
+            "Cargo.lock",
+            "schemas",
+            "build.rs",
+            "vendor",
+        ]
+        .into_iter()
+        .filter(|p| dir.join(p).exists())
+        .collect()
+    };
     if let Some(dir) = &args.cargo_src {
+        let parts = parts_of(dir);
         let mut c = Command::new("tar");
-        c.arg("-cf").arg(&path).arg("-C").arg(dir).args(parts);
+        c.arg("-cf").arg(&path).arg("-C").arg(dir).args(&parts);
         run(&mut c)?;
-        return Ok((
-            path,
-            format!("{} (src/, Cargo.toml, Cargo.lock)", dir.display()),
-        ));
+        return Ok((path, format!("{} ({})", dir.display(), parts.join(", "))));
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let parts = parts_of(repo);
     let head = run(git(repo).args(["rev-parse", "--short", "HEAD"]))?;
     let mut c = git(repo);
     c.args(["archive", "--format=tar", "-o"])
         .arg(&path)
         .arg("HEAD")
-        .args(parts);
+        .args(&parts);
     run(&mut c)?;
     Ok((
         path,
         format!(
-            "agentvfs at HEAD {} (src/, Cargo.toml, Cargo.lock from git archive)",
-            String::from_utf8_lossy(&head).trim()
+            "agentvfs at HEAD {} ({} from git archive)",
+            String::from_utf8_lossy(&head).trim(),
+            parts.join(", ")
         ),
     ))
 }
