@@ -130,7 +130,7 @@ impl Policy {
             }
             let mut rules = parsed.rules;
             for rule in rules.iter_mut() {
-                rule.source = f.display().to_string();
+                rule.source = f.display().to_string().into();
                 if rule.category.is_none() && rule.decision.is_none() {
                     return Err(Error::InvalidArgument(
                         f.display().to_string(),
@@ -164,8 +164,8 @@ impl Policy {
             program: program.to_string(),
             category,
             action: rule.decision.unwrap_or_else(|| self.action_for(category)),
-            rule: rule.name.clone(),
-            reason: rule.reason.clone(),
+            rule: rule.name.to_string(),
+            reason: rule.reason.to_string(),
             network: rule.network,
         }
     }
@@ -309,8 +309,8 @@ impl Policy {
                     Err(_) => false,
                 };
                 out.push(ExampleResult {
-                    rule: rule.name.clone(),
-                    source: rule.source.clone(),
+                    rule: rule.name.to_string(),
+                    source: rule.source.to_string(),
                     example: ex.clone(),
                     should_match: should,
                     matched,
