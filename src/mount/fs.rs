@@ -70,8 +70,14 @@ pub struct State {
     /// When the open write transaction began (metadata changes are batched).
     tx_since: Option<Instant>,
     dirty: HashMap<u64, DirtyFile>,
-    /// Open file handles per inode, so unlinked-but-open files stay readable.
+    /// Open file handles per inode.
     open: HashMap<u64, u32>,
+    /// Inodes that must outlive their last name: open (a handle) or still held by the
+    /// kernel (a lookup count it has not forgotten). An unlinked one stays an orphan,
+    /// with its attributes and content, until the last close or FORGET, whichever is
+    /// later, as a real file system keeps an unlinked inode while it is in use: with
+    /// the writeback cache the kernel writes a dropped file's times back (a SETATTR)
+    /// after the unlink, and an inode deleted at the unlink made `syncfs()` fail ESTALE.
     open_set: HashSet<u64>,
     /// Listings in progress, per directory. There are no directory handles: opendir
     /// answers ENOSYS, so the kernel never sends OPENDIR/RELEASEDIR (two requests per
@@ -232,16 +238,17 @@ impl State {
         if i.kind == Kind::File {
             self.files.entry(i.ino).or_insert((i.hash, i.size));
         }
-        self.kernel_ref(i.ino, i.kind);
+        self.kernel_ref(i.ino);
         Ok((a, self.generation(i.ino)))
     }
 
-    /// The kernel took a reference to `ino` (an entry reply). A directory it knows is
-    /// treated as open: without directory handles this is how a removed directory that
-    /// a process still has open (or as cwd) stays an orphan until the kernel forgets it.
-    fn kernel_ref(&mut self, ino: u64, kind: Kind) {
+    /// The kernel took a reference to `ino` (an entry reply). An inode it knows is
+    /// treated as open (see `open_set`): removed, it stays an orphan until the kernel
+    /// forgets it. Without directory handles this is also how a removed directory that a
+    /// process still has open (or as cwd) stays readable.
+    fn kernel_ref(&mut self, ino: u64) {
         *self.lookups.entry(ino).or_default() += 1;
-        if kind == Kind::Dir && ino != ROOT_INO {
+        if ino != ROOT_INO {
             self.open_set.insert(ino);
         }
     }
@@ -1136,8 +1143,11 @@ impl Filesystem for AvfsFs {
             *n = n.saturating_sub(1);
             if *n == 0 {
                 st.open.remove(&ino.0);
-                st.open_set.remove(&ino.0);
-                st.ws(db)?.drop_orphan(ino.0)?;
+                // Still held by the kernel: an orphan waits for its FORGET (`forget`).
+                if !st.lookups.contains_key(&ino.0) {
+                    st.open_set.remove(&ino.0);
+                    st.ws(db)?.drop_orphan(ino.0)?;
+                }
             }
             Ok(())
         });
@@ -1272,7 +1282,7 @@ impl Filesystem for AvfsFs {
                 added.push((name.clone(), inode.ino, inode.kind, inode.hash, inode.size));
             }
             for (name, child, kind, hash, size) in added {
-                st.kernel_ref(child, kind);
+                st.kernel_ref(child);
                 st.known.insert((ino.0, name));
                 if kind == Kind::File {
                     st.files.entry(child).or_insert((hash, size));
