@@ -273,7 +273,7 @@ impl AvfsFs {
             Self::commit(db, state)?;
             // Between two transactions, under the lock: the WAL's bound (a failed
             // checkpoint is tried again after the next commit; the data is committed).
-            let _ = super::wal::cap(store);
+            state.count_wal_cap(super::wal::cap(store));
         }
         if end == End::Durable && r.is_ok() {
             // Still under the lock, so no other request has begun a transaction.
@@ -310,7 +310,7 @@ impl AvfsFs {
         let (store, state) = &mut *guard;
         if state.tx_since.is_some_and(|t| t.elapsed() > MAX_BATCH) {
             let _ = Self::commit(&store.conn, state);
-            let _ = super::wal::cap(store);
+            state.count_wal_cap(super::wal::cap(store));
         }
     }
 

@@ -135,4 +135,12 @@ impl State {
         }
         Ok(())
     }
+
+    /// Counts the times the writer emptied the WAL itself (`wal::cap`): what the bound
+    /// costs the mount's writes shows in the counters.
+    pub(super) fn count_wal_cap(&mut self, capped: Result<bool>) {
+        if let Ok(true) = capped {
+            *self.counters.entry("wal_truncate").or_default() += 1;
+        }
+    }
 }
