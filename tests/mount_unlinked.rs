@@ -45,14 +45,16 @@ fn grown_and_closed(p: &Path) {
 fn syncfs_after_a_closed_file_is_unlinked_or_replaced_answers_0() {
     let mut m = mount!("syncfs_after_a_closed_file_is_unlinked_or_replaced_answers_0");
     for round in 0..3 {
-        m.same(&format!("unlink{round}"), |d| {
+        let (syncs, left) = m.same(&format!("unlink{round}"), |d| {
             let f = d.join("f");
             grown_and_closed(&f);
             std::fs::remove_file(&f).unwrap();
             (syncfs3(d), names(d))
         });
+        assert_eq!(syncs, vec![Ok(0); 3]);
+        assert_eq!(left, Ok(vec![]));
         // The same with the last name replaced by a rename (an editor's save).
-        m.same(&format!("rename{round}"), |d| {
+        let (syncs, _) = m.same(&format!("rename{round}"), |d| {
             let f = d.join("f");
             grown_and_closed(&f);
             let new = d.join("f.new");
@@ -60,6 +62,7 @@ fn syncfs_after_a_closed_file_is_unlinked_or_replaced_answers_0() {
             std::fs::rename(&new, &f).unwrap();
             (syncfs3(d), std::fs::read(&f).unwrap())
         });
+        assert_eq!(syncs, vec![Ok(0); 3]);
     }
     // The kept inodes are gone from the vault's point of view, and nothing is damaged.
     assert_eq!(m.avfs(&["ls", "/unlink0"]).trim(), "");
