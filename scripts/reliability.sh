@@ -66,6 +66,8 @@ log="$out_dir/$mode.log"
 suites=(concurrency crash_cli hostile_input integrity integrity_scale limits_cli exec_cli)
 [ -f tests/mount_crash.rs ] && suites+=(mount_crash)
 [ -f tests/mountfs.rs ] && suites+=(mountfs)
+[ -f tests/mount_unlinked.rs ] && suites+=(mount_unlinked)
+[ -f tests/content_sizes.rs ] && suites+=(content_sizes)
 
 echo "reliability ($mode mode): ${suites[*]}; AVFS_CRASH_ROUNDS=$AVFS_CRASH_ROUNDS AVFS_MOUNT_CRASH_ROUNDS=$AVFS_MOUNT_CRASH_ROUNDS" | tee -a "$log"
 status=0

@@ -90,11 +90,12 @@ fn wal_path(vault: &Path) -> PathBuf {
 }
 
 /// The writer's bound, called after each commit (no transaction open): past `CAP_BYTES`,
-/// empty the WAL now. One `stat` when under it (about a microsecond).
-pub fn cap(store: &Store) -> Result<()> {
+/// empty the WAL now. One `stat` when under it (about a microsecond). True when it did
+/// (the mount counts these: `wal_truncate` in its counters).
+pub fn cap(store: &Store) -> Result<bool> {
     match std::fs::metadata(wal_path(&store.path)) {
-        Ok(m) if m.len() > CAP_BYTES => empty(store),
-        _ => Ok(()),
+        Ok(m) if m.len() > CAP_BYTES => empty(store).map(|()| true),
+        _ => Ok(false),
     }
 }
 
