@@ -15,6 +15,7 @@ mod schema_check;
 pub mod scratch;
 pub mod stamp;
 mod treecodec;
+pub mod upgrade;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
