@@ -158,3 +158,109 @@ fn a_flipped_byte_in_any_page_is_corrupt_where_read_and_the_file_is_unchanged() 
         reads().len()
     );
 }
+
+/// A vault file as avfs made them before page checksums (0 reserved bytes per page): the
+/// schema and every row of `src`, copied into a new SQLite file of the same page size.
+fn without_checksums(src: &Path, dst: &Path) {
+    let c = rusqlite::Connection::open(dst).unwrap();
+    let page_size: i64 = rusqlite::Connection::open(src)
+        .unwrap()
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    c.execute_batch(&format!(
+        "PRAGMA page_size = {page_size}; PRAGMA auto_vacuum = INCREMENTAL;"
+    ))
+    .unwrap();
+    c.execute("ATTACH ?1 AS src", [src.to_str().unwrap()]).unwrap();
+    let schema: Vec<(String, String, String)> = c
+        .prepare("SELECT type, name, sql FROM src.sqlite_schema WHERE sql IS NOT NULL ORDER BY rowid")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    let exists = |name: &str| -> bool {
+        c.query_row(
+            "SELECT count(*) FROM main.sqlite_schema WHERE name = ?1",
+            [name],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+            > 0
+    };
+    // Tables and indexes (a virtual table makes its own shadow tables), then the rows,
+    // then triggers, so that copying fires none.
+    for (kind, name, sql) in &schema {
+        if kind != "trigger" && !name.starts_with("sqlite_") && !exists(name) {
+            c.execute_batch(sql).unwrap();
+        }
+    }
+    for (kind, name, sql) in &schema {
+        if kind == "table" && !sql.starts_with("CREATE VIRTUAL") {
+            c.execute_batch(&format!(
+                "INSERT OR REPLACE INTO main.\"{name}\" SELECT * FROM src.\"{name}\""
+            ))
+            .unwrap();
+        }
+    }
+    for (kind, _, sql) in &schema {
+        if kind == "trigger" {
+            c.execute_batch(sql).unwrap();
+        }
+    }
+    for pragma in ["user_version", "application_id"] {
+        let v: i64 = c
+            .query_row(&format!("PRAGMA src.{pragma}"), [], |r| r.get(0))
+            .unwrap();
+        c.execute_batch(&format!("PRAGMA main.{pragma} = {v}")).unwrap();
+    }
+    c.execute_batch("DETACH src; PRAGMA journal_mode = WAL;").unwrap();
+}
+
+#[test]
+fn an_old_vault_is_read_unchecked_and_upgrade_gives_it_checksums() {
+    let env = Env::new();
+    let vault = small_vault(&env);
+    let answers: Vec<Value> = reads().iter().map(|r| read_json(&env, &vault, r).0).collect();
+    let old = env.path("old.avfs");
+    without_checksums(&vault, &old);
+    assert_eq!(std::fs::read(&old).unwrap()[20], 0, "reserved bytes of the old file");
+    env.ok(&["vault", "import", old.to_str().unwrap(), "old"]);
+    let v = env.json(&["vault", "verify", "old"]);
+    assert_eq!(v["report"]["ok"], true, "{v}");
+    assert_eq!(v["report"]["page_checksums"], false, "{v}");
+    let text = env.ok(&["vault", "verify", "old"]).stdout;
+    assert!(text.contains("avfs vault upgrade old"), "{text}");
+
+    // Refused while another avfs process has the vault open; nothing changes.
+    let before = std::fs::read(&old).unwrap();
+    let holder = std::fs::File::open(&old).unwrap();
+    // SAFETY: a valid descriptor; the shared lock every avfs process holds on its vault.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&holder), libc::LOCK_SH) }, 0);
+    let e = env.json_err(&["vault", "upgrade", "old"], 1);
+    assert_eq!(e["kind"], "busy", "{e}");
+    drop(holder);
+    assert!(std::fs::read(&old).unwrap() == before, "a refused upgrade changed the file");
+
+    let u = env.json(&["vault", "upgrade", "old"]);
+    assert_eq!(u["report"]["upgraded"], true, "{u}");
+    let file = std::fs::read(&old).unwrap();
+    assert_eq!(file[20], 8, "reserved bytes after the upgrade");
+    let v = env.json(&["vault", "verify", "old"]);
+    assert_eq!(v["report"]["ok"], true, "{v}");
+    assert_eq!(v["report"]["page_checksums"], true, "{v}");
+    // Everything reads as before, and the fork and checkpoints are still there.
+    for (r, want) in reads().iter().zip(&answers) {
+        let (got, kind) = read_json(&env, &old, r);
+        assert_eq!(kind, None, "`{}`: {got}", r.join(" "));
+        assert_eq!(&got, want, "`{}` after the upgrade", r.join(" "));
+    }
+    // And the upgraded file is checked: a flipped byte is corrupt where read.
+    let size = page_size(&file);
+    let mut bad = file.clone();
+    bad[size * 2 + size / 2] ^= 0xff;
+    let flipped = env.path("flipped.avfs");
+    std::fs::write(&flipped, &bad).unwrap();
+    let (v, _) = read_json(&env, &flipped, &["vault", "verify"]);
+    assert!(v["report"]["problems"].to_string().contains("page_checksum"), "{v}");
+}
