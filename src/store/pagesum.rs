@@ -268,11 +268,19 @@ unsafe extern "C" fn ck_sector_size(f: *mut ffi::sqlite3_file) -> c_int {
     }
 }
 
-/// Never lets SQLite read part of a page: a partial read cannot be checked.
+/// Never lets SQLite read part of a page of a checksummed file: a partial read cannot be
+/// checked. (SQLite asks before each direct read of an overflow page, so a file without
+/// checksums keeps those reads: measured, they halve the CPU time of a 64 MiB `cat`.)
 unsafe extern "C" fn ck_device_characteristics(f: *mut ffi::sqlite3_file) -> c_int {
     unsafe {
+        let ck = &*(f as *mut CkFile);
         let sub = below(f);
-        methods(sub).xDeviceCharacteristics.unwrap()(sub) & !ffi::SQLITE_IOCAP_SUBPAGE_READ
+        let caps = methods(sub).xDeviceCharacteristics.unwrap()(sub);
+        if ck.compute {
+            caps & !ffi::SQLITE_IOCAP_SUBPAGE_READ
+        } else {
+            caps
+        }
     }
 }
 
