@@ -450,6 +450,17 @@ pub fn register() {
     });
 }
 
+/// Turns the checking of page checksums on reads on or off for `conn`'s main file (as
+/// `PRAGMA checksum_verification`); sums are still written either way.
+pub fn verification(conn: &rusqlite::Connection, on: bool) {
+    let sql = if on {
+        "PRAGMA checksum_verification = ON"
+    } else {
+        "PRAGMA checksum_verification = OFF"
+    };
+    let _ = conn.query_row(sql, [], |_| Ok(()));
+}
+
 /// Asks SQLite to keep 8 reserved bytes per page in the file `conn` has open as `main`:
 /// effective when set before the first page is written, or before a VACUUM (INTO).
 pub fn reserve_bytes(conn: &rusqlite::Connection) {
