@@ -874,8 +874,47 @@ impl<'a> Verifier<'a> {
 /// `verify` of the vault file at `path`, opened read-only (nothing is written to it); a
 /// file whose schema is damaged is still checked as far as it can be read.
 pub fn verify_file(path: &std::path::Path) -> Result<VerifyReport> {
-    let mut store = Store::open_read_unchecked(path)?;
-    store.read(verify)
+    match Store::open_read_unchecked(path).and_then(|mut store| store.read(verify)) {
+        Ok(report) => Ok(report),
+        // A page that SQLite reads to open the file, or that a step outside the checks
+        // needs, fails its checksum: the report lists every damaged page instead of
+        // the first error.
+        Err(Error::Corrupt { reason, .. }) => {
+            let Ok(scan) = crate::store::pagesum::scan_file(path) else {
+                return Err(Error::Corrupt {
+                    path: path.into(),
+                    reason,
+                });
+            };
+            if scan.bad.is_empty() {
+                return Err(Error::Corrupt {
+                    path: path.into(),
+                    reason,
+                });
+            }
+            let mut problems: Vec<Problem> = scan
+                .bad
+                .iter()
+                .map(|page| Problem {
+                    kind: "page_checksum".into(),
+                    object: format!("page {page}"),
+                    message: "the page does not match its checksum: a byte of it changed after it was written".into(),
+                })
+                .collect();
+            problems.push(Problem {
+                kind: "check_failed".into(),
+                object: "vault file".into(),
+                message: format!("the rest could not be checked: {reason}"),
+            });
+            Ok(VerifyReport {
+                ok: false,
+                page_checksums: true,
+                checked: Checked::default(),
+                problems,
+            })
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Checks the whole vault and reports every problem found. Only a busy vault is an error;

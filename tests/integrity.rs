@@ -394,12 +394,17 @@ fn a_damaged_schema_is_corrupt_for_reads_writes_and_verify() {
         .run(&["--json", "--vault", sel, "vault", "verify"])
         .json();
     assert!(
-        v["report"]["problems"].to_string().contains("page_checksum"),
+        v["report"]["problems"]
+            .to_string()
+            .contains("page_checksum"),
         "verify missed the flipped page: {v}"
     );
     let e = env.json_err(&["--vault", sel, "ls", "/"], 1);
     assert_eq!(e["kind"], "corrupt_vault", "{e}");
-    assert!(std::fs::read(&p).unwrap() == data, "the damaged file was written");
+    assert!(
+        std::fs::read(&p).unwrap() == data,
+        "the damaged file was written"
+    );
     // With the checksums made to match (a checksum-aware editor), the schema check
     // catches the change.
     reseal(&mut data);

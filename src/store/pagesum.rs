@@ -227,7 +227,11 @@ unsafe extern "C" fn ck_check_reserved_lock(f: *mut ffi::sqlite3_file, out: *mut
 
 /// Answers `PRAGMA checksum_verification[=ON|OFF]` (as cksumvfs does); refuses a page
 /// size change on a checksummed file; passes everything else down.
-unsafe extern "C" fn ck_file_control(f: *mut ffi::sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+unsafe extern "C" fn ck_file_control(
+    f: *mut ffi::sqlite3_file,
+    op: c_int,
+    arg: *mut c_void,
+) -> c_int {
     unsafe {
         let ck = &mut *(f as *mut CkFile);
         if op == ffi::SQLITE_FCNTL_PRAGMA {
@@ -236,7 +240,9 @@ unsafe extern "C" fn ck_file_control(f: *mut ffi::sqlite3_file, op: c_int, arg: 
             let value = *args.add(2);
             if name.eq_ignore_ascii_case(b"checksum_verification") {
                 if !value.is_null() {
-                    let v = std::ffi::CStr::from_ptr(value).to_bytes().to_ascii_lowercase();
+                    let v = std::ffi::CStr::from_ptr(value)
+                        .to_bytes()
+                        .to_ascii_lowercase();
                     let on = matches!(v.first(), Some(b'1'..=b'9'))
                         || v.starts_with(b"enable")
                         || v == b"yes"
@@ -297,7 +303,12 @@ unsafe extern "C" fn ck_shm_map(
     }
 }
 
-unsafe extern "C" fn ck_shm_lock(f: *mut ffi::sqlite3_file, ofs: c_int, n: c_int, flags: c_int) -> c_int {
+unsafe extern "C" fn ck_shm_lock(
+    f: *mut ffi::sqlite3_file,
+    ofs: c_int,
+    n: c_int,
+    flags: c_int,
+) -> c_int {
     unsafe {
         let sub = below(f);
         methods(sub).xShmLock.unwrap()(sub, ofs, n, flags)
@@ -340,7 +351,11 @@ unsafe extern "C" fn ck_fetch(
     }
 }
 
-unsafe extern "C" fn ck_unfetch(f: *mut ffi::sqlite3_file, ofs: ffi::sqlite3_int64, p: *mut c_void) -> c_int {
+unsafe extern "C" fn ck_unfetch(
+    f: *mut ffi::sqlite3_file,
+    ofs: ffi::sqlite3_int64,
+    p: *mut c_void,
+) -> c_int {
     unsafe {
         let sub = below(f);
         match methods(sub).xUnfetch {

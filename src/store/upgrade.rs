@@ -132,7 +132,10 @@ fn copy_and_swap(path: &Path, tmp: &Path) -> Result<u64> {
         return Err(Error::Busy);
     }
     let wal = stamp::sidecar(path, "-wal");
-    if std::fs::metadata(&wal).map(|m| m.len() > 0).unwrap_or(false) {
+    if std::fs::metadata(&wal)
+        .map(|m| m.len() > 0)
+        .unwrap_or(false)
+    {
         return Err(Error::Busy);
     }
     std::fs::rename(tmp, path).map_err(|e| Error::host(path.display(), e))?;
