@@ -170,6 +170,7 @@ fn open_registry(home: &Path) -> Result<Option<Connection>> {
     if !path.is_file() {
         return Ok(None);
     }
+    crate::store::pagesum::register();
     let conn = Connection::open_with_flags(
         &path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,

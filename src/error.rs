@@ -185,6 +185,12 @@ impl From<rusqlite::Error> for Error {
             reason,
         };
         match &e {
+            // A page that fails its checksum (`store::pagesum`).
+            rusqlite::Error::SqliteFailure(f, _)
+                if f.extended_code == rusqlite::ffi::SQLITE_IOERR_DATA =>
+            {
+                return corrupt(crate::store::pagesum::take_last_fault());
+            }
             rusqlite::Error::SqliteFailure(f, _)
                 if matches!(
                     f.code,

@@ -278,6 +278,9 @@ pub struct Checked {
 #[derive(Serialize, Debug, Clone)]
 pub struct VerifyReport {
     pub ok: bool,
+    /// The file keeps a checksum in every page, checked on every read (vaults made
+    /// before page checksums do not: `avfs vault upgrade` gives them checksums).
+    pub page_checksums: bool,
     pub checked: Checked,
     pub problems: Vec<Problem>,
 }
@@ -424,6 +427,25 @@ impl<'a> Verifier<'a> {
             self.problem("schema", "vault schema", d);
         }
         Ok(())
+    }
+
+    /// Every page of the file against its checksum, read from the file directly, so
+    /// every damaged page is named (a query stops at the first). Returns whether the
+    /// file keeps page checksums.
+    fn page_checksums(&mut self) -> Result<bool> {
+        let Some(path) = self.db.path().filter(|p| !p.is_empty()) else {
+            return Ok(false);
+        };
+        let scan = crate::store::pagesum::scan_file(std::path::Path::new(path))
+            .map_err(|e| Error::host(path, e))?;
+        for page in scan.bad {
+            self.problem(
+                "page_checksum",
+                format!("page {page}"),
+                "the page does not match its checksum: a byte of it changed after it was written",
+            );
+        }
+        Ok(scan.checksums)
     }
 
     fn integrity(&mut self) -> Result<()> {
@@ -852,8 +874,47 @@ impl<'a> Verifier<'a> {
 /// `verify` of the vault file at `path`, opened read-only (nothing is written to it); a
 /// file whose schema is damaged is still checked as far as it can be read.
 pub fn verify_file(path: &std::path::Path) -> Result<VerifyReport> {
-    let mut store = Store::open_read_unchecked(path)?;
-    store.read(verify)
+    match Store::open_read_unchecked(path).and_then(|mut store| store.read(verify)) {
+        Ok(report) => Ok(report),
+        // A page that SQLite reads to open the file, or that a step outside the checks
+        // needs, fails its checksum: the report lists every damaged page instead of
+        // the first error.
+        Err(Error::Corrupt { reason, .. }) => {
+            let Ok(scan) = crate::store::pagesum::scan_file(path) else {
+                return Err(Error::Corrupt {
+                    path: path.into(),
+                    reason,
+                });
+            };
+            if scan.bad.is_empty() {
+                return Err(Error::Corrupt {
+                    path: path.into(),
+                    reason,
+                });
+            }
+            let mut problems: Vec<Problem> = scan
+                .bad
+                .iter()
+                .map(|page| Problem {
+                    kind: "page_checksum".into(),
+                    object: format!("page {page}"),
+                    message: "the page does not match its checksum: a byte of it changed after it was written".into(),
+                })
+                .collect();
+            problems.push(Problem {
+                kind: "check_failed".into(),
+                object: "vault file".into(),
+                message: format!("the rest could not be checked: {reason}"),
+            });
+            Ok(VerifyReport {
+                ok: false,
+                page_checksums: true,
+                checked: Checked::default(),
+                problems,
+            })
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Checks the whole vault and reports every problem found. Only a busy vault is an error;
@@ -870,6 +931,11 @@ pub fn verify(db: &Connection) -> Result<VerifyReport> {
         contents_complete: false,
         trees_complete: false,
     };
+    let mut page_checksums = false;
+    v.run("page checksums", |v| {
+        page_checksums = v.page_checksums()?;
+        Ok(())
+    })?;
     v.run("schema", Verifier::schema)?;
     v.run("sqlite integrity", Verifier::integrity)?;
     v.chunks_complete = v.run("chunks", Verifier::scan_chunks)?;
@@ -893,6 +959,7 @@ pub fn verify(db: &Connection) -> Result<VerifyReport> {
     v.run("audit log", Verifier::check_audit)?;
     Ok(VerifyReport {
         ok: v.problems.is_empty(),
+        page_checksums,
         checked: v.checked,
         problems: v.problems,
     })

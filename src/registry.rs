@@ -92,6 +92,7 @@ impl Registry {
                 });
             }
         }
+        crate::store::pagesum::register();
         let conn = Connection::open(&db)?;
         conn.busy_timeout(Duration::from_secs(30))?;
         retry_busy(|| conn.pragma_update(None, "journal_mode", "WAL"))?;

@@ -387,8 +387,28 @@ fn a_damaged_schema_is_corrupt_for_reads_writes_and_verify() {
         data[i + 7] = b'x';
     }
     let p = env.path("schema.avfs");
-    std::fs::write(&p, &data).unwrap();
     let sel = p.to_str().unwrap();
+    // As flipped, the bytes fail their pages' checksums: corrupt where read.
+    std::fs::write(&p, &data).unwrap();
+    let v = env
+        .run(&["--json", "--vault", sel, "vault", "verify"])
+        .json();
+    assert!(
+        v["report"]["problems"]
+            .to_string()
+            .contains("page_checksum"),
+        "verify missed the flipped page: {v}"
+    );
+    let e = env.json_err(&["--vault", sel, "ls", "/"], 1);
+    assert_eq!(e["kind"], "corrupt_vault", "{e}");
+    assert!(
+        std::fs::read(&p).unwrap() == data,
+        "the damaged file was written"
+    );
+    // With the checksums made to match (a checksum-aware editor), the schema check
+    // catches the change.
+    reseal(&mut data);
+    std::fs::write(&p, &data).unwrap();
     let v = env
         .run(&["--json", "--vault", sel, "vault", "verify"])
         .json();
@@ -412,6 +432,18 @@ fn a_damaged_schema_is_corrupt_for_reads_writes_and_verify() {
         std::fs::read(&p).unwrap() == data,
         "the damaged file was written"
     );
+}
+
+/// Writes every page's checksum to match its bytes.
+fn reseal(file: &mut [u8]) {
+    let size = match u16::from_be_bytes([file[16], file[17]]) {
+        1 => 65536,
+        n => n as usize,
+    };
+    for page in file.chunks_exact_mut(size) {
+        let sum = agentvfs::store::pagesum::page_sum(page);
+        page[size - 8..].copy_from_slice(&sum);
+    }
 }
 
 fn tamper(path: &Path, sql: &str) {

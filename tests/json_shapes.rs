@@ -170,8 +170,22 @@ fn vault_fork_export_import_verify_delete() {
     assert_eq!(v["report"]["ok"], true);
     assert_eq!(v["report"]["problems"].as_array().unwrap().len(), 0);
     assert_eq!(v["report"]["checked"]["workspaces"], 3);
+    assert_eq!(v["report"]["page_checksums"], true);
     let v = doc(&env, &["vault", "verify", "task-copy"]);
     assert_eq!(v["report"]["ok"], true);
+    // A vault made with page checksums has nothing to upgrade.
+    let u = doc(&env, &["vault", "upgrade", "base"]);
+    shape(&u, &[("vault", Str), ("path", Str), ("report", Obj)]);
+    shape(
+        &u["report"],
+        &[
+            ("upgraded", Bool),
+            ("pages", Num),
+            ("bytes_before", Num),
+            ("bytes_after", Num),
+        ],
+    );
+    assert_eq!(u["report"]["upgraded"], false);
 
     let d = doc(&env, &["vault", "delete", "task2", "-y"]);
     shape(&d, &[("deleted", Arr)]);

@@ -57,6 +57,10 @@ const EXAMPLES: &[(&str, &str)] = &[
         "  avfs vault verify\n  avfs vault verify task-1",
     ),
     (
+        "vault upgrade",
+        "  avfs vault upgrade default   # a vault made before page checksums gets them",
+    ),
+    (
         "vault recover",
         "  avfs vault recover default /tmp/rescued.avfs   # copy out what is intact
   avfs vault import /tmp/rescued.avfs rescued     # then use it",

@@ -1,4 +1,4 @@
-//! vault create/list/use/info/delete/fork/export/import/verify.
+//! vault create/list/use/info/delete/fork/export/import/verify/upgrade.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -78,6 +78,10 @@ pub enum VaultCmd {
     /// Check the whole vault: its schema, SQLite's pages, every object's hash, every
     /// reference and the audit chain. Reads only: the file is left as it was.
     Verify { name: Option<String> },
+    /// Give a vault made before page checksums a checksum in every page (checked on every
+    /// read): the file is copied whole, checked, and replaces the old one. Needs the vault
+    /// to be open nowhere else.
+    Upgrade { name: Option<String> },
     /// Copy every checkpoint and workspace of a damaged vault whose objects are all
     /// intact into a new vault file, and list what was lost. The damaged file is only read.
     Recover {
@@ -492,6 +496,12 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 || {
                     if report.ok {
                         println!("vault {} ok", v.name);
+                        if !report.page_checksums {
+                            println!(
+                                "note: no page checksums (a vault made before them); `avfs vault upgrade {}` adds them",
+                                v.name
+                            );
+                        }
                     } else {
                         for p in &report.problems {
                             println!("{}: {}: {}", p.kind, p.object, p.message);
@@ -500,6 +510,27 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 },
             );
             return Ok(if report.ok { 0 } else { 1 });
+        }
+        VaultCmd::Upgrade { name } => {
+            let reg = ctx.registry()?;
+            let v = match name.or_else(|| ctx.vault_sel.clone()) {
+                Some(n) => reg.resolve(Some(&n))?.ok_or(Error::NoSuchVault(n))?,
+                None => ctx.existing()?.1,
+            };
+            let report = crate::store::upgrade::add_page_checksums(&v.path)?;
+            ctx.out.emit(
+                &json!({"vault": v.name, "path": v.path, "report": report}),
+                || {
+                    if report.upgraded {
+                        println!(
+                            "vault {}: page checksums added ({} pages, {} bytes, was {})",
+                            v.name, report.pages, report.bytes_after, report.bytes_before
+                        );
+                    } else {
+                        println!("vault {} already has page checksums", v.name);
+                    }
+                },
+            );
         }
     }
     Ok(0)

@@ -7,6 +7,7 @@ pub mod content;
 mod creating;
 pub mod missing;
 pub mod objects;
+pub mod pagesum;
 pub mod pins;
 pub mod quota;
 pub mod schema;
@@ -14,6 +15,7 @@ mod schema_check;
 pub mod scratch;
 pub mod stamp;
 mod treecodec;
+pub mod upgrade;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -233,6 +235,7 @@ impl Store {
 
     /// Builds a new, empty vault at `path` (a temporary name: see `create`).
     fn create_at(path: &Path) -> Result<Store> {
+        pagesum::register();
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -242,6 +245,9 @@ impl Store {
         // First of all, `auto_vacuum` included: setting that on an empty file fixes the
         // page size at the default (measured: 4 KiB pages when set after it).
         conn.pragma_update(None, "page_size", PAGE_SIZE)?;
+        // Page checksums (`pagesum`): 8 reserved bytes at the end of every page, set before
+        // the first page is written (later, only a VACUUM can change it).
+        pagesum::reserve_bytes(&conn);
         // Lets freed pages go back to the file system (`vacuum`). It must come before
         // anything is written to the file, the header included (application_id): set
         // later, it is silently ignored, as it was in vaults made before format 5.
@@ -289,6 +295,7 @@ impl Store {
             });
         }
         let guard = stamp::Guard::take(path, || full_check(path))?;
+        pagesum::register();
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -339,6 +346,7 @@ impl Store {
         } else {
             "mode=ro&immutable=1"
         };
+        pagesum::register();
         let conn = Connection::open_with_flags(
             uri_of(path, query),
             OpenFlags::SQLITE_OPEN_READ_ONLY

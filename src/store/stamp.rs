@@ -137,6 +137,23 @@ impl Drop for Guard {
     }
 }
 
+/// Locks the file at `path` exclusively when no other avfs process has it open (they
+/// hold it shared, see `Guard`); `Busy` otherwise. Released when the returned file is
+/// closed. For work that replaces the file (`vault upgrade`).
+pub fn lock_alone(path: &Path) -> Result<File> {
+    let file = File::open(path).map_err(|e| Error::host(path.display(), e))?;
+    match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+        Ok(()) => Ok(file),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Err(Error::Busy),
+        Err(e) => Err(Error::host(path.display(), e)),
+    }
+}
+
+/// Records the stamp of the file at `path` as it is now: avfs itself just left it so.
+pub fn record(path: &Path) {
+    book_put(&key(path));
+}
+
 /// The stamp recorded for the file at `key`, if any.
 fn book_get(key: &Path) -> Option<String> {
     let reg = crate::registry::Registry::open(&crate::registry::default_home()).ok()?;

@@ -297,7 +297,15 @@ pub fn check_checkpoint(c: &Value) {
 pub fn check_vault_verify(v: &Value) {
     shape(v, &[("vault", Str), ("path", Str), ("report", Obj)]);
     let r = &v["report"];
-    shape(r, &[("ok", Bool), ("checked", Obj), ("problems", Arr)]);
+    shape(
+        r,
+        &[
+            ("ok", Bool),
+            ("page_checksums", Bool),
+            ("checked", Obj),
+            ("problems", Arr),
+        ],
+    );
     shape(&r["checked"], VERIFY_CHECKED);
     each(
         &r["problems"],
