@@ -62,8 +62,9 @@ fn fetch_objects(
 ) -> Result<Vec<(ObjKind, Hash, Vec<u8>)>> {
     let mut by_pack: HashMap<String, Vec<Wanted>> = HashMap::new();
     store.read(|db| {
+        let cat = catalog::Catalog::load(db)?;
         for (kind, h) in wanted {
-            let loc = catalog::locate(db, h, *kind, Some(remote))?.ok_or_else(|| {
+            let loc = cat.locate(h, *kind, Some(remote)).ok_or_else(|| {
                 Error::RemoteCorrupt {
                     remote: remote.to_string(),
                     what: format!("{} {}", kind.name(), h.to_hex()),

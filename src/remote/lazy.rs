@@ -129,17 +129,19 @@ impl ObjectSource for LazyFetch {
         if let Some(d) = recall(kind, hash) {
             return Ok(Some(d.to_vec()));
         }
-        let Some(loc) = catalog::locate(db, hash, kind, None)? else {
+        let cat = catalog::Catalog::load(db)?;
+        let Some(loc) = cat.locate(hash, kind, None) else {
             return Ok(None);
         };
         let url: String = db
             .prepare_cached("SELECT url FROM remote WHERE name = ?1")?
             .query_row([&loc.remote], |r| r.get(0))
             .map_err(|_| Error::NoSuchRemote(loc.remote.clone()))?;
+        let neighbours = cat.in_pack_order(loc.pack_id);
         let (start, items) = if kind == ObjKind::Chunk {
-            (loc.offset, chunks_after(db, &loc, *hash)?)
+            (loc.offset, chunks_after(db, &neighbours, &loc, *hash)?)
         } else {
-            metadata_around(db, &loc, *hash)?
+            metadata_around(db, &neighbours, &loc, *hash)?
         };
         let end = items.iter().map(|i| i.2 + i.3).max().unwrap_or(start);
         let t = transport_for(&loc.remote, &url)?;
@@ -178,11 +180,17 @@ impl ObjectSource for LazyFetch {
 type Item = (ObjKind, Hash, u64, u64);
 
 /// The chunk asked for, then the chunks stored right after it that this vault lacks
-/// (a file's next chunks, up to `READ_AHEAD`).
-fn chunks_after(db: &Connection, loc: &catalog::Located, hash: Hash) -> Result<Vec<Item>> {
+/// (a file's next chunks, up to `READ_AHEAD`). `pack` is the pack's objects in order.
+fn chunks_after(
+    db: &Connection,
+    pack: &[catalog::Item],
+    loc: &catalog::Located,
+    hash: Hash,
+) -> Result<Vec<Item>> {
     let mut items = vec![(ObjKind::Chunk, hash, loc.offset, loc.length)];
     let mut end = loc.offset + loc.length;
-    for (h, k, off, len) in catalog::following(db, loc.pack_id, loc.offset, 64)? {
+    let after = pack.partition_point(|i| i.2 <= loc.offset);
+    for &(h, k, off, len) in &pack[after..] {
         if off != end || k != ObjKind::Chunk || end + len - loc.offset > READ_AHEAD {
             break;
         }
@@ -196,16 +204,25 @@ fn chunks_after(db: &Connection, loc: &catalog::Located, hash: Hash) -> Result<V
 }
 
 /// The tree or chunk list asked for and the trees and chunk lists this vault lacks
-/// around it in its pack (one contiguous range from the returned start).
+/// around it in its pack (one contiguous range from the returned start). `pack` is the
+/// pack's objects in order.
 fn metadata_around(
     db: &Connection,
+    pack: &[catalog::Item],
     loc: &catalog::Located,
     hash: Hash,
 ) -> Result<(u64, Vec<Item>)> {
     let lo = loc.offset.saturating_sub(TREES_BEFORE);
     let hi = loc.offset + loc.length + TREES_AFTER;
+    let first = pack.partition_point(|i| i.2 < lo);
     let mut items = Vec::new();
-    for (h, k, off, len) in catalog::within(db, loc.pack_id, lo..hi)? {
+    for &(h, k, off, len) in &pack[first..] {
+        if off >= hi {
+            break;
+        }
+        if off + len > hi {
+            continue;
+        }
         let wanted = off == loc.offset
             || (matches!(k, ObjKind::Tree | ObjKind::Content)
                 && recall(k, &h).is_none()
