@@ -345,8 +345,8 @@ pub fn sync(store: &mut Store, t: &Transport, remote: &str) -> Result<SyncReport
         .filter(|n| !known.contains_key(*n))
         .cloned()
         .collect();
-    // Indexes are small; fetch several at once, and record them in batches so a killed
-    // fetch keeps what it read.
+    // Indexes are small; fetch many at once (a clone of 100 000 files reads ~30 before
+    // anything else: their round trips are most of its time).
     let fetched: Vec<(String, PackIndex)> = t.run(
         futures_util::stream::iter(new.iter())
             .map(|n| async move {
@@ -361,7 +361,7 @@ pub fn sync(store: &mut Store, t: &Transport, remote: &str) -> Result<SyncReport
                 })?;
                 Ok::<_, Error>((n.clone(), idx))
             })
-            .buffer_unordered(8)
+            .buffer_unordered(16)
             .try_collect(),
     )?;
     store.write(|db| {
