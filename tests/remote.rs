@@ -9,8 +9,7 @@ mod remote_util;
 mod s3;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Stdio;
 
 use common::Env;
 use remote_util::{exported_equals, machine, project};
