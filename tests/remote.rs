@@ -464,16 +464,24 @@ fn vault_fork_from_a_remote_checkpoint_moves_only_missing_objects() {
     assert_eq!(again["remote"]["fetched"]["objects"], 0, "{again}");
     assert_eq!(b.cat(Some("review"), "/src/m1/f1.txt"), "v2 1");
     let other = b.json_err(
-        &["vault", "fork", "web", "review", "--remote", "origin", "--from", "v1"],
+        &[
+            "vault", "fork", "web", "review", "--remote", "origin", "--from", "v1",
+        ],
         1,
     );
     assert_eq!(other["kind"], "vault_exists", "{other}");
     let msg = other["message"].as_str().unwrap();
-    assert!(msg.contains("at checkpoint v2, not at origin/main's v1"), "{msg}");
+    assert!(
+        msg.contains("at checkpoint v2, not at origin/main's v1"),
+        "{msg}"
+    );
     b.ok(&["--vault", "review", "write", "/new.txt", "x"]);
     let changed = b.json_err(&["vault", "fork", "web", "review", "--remote", "origin"], 1);
     assert!(
-        changed["message"].as_str().unwrap().contains("unsaved changes"),
+        changed["message"]
+            .as_str()
+            .unwrap()
+            .contains("unsaved changes"),
         "{changed}"
     );
     b.ok(&["--vault", "review", "rm", "/new.txt"]);

@@ -135,7 +135,6 @@ fn kill_9_during_push_and_clone_leaves_both_sides_consistent() {
     );
 }
 
-
 #[test]
 fn kill_9_during_fetch_lazy_clone_and_lazy_read_leaves_both_sides_consistent() {
     let s3 = S3::start();
@@ -152,7 +151,11 @@ fn kill_9_during_fetch_lazy_clone_and_lazy_read_leaves_both_sides_consistent() {
     b.json(&["clone", &url, "web", "--full"]);
     std::fs::write(src.join("noise.bin"), noise(24 << 20, 1)).unwrap();
     for i in 0..200 {
-        std::fs::write(src.join(format!("src/m{}/g{i}.txt", i % 7)), format!("v2 {i}\n")).unwrap();
+        std::fs::write(
+            src.join(format!("src/m{}/g{i}.txt", i % 7)),
+            format!("v2 {i}\n"),
+        )
+        .unwrap();
     }
     a.ok(&["import", src.to_str().unwrap(), "/"]);
     a.ok(&["checkpoint", "save", "v2"]);
@@ -163,7 +166,11 @@ fn kill_9_during_fetch_lazy_clone_and_lazy_read_leaves_both_sides_consistent() {
     for delay in [30u64, 120, 400] {
         kill_after(&b, &["--vault", "web", "--json", "fetch"], delay);
         verify_ok(&b, "web", &format!("fetch killed after {delay} ms"));
-        assert_eq!(remote_listing(&s3, "killf"), untouched, "fetch wrote to the remote");
+        assert_eq!(
+            remote_listing(&s3, "killf"),
+            untouched,
+            "fetch wrote to the remote"
+        );
     }
     // Run again, it finishes: v2 arrives whole and b reads it without the server later.
     let f = b.json(&["--vault", "web", "fetch"]);
@@ -182,7 +189,11 @@ fn kill_9_during_fetch_lazy_clone_and_lazy_read_leaves_both_sides_consistent() {
             verify_ok(&c, "lazy", &format!("lazy clone killed after {delay} ms"));
             c.ok(&["vault", "delete", "lazy", "-y"]);
         }
-        assert_eq!(remote_listing(&s3, "killf"), untouched, "clone wrote to the remote");
+        assert_eq!(
+            remote_listing(&s3, "killf"),
+            untouched,
+            "clone wrote to the remote"
+        );
     }
     let r = c.json(&["clone", &url, "lazy"]);
     assert_eq!(r["clone"]["lazy"], true, "{r}");
@@ -195,10 +206,20 @@ fn kill_9_during_fetch_lazy_clone_and_lazy_read_leaves_both_sides_consistent() {
         kill_after(&c, &["--vault", "lazy", "cat", "/noise.bin"], delay);
         verify_ok(&c, "lazy", &format!("lazy read killed after {delay} ms"));
     }
-    let got = c.cmd(["--vault", "lazy", "cat", "/noise.bin"]).output().unwrap();
+    let got = c
+        .cmd(["--vault", "lazy", "cat", "/noise.bin"])
+        .output()
+        .unwrap();
     assert!(got.status.success());
-    assert!(got.stdout == noise(24 << 20, 1), "the lazy read returned other bytes");
-    assert_eq!(remote_listing(&s3, "killf"), untouched, "a lazy read wrote to the remote");
+    assert!(
+        got.stdout == noise(24 << 20, 1),
+        "the lazy read returned other bytes"
+    );
+    assert_eq!(
+        remote_listing(&s3, "killf"),
+        untouched,
+        "a lazy read wrote to the remote"
+    );
     verify_ok(&c, "lazy", "after the lazy read");
     c.ok(&["--vault", "lazy", "fetch", "--full"]);
     exported_equals(&c, "lazy", &src);

@@ -136,7 +136,12 @@ fn with_progress<T>(ctx: &Ctx, work: impl FnOnce(&dyn Progress) -> Result<T>) ->
 }
 
 /// "fetched N object(s), SIZE in N request(s), SECONDS" and what a lazy vault leaves.
-fn print_fetched(fetched: &remote::fetch::Fetched, traffic: &remote::transport::Traffic, seconds: f64, lazy_note: &str) {
+fn print_fetched(
+    fetched: &remote::fetch::Fetched,
+    traffic: &remote::transport::Traffic,
+    seconds: f64,
+    lazy_note: &str,
+) {
     println!(
         "fetched {} object(s), {} in {} request(s), {seconds:.2}s{lazy_note}",
         fetched.objects,

@@ -64,13 +64,13 @@ fn fetch_objects(
     store.read(|db| {
         let cat = catalog::Catalog::load(db)?;
         for (kind, h) in wanted {
-            let loc = cat.locate(h, *kind, Some(remote)).ok_or_else(|| {
-                Error::RemoteCorrupt {
+            let loc = cat
+                .locate(h, *kind, Some(remote))
+                .ok_or_else(|| Error::RemoteCorrupt {
                     remote: remote.to_string(),
                     what: format!("{} {}", kind.name(), h.to_hex()),
                     reason: "referenced, but no index of the remote lists it".into(),
-                }
-            })?;
+                })?;
             by_pack.entry(loc.pack_name).or_default().push((
                 *kind,
                 *h,
@@ -322,7 +322,10 @@ pub fn fetch_trees(
     let missing: Vec<(ObjKind, Hash)> = store.read(|db| {
         let mut out = Vec::new();
         for r in roots {
-            if *r != HOLE && !out.contains(&(ObjKind::Tree, *r)) && !wire::has(db, ObjKind::Tree, r)? {
+            if *r != HOLE
+                && !out.contains(&(ObjKind::Tree, *r))
+                && !wire::has(db, ObjKind::Tree, r)?
+            {
                 out.push((ObjKind::Tree, *r));
             }
         }

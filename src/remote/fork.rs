@@ -22,8 +22,8 @@ use super::fetch::{Fetched, LAZY_KEY, fetch_history, fetch_trees};
 use super::transport::Traffic;
 use super::{Progress, catalog, commits, refs};
 use crate::error::{Error, Result};
-use crate::store::{Store, audit, meta_get};
 use crate::store::objects::Hash;
+use crate::store::{Store, audit, meta_get};
 use crate::workspace::{Workspace, create_workspace};
 
 /// What to fork: a remote, the workspace (ref) on it, and a checkpoint of its history.
@@ -125,7 +125,15 @@ pub fn fork(
     let lazy = store.read(|db| Ok(meta_get(db, LAZY_KEY)?.unwrap_or(0) == 1))?;
     if exists {
         let (checkpoint, base) = store.write(|db| {
-            already_forked(db, source_workspace, name, &target, &obj.name, &remote, &remote_ws)
+            already_forked(
+                db,
+                source_workspace,
+                name,
+                &target,
+                &obj.name,
+                &remote,
+                &remote_ws,
+            )
         })?;
         return Ok(RemoteFork {
             remote,
@@ -238,9 +246,9 @@ fn already_forked(
             "it is not a fork of {source} (its checkpoint is {}; {remote}/{remote_ws}'s {target_name} was asked)",
             cp.name
         ),
-        (None, _) => format!(
-            "it has no checkpoint; {remote}/{remote_ws}'s {target_name} was asked"
-        ),
+        (None, _) => {
+            format!("it has no checkpoint; {remote}/{remote_ws}'s {target_name} was asked")
+        }
     };
     Err(Error::ForkDiffers {
         name: name.into(),

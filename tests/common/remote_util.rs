@@ -73,4 +73,3 @@ pub fn exported_equals(env: &Env, vault: &str, original: &Path) {
         String::from_utf8_lossy(&d.stdout)
     );
 }
-
