@@ -55,7 +55,7 @@ pub struct PackEntries {
 impl PackEntries {
     fn encode(entries: &[IndexEntry]) -> Vec<u8> {
         let mut sorted: Vec<&IndexEntry> = entries.iter().collect();
-        sorted.sort_unstable_by(|a, b| (a.hash, a.kind).cmp(&(b.hash, b.kind)));
+        sorted.sort_unstable_by_key(|e| (e.hash, e.kind));
         let mut out = Vec::with_capacity(sorted.len() * RECORD);
         for e in sorted {
             out.extend_from_slice(&e.hash);
@@ -67,7 +67,7 @@ impl PackEntries {
     }
 
     fn from_blob(blob: Vec<u8>) -> std::result::Result<PackEntries, String> {
-        if blob.len() % RECORD != 0 {
+        if !blob.len().is_multiple_of(RECORD) {
             return Err(format!(
                 "a stored pack index of {} bytes is not whole records",
                 blob.len()
