@@ -30,6 +30,9 @@ pub enum Error {
     NoVaultYet,
     #[error("a vault or workspace named {0:?} already exists")]
     VaultExists(String),
+    /// `vault fork --remote` again, into a workspace that is not the fork asked for.
+    #[error("a workspace named {name:?} already exists in this vault file: {detail}")]
+    ForkDiffers { name: String, detail: String },
     #[error("no such checkpoint: {0} (see `avfs checkpoint list`)")]
     NoSuchCheckpoint(String),
     #[error("a checkpoint named {0:?} already exists in this workspace")]
@@ -114,7 +117,7 @@ impl Error {
             Error::Corrupt { .. } => "corrupt_vault",
             Error::TooNew { .. } => "vault_too_new",
             Error::NoSuchVault(_) | Error::NoVaultYet => "no_such_vault",
-            Error::VaultExists(_) => "vault_exists",
+            Error::VaultExists(_) | Error::ForkDiffers { .. } => "vault_exists",
             Error::NoSuchCheckpoint(_) => "no_such_checkpoint",
             Error::CheckpointExists(_) => "checkpoint_exists",
             Error::NotFound(_) => "not_found",
@@ -149,7 +152,10 @@ impl Error {
             | Error::NoSuchCheckpoint(_)
             | Error::NoSuchVault(_)
             | Error::NoVaultYet => libc::ENOENT,
-            Error::Exists(_) | Error::VaultExists(_) | Error::CheckpointExists(_) => libc::EEXIST,
+            Error::Exists(_)
+            | Error::VaultExists(_)
+            | Error::ForkDiffers { .. }
+            | Error::CheckpointExists(_) => libc::EEXIST,
             Error::NotADirectory(_) => libc::ENOTDIR,
             Error::IsADirectory(_) => libc::EISDIR,
             Error::NotEmpty(_) => libc::ENOTEMPTY,

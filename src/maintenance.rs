@@ -60,6 +60,8 @@ struct Marker<'a> {
     kept: HashSet<Hash>,
     /// Trees marked but not yet read.
     pending: Vec<Hash>,
+    /// What remotes promise (a lazy clone's unfetched objects), loaded on first need.
+    promises: Option<crate::remote::catalog::Catalog>,
 }
 
 impl<'a> Marker<'a> {
@@ -72,7 +74,16 @@ impl<'a> Marker<'a> {
                 .prepare("SELECT format, size, chunks FROM content WHERE hash = ?1")?,
             kept: HashSet::new(),
             pending: Vec::new(),
+            promises: None,
         })
+    }
+
+    /// Is `h` listed in a remote's index (not fetched yet, not missing)?
+    fn promised(&mut self, h: &Hash) -> Result<bool> {
+        if self.promises.is_none() {
+            self.promises = Some(crate::remote::catalog::Catalog::load(self.db)?);
+        }
+        Ok(self.promises.as_ref().is_some_and(|c| c.promised(h)))
     }
 
     /// Records `h` as reachable; true the first time it is seen.
@@ -111,8 +122,7 @@ impl<'a> Marker<'a> {
                 }
             }
             // A lazy clone's unfetched file: its remote holds it, nothing here to keep.
-            None if size as usize > CHUNK_SIZE
-                && crate::remote::catalog::promised(self.db, &h)? => {}
+            None if size as usize > CHUNK_SIZE && self.promised(&h)? => {}
             None if size as usize > CHUNK_SIZE => {
                 return Err(gc_refused(format!(
                     "content {} of a {size}-byte file is missing",
@@ -134,7 +144,7 @@ impl<'a> Marker<'a> {
             let data = match data {
                 Some(d) => d,
                 // A tree a remote promises (lazy clone): nothing below it is here to keep.
-                None if crate::remote::catalog::promised(self.db, &h)? => continue,
+                None if self.promised(&h)? => continue,
                 None => return Err(gc_refused(format!("tree {} is missing", h.to_hex()))),
             };
             if Tree::hash_of(&data) != h {

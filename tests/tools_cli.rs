@@ -521,8 +521,8 @@ fn old_vaults_migrate_to_the_current_format_and_newer_ones_are_refused() {
     let version: i64 = db
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7);
-    db.execute_batch("PRAGMA user_version = 8;").unwrap();
+    assert_eq!(version, 8);
+    db.execute_batch("PRAGMA user_version = 9;").unwrap();
     drop(db);
     let e = env.json_err(&["search", "migrated"], 1);
     assert_eq!(e["kind"], "vault_too_new");

@@ -127,6 +127,29 @@ impl Progress for Bar {
     }
 }
 
+/// Runs long remote work with a progress line on a terminal, cleared when it ends.
+fn with_progress<T>(ctx: &Ctx, work: impl FnOnce(&dyn Progress) -> Result<T>) -> Result<T> {
+    let bar = Bar::new(ctx);
+    let r = work(&bar);
+    bar.done();
+    r
+}
+
+/// "fetched N object(s), SIZE in N request(s), SECONDS" and what a lazy vault leaves.
+fn print_fetched(
+    fetched: &remote::fetch::Fetched,
+    traffic: &remote::transport::Traffic,
+    seconds: f64,
+    lazy_note: &str,
+) {
+    println!(
+        "fetched {} object(s), {} in {} request(s), {seconds:.2}s{lazy_note}",
+        fetched.objects,
+        human_size(fetched.bytes),
+        traffic.requests,
+    );
+}
+
 fn remote_or_default(v: &VaultRef, name: Option<String>) -> Result<String> {
     match name {
         Some(n) => Ok(n),
@@ -193,10 +216,9 @@ pub fn push(ctx: &Ctx, a: PushArgs) -> Result<i32> {
     } else {
         ctx.sync_mount(&v)?;
     }
-    let bar = Bar::new(ctx);
-    let r = remote::push(&ctx.home, &v.path, &name, &v.workspace, &target, &bar);
-    bar.done();
-    let r = r?;
+    let r = with_progress(ctx, |bar| {
+        remote::push(&ctx.home, &v.path, &name, &v.workspace, &target, bar)
+    })?;
     ctx.out.emit(&r, || {
         for u in &r.refs {
             let what = match u.status {
@@ -226,10 +248,9 @@ pub fn push(ctx: &Ctx, a: PushArgs) -> Result<i32> {
 pub fn fetch(ctx: &Ctx, a: FetchArgs) -> Result<i32> {
     let (_, v) = ctx.target()?;
     let name = remote_or_default(&v, a.remote)?;
-    let bar = Bar::new(ctx);
-    let r = remote::fetch(&ctx.home, &v.path, &name, a.full, &bar);
-    bar.done();
-    let r = r?;
+    let r = with_progress(ctx, |bar| {
+        remote::fetch(&ctx.home, &v.path, &name, a.full, bar)
+    })?;
     ctx.out.emit(&r, || {
         for f in &r.refs {
             let moved = match &f.previous {
@@ -242,18 +263,12 @@ pub fn fetch(ctx: &Ctx, a: FetchArgs) -> Result<i32> {
                 r.remote, f.workspace, f.checkpoint
             );
         }
-        println!(
-            "fetched {} object(s), {}{} in {} request(s), {:.2}s",
-            r.fetched.objects,
-            human_size(r.fetched.bytes),
-            if r.lazy {
-                " (file contents on first read)"
-            } else {
-                ""
-            },
-            r.traffic.requests,
-            r.seconds
-        );
+        let note = if r.lazy {
+            "; file contents come on first read"
+        } else {
+            ""
+        };
+        print_fetched(&r.fetched, &r.traffic, r.seconds, note);
     });
     Ok(0)
 }
@@ -262,17 +277,16 @@ pub fn pull(ctx: &Ctx, a: PullArgs) -> Result<i32> {
     let (_, v) = ctx.target()?;
     let name = remote_or_default(&v, a.remote)?;
     ctx.sync_mount(&v)?;
-    let bar = Bar::new(ctx);
-    let r = remote::pull(
-        &ctx.home,
-        &v.path,
-        &v.workspace,
-        &name,
-        a.conflicts == ConflictMode::Markers,
-        &bar,
-    );
-    bar.done();
-    let r = r?;
+    let r = with_progress(ctx, |bar| {
+        remote::pull(
+            &ctx.home,
+            &v.path,
+            &v.workspace,
+            &name,
+            a.conflicts == ConflictMode::Markers,
+            bar,
+        )
+    })?;
     ctx.invalidate_mount(&v)?;
     ctx.out.emit(&r, || {
         let paint = ctx.out.paint();
@@ -346,20 +360,14 @@ pub fn clone(ctx: &Ctx, a: CloneArgs) -> Result<i32> {
             "vault paths must be UTF-8".into(),
         ));
     }
-    let bar = Bar::new(ctx);
-    let r = remote::clone(
-        &ctx.home,
-        &remote::CloneOptions {
-            url: &a.url,
-            dest: &path,
-            workspace: &a.workspace,
-            checkpoint: a.checkpoint.as_deref(),
-            full: a.full,
-        },
-        &bar,
-    );
-    bar.done();
-    let r = r?;
+    let options = remote::CloneOptions {
+        url: &a.url,
+        dest: &path,
+        workspace: &a.workspace,
+        checkpoint: a.checkpoint.as_deref(),
+        full: a.full,
+    };
+    let r = with_progress(ctx, |bar| remote::clone(&ctx.home, &options, bar))?;
     let v = VaultRef {
         name: name.clone(),
         path: path.clone(),
@@ -377,18 +385,12 @@ pub fn clone(ctx: &Ctx, a: CloneArgs) -> Result<i32> {
             r.checkpoint,
             path.display()
         );
-        println!(
-            "fetched {} object(s), {} in {} request(s), {:.2}s{}",
-            r.fetched.objects,
-            human_size(r.fetched.bytes),
-            r.traffic.requests,
-            r.seconds,
-            if r.lazy {
-                "; file contents come on first read (--full fetches all)"
-            } else {
-                ""
-            }
-        );
+        let note = if r.lazy {
+            "; file contents come on first read (--full fetches all)"
+        } else {
+            ""
+        };
+        print_fetched(&r.fetched, &r.traffic, r.seconds, note);
     });
     Ok(0)
 }
@@ -410,39 +412,36 @@ pub fn fork(
         .resolve(Some(src))?
         .ok_or_else(|| Error::NoSuchVault(src.into()))?;
     // A fork killed after its vault-file commit is registered here (so it is usable);
-    // running the same fork again then reports that it exists.
+    // running the same fork again then finishes it when it is what was asked (the
+    // library checks), and says what is there when it is not.
     crate::registry::reconcile(&reg, &source.path)?;
-    if reg.get(name)?.is_some() {
-        return Err(Error::VaultExists(name.into()));
-    }
-    ctx.sync_mount(&source)?;
-    let bar = Bar::new(ctx);
-    let r = remote::fork::fork(
-        &ctx.home,
-        &source.path,
-        &source.workspace,
-        name,
-        &remote::fork::RemoteForkSpec {
-            remote: remote_name,
-            workspace: remote_ws,
-            checkpoint: from,
-        },
-        &bar,
-    );
-    bar.done();
-    let r = r?;
     let v = VaultRef {
         name: name.into(),
         path: source.path.clone(),
         workspace: name.into(),
     };
+    match reg.get(name)? {
+        Some(e) if e.path != v.path || e.workspace != v.workspace => {
+            return Err(Error::VaultExists(name.into()));
+        }
+        _ => {}
+    }
+    ctx.sync_mount(&source)?;
+    let spec = remote::fork::RemoteForkSpec {
+        remote: remote_name,
+        workspace: remote_ws,
+        checkpoint: from,
+    };
+    let r = with_progress(ctx, |bar| {
+        remote::fork::fork(&ctx.home, &source.path, &source.workspace, name, &spec, bar)
+    })?;
     crate::registry::add_or_same(&reg, &v)?;
     if use_it {
         reg.set_current(name)?;
     }
     let doc = crate::documents::history::ForkReport {
         checkpoint: Some(r.checkpoint.clone()),
-        completed_interrupted_fork: false,
+        completed_interrupted_fork: r.already_there,
         fork: v,
         parent: source.name.clone(),
         remote: Some(r),
@@ -450,7 +449,12 @@ pub fn fork(
     ctx.out.emit(&doc, || {
         let r = doc.remote.as_ref().expect("a remote fork");
         println!(
-            "forked {}/{} at checkpoint {} into {name}{}",
+            "{} {}/{} at checkpoint {} into {name}{}",
+            if r.already_there {
+                "already there (nothing to do): the fork of"
+            } else {
+                "forked"
+            },
             r.remote,
             r.workspace,
             r.checkpoint,
@@ -459,18 +463,12 @@ pub fn fork(
                 .map(|b| format!(" (shares checkpoint {b} with {})", doc.parent))
                 .unwrap_or_default()
         );
-        println!(
-            "fetched {} object(s), {} in {} request(s), {:.2}s{}",
-            r.fetched.objects,
-            human_size(r.fetched.bytes),
-            r.traffic.requests,
-            r.seconds,
-            if r.lazy {
-                "; file contents come on first read"
-            } else {
-                ""
-            }
-        );
+        let note = if r.lazy {
+            "; file contents come on first read"
+        } else {
+            ""
+        };
+        print_fetched(&r.fetched, &r.traffic, r.seconds, note);
     });
     Ok(0)
 }

@@ -62,14 +62,15 @@ fn fetch_objects(
 ) -> Result<Vec<(ObjKind, Hash, Vec<u8>)>> {
     let mut by_pack: HashMap<String, Vec<Wanted>> = HashMap::new();
     store.read(|db| {
+        let cat = catalog::Catalog::load(db)?;
         for (kind, h) in wanted {
-            let loc = catalog::locate(db, h, *kind, Some(remote))?.ok_or_else(|| {
-                Error::RemoteCorrupt {
+            let loc = cat
+                .locate(h, *kind, Some(remote))
+                .ok_or_else(|| Error::RemoteCorrupt {
                     remote: remote.to_string(),
                     what: format!("{} {}", kind.name(), h.to_hex()),
                     reason: "referenced, but no index of the remote lists it".into(),
-                }
-            })?;
+                })?;
             by_pack.entry(loc.pack_name).or_default().push((
                 *kind,
                 *h,
@@ -78,8 +79,55 @@ fn fetch_objects(
         }
         Ok(())
     })?;
-    let mut out = Vec::new();
     let jobs: Vec<(String, Vec<Wanted>)> = by_pack.into_iter().collect();
+    // Two threads: one downloads and verifies (hashing a 16 MiB range takes a while, and
+    // downloads in flight wait meanwhile, not the inserts), the other stores; a bounded
+    // channel between them keeps memory to a few ranges.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Downloaded>(2);
+    let mut out = Vec::new();
+    let mut stored: Result<()> = Ok(());
+    let downloaded = std::thread::scope(|s| {
+        let downloader = s.spawn(|| download(t, remote, &jobs, tx));
+        for (items, bytes) in rx.iter() {
+            stored = store.write(|db| {
+                for ((kind, h, _), b) in items.iter().zip(&bytes) {
+                    wire::insert(db, *kind, h, b)?;
+                }
+                Ok(())
+            });
+            if stored.is_err() {
+                break;
+            }
+            for ((kind, h, _), b) in items.iter().zip(bytes) {
+                got.objects += 1;
+                got.bytes += b.len() as u64;
+                progress.advance(b.len() as u64);
+                if *kind != ObjKind::Chunk {
+                    out.push((*kind, *h, b.to_vec()));
+                }
+            }
+        }
+        // Dropping the receiver stops a downloader whose objects can no longer be stored.
+        drop(rx);
+        downloader.join().expect("download thread")
+    });
+    // A failed download explains a stopped store better than the store's own error.
+    downloaded?;
+    stored?;
+    Ok(out)
+}
+
+/// One pack's verified objects: where each lay, and its bytes.
+type Downloaded = (Vec<Wanted>, Vec<bytes::Bytes>);
+
+/// Downloads the objects of `jobs` (grouped by pack), four packs at once, verifies each
+/// against its hash and hands them to `tx`; stops when the receiver is gone.
+fn download(
+    t: &Transport,
+    remote: &str,
+    jobs: &[(String, Vec<Wanted>)],
+    tx: std::sync::mpsc::SyncSender<Downloaded>,
+) -> Result<()> {
     t.run(async {
         let mut stream = futures_util::stream::iter(jobs.iter())
             .map(|(pack, items)| async move {
@@ -97,27 +145,20 @@ fn fetch_objects(
                     reason,
                 })?;
             }
-            store.write(|db| {
-                for ((kind, h, _), b) in items.iter().zip(&bytes) {
-                    wire::insert(db, *kind, h, b)?;
-                }
-                Ok(())
-            })?;
-            for ((kind, h, _), b) in items.iter().zip(bytes) {
-                got.objects += 1;
-                got.bytes += b.len() as u64;
-                progress.advance(b.len() as u64);
-                if *kind != ObjKind::Chunk {
-                    out.push((*kind, *h, b.to_vec()));
-                }
+            if tx.send((items.clone(), bytes)).is_err() {
+                break;
             }
         }
         Ok::<_, Error>(())
-    })?;
-    Ok(out)
+    })
 }
 
 /// Fetches the checkpoint objects of `heads` and their ancestry that are not here.
+///
+/// Walking the ancestry asks for one generation per round trip; so first every
+/// checkpoint object the remote's indexes list that is not here comes in one round
+/// (ranged GETs per pack, in parallel: checkpoints are small), and the walk only
+/// checks, or fetches what an index did not list under this remote.
 pub fn fetch_history(
     store: &mut Store,
     t: &Transport,
@@ -126,6 +167,20 @@ pub fn fetch_history(
     got: &mut Fetched,
     progress: &dyn Progress,
 ) -> Result<()> {
+    let listed: Vec<(ObjKind, Hash)> = store.read(|db| {
+        let cat = catalog::Catalog::load(db)?;
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        for (h, kind, _, _) in cat.objects(Some(remote)) {
+            if kind == ObjKind::Checkpoint && seen.insert(h) && !wire::has(db, kind, &h)? {
+                out.push((kind, h));
+            }
+        }
+        Ok(out)
+    })?;
+    if !listed.is_empty() {
+        fetch_objects(store, t, remote, &listed, got, progress)?;
+    }
     loop {
         let missing = store.read(|db| commits::missing_ancestry(db, heads))?;
         if missing.is_empty() {
@@ -153,6 +208,9 @@ pub fn fetch_closure(
 ) -> Result<()> {
     let Walk { contents, deep } = walk;
     let mut seen: HashSet<Hash> = HashSet::new();
+    // Chunks are leaves: nothing is read from them, so they wait until the walk is done
+    // and then come in one pass over each pack (a range per pack, not one per level).
+    let mut chunks: Vec<(ObjKind, Hash)> = Vec::new();
     // Trees (and contents) to look into that are here already.
     let mut local: Vec<(ObjKind, Hash)> = Vec::new();
     let mut level: Vec<(ObjKind, Hash)> = Vec::new();
@@ -180,9 +238,12 @@ pub fn fetch_closure(
         Ok(())
     })?;
     while !level.is_empty() || !local.is_empty() {
+        let (leaves, inner): (Vec<_>, Vec<_>) =
+            level.into_iter().partition(|(k, _)| *k == ObjKind::Chunk);
+        chunks.extend(leaves);
         let mut read: Vec<(ObjKind, Hash, Vec<u8>)> = Vec::new();
-        if !level.is_empty() {
-            read = fetch_objects(store, t, remote, &level, got, progress)?;
+        if !inner.is_empty() {
+            read = fetch_objects(store, t, remote, &inner, got, progress)?;
         }
         let here = std::mem::take(&mut local);
         let mut next = Vec::new();
@@ -229,22 +290,50 @@ pub fn fetch_closure(
         })?;
         level = next;
     }
+    if !chunks.is_empty() {
+        fetch_objects(store, t, remote, &chunks, got, progress)?;
+    }
     Ok(())
 }
 
-/// Fetches tree `root` alone, unless it is here.
-pub fn fetch_root(
+/// Brings what checking out trees `roots` needs: in a lazy vault their root listings
+/// only (the rest comes on first read, see `lazy`); otherwise every listing and file
+/// below them that is not here (with `deep`, looking below listings already here too:
+/// after a killed fetch, or to fill a lazy vault). Clone, fetch and `vault fork
+/// --remote` all check out this way.
+#[allow(clippy::too_many_arguments)]
+pub fn fetch_trees(
     store: &mut Store,
     t: &Transport,
     remote: &str,
-    root: &Hash,
+    roots: &[Hash],
+    lazy: bool,
+    deep: bool,
     got: &mut Fetched,
     progress: &dyn Progress,
 ) -> Result<()> {
-    if *root == HOLE || store.read(|db| wire::has(db, ObjKind::Tree, root))? {
-        return Ok(());
+    if !lazy {
+        let walk = Walk {
+            contents: true,
+            deep,
+        };
+        return fetch_closure(store, t, remote, roots, walk, got, progress);
     }
-    fetch_objects(store, t, remote, &[(ObjKind::Tree, *root)], got, progress)?;
+    let missing: Vec<(ObjKind, Hash)> = store.read(|db| {
+        let mut out = Vec::new();
+        for r in roots {
+            if *r != HOLE
+                && !out.contains(&(ObjKind::Tree, *r))
+                && !wire::has(db, ObjKind::Tree, r)?
+            {
+                out.push((ObjKind::Tree, *r));
+            }
+        }
+        Ok(out)
+    })?;
+    if !missing.is_empty() {
+        fetch_objects(store, t, remote, &missing, got, progress)?;
+    }
     Ok(())
 }
 
@@ -339,25 +428,9 @@ pub fn fetch(
     if !lazy {
         store.write(|db| meta_set(db, FETCHING_KEY, 1))?;
     }
-    if lazy {
-        // As a lazy clone: the heads' root trees; the rest on first read.
-        for r in &roots {
-            fetch_root(&mut store, &t, &remote, r, &mut got, progress)?;
-        }
-    } else {
-        fetch_closure(
-            &mut store,
-            &t,
-            &remote,
-            &roots,
-            Walk {
-                contents: true,
-                deep,
-            },
-            &mut got,
-            progress,
-        )?;
-    }
+    fetch_trees(
+        &mut store, &t, &remote, &roots, lazy, deep, &mut got, progress,
+    )?;
     let mut seen_refs = Vec::new();
     store.write(|db| {
         let previous: HashMap<String, Hash> = refs::remembered(db, &remote)?.into_iter().collect();
@@ -492,24 +565,16 @@ pub fn clone(home: &Path, o: &CloneOptions, progress: &dyn Progress) -> Result<C
         .read(|db| commits::load(db, &target))?
         .ok_or_else(|| Error::Internal("checkpoint object not fetched".into()))?;
     let lazy = !o.full;
-    if lazy {
-        // The root tree only: the rest of the listings and every file's contents come
-        // on first read (see `lazy`), a request per MiB of listings.
-        fetch_root(&mut store, &t, &remote, &obj.root, &mut got, progress)?;
-    } else {
-        fetch_closure(
-            &mut store,
-            &t,
-            &remote,
-            &[obj.root],
-            Walk {
-                contents: true,
-                deep: resumed,
-            },
-            &mut got,
-            progress,
-        )?;
-    }
+    fetch_trees(
+        &mut store,
+        &t,
+        &remote,
+        &[obj.root],
+        lazy,
+        resumed,
+        &mut got,
+        progress,
+    )?;
     store.write(|db| {
         let info = crate::workspace::create_workspace(db, crate::workspace::MAIN, Some(obj.root), None)?;
         let id = commits::import(db, info.id, &target, &remote)?;

@@ -7,6 +7,10 @@
 //! vault already has (its own history, an earlier fetch) are never asked for. The new
 //! workspace's parent is SRC's workspace, at the nearest checkpoint the two histories
 //! share when there is one, so `vault merge` of the fork has a merge base.
+//!
+//! Running the same fork again (after a kill once the vault file had it, or simply
+//! twice) finishes without change when the workspace is already what was asked: a fork
+//! of SRC at that checkpoint, unchanged since; otherwise it says what is there.
 
 use std::path::Path;
 use std::time::Instant;
@@ -14,10 +18,11 @@ use std::time::Instant;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::fetch::{Fetched, LAZY_KEY, Walk, fetch_closure, fetch_history, fetch_root};
+use super::fetch::{Fetched, LAZY_KEY, fetch_history, fetch_trees};
 use super::transport::Traffic;
 use super::{Progress, catalog, commits, refs};
 use crate::error::{Error, Result};
+use crate::store::objects::Hash;
 use crate::store::{Store, audit, meta_get};
 use crate::workspace::{Workspace, create_workspace};
 
@@ -47,6 +52,11 @@ pub struct RemoteFork {
     pub fetched: Fetched,
     pub traffic: Traffic,
     pub seconds: f64,
+    /// The workspace was already there, as asked (a re-run, e.g. after a kill once the
+    /// vault file had it): nothing was created.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub already_there: bool,
 }
 
 /// `REMOTE[/WORKSPACE]` as typed after `--remote`.
@@ -80,12 +90,7 @@ pub fn fork(
     let mut store = Store::open(vault)?;
     let (remote, url) = store.read(|db| super::remote_url(db, spec.remote))?;
     let remote_ws = spec.workspace.unwrap_or(source_workspace).to_string();
-    store.read(|db| {
-        if crate::workspace::find_workspace(db, name)?.is_some() {
-            return Err(Error::VaultExists(name.into()));
-        }
-        Ok(())
-    })?;
+    let exists = store.read(|db| Ok(crate::workspace::find_workspace(db, name)?.is_some()))?;
     let t = super::open_transport(home, &remote, &url)?;
     let before = t.traffic();
     progress.phase("reading the remote's indexes", None);
@@ -118,23 +123,42 @@ pub fn fork(
         .read(|db| commits::load(db, &target))?
         .ok_or_else(|| Error::Internal("checkpoint object not fetched".into()))?;
     let lazy = store.read(|db| Ok(meta_get(db, LAZY_KEY)?.unwrap_or(0) == 1))?;
-    if lazy {
-        fetch_root(&mut store, &t, &remote, &obj.root, &mut got, progress)?;
-    } else {
-        // A complete vault stays complete: everything below the root it lacks.
-        fetch_closure(
-            &mut store,
-            &t,
-            &remote,
-            &[obj.root],
-            Walk {
-                contents: true,
-                deep: false,
-            },
-            &mut got,
-            progress,
-        )?;
+    if exists {
+        let (checkpoint, base) = store.write(|db| {
+            already_forked(
+                db,
+                source_workspace,
+                name,
+                &target,
+                &obj.name,
+                &remote,
+                &remote_ws,
+            )
+        })?;
+        return Ok(RemoteFork {
+            remote,
+            workspace: remote_ws,
+            checkpoint,
+            head: target.to_hex(),
+            base,
+            lazy,
+            fetched: got,
+            traffic: t.traffic() - before,
+            seconds: started.elapsed().as_secs_f64(),
+            already_there: true,
+        });
     }
+    // A lazy vault stays lazy (the root listing only); a complete one stays complete.
+    fetch_trees(
+        &mut store,
+        &t,
+        &remote,
+        &[obj.root],
+        lazy,
+        false,
+        &mut got,
+        progress,
+    )?;
     let (checkpoint, base) = store.write(|db| {
         let source = Workspace::open(db, source_workspace)?;
         // The source's checkpoint both histories share: the fork's parent checkpoint.
@@ -182,6 +206,53 @@ pub fn fork(
         fetched: got,
         traffic: t.traffic() - before,
         seconds: started.elapsed().as_secs_f64(),
+        already_there: false,
+    })
+}
+
+/// Workspace `name` exists already: fine when it is the fork that was asked for (of
+/// `source` at checkpoint object `target`, unchanged since); then its checkpoint's name
+/// and the fork's base. Otherwise an error that says what is there.
+fn already_forked(
+    db: &rusqlite::Connection,
+    source: &str,
+    name: &str,
+    target: &Hash,
+    target_name: &str,
+    remote: &str,
+    remote_ws: &str,
+) -> Result<(String, Option<String>)> {
+    let mut ws = Workspace::open(db, name)?;
+    let head = ws.head()?;
+    let at = match &head {
+        Some(cp) => Some(commits::object_for(db, cp.id)?),
+        None => None,
+    };
+    let from_source = ws.info.parent.as_deref() == Some(source);
+    let detail = match (&head, at) {
+        (Some(cp), Some(h)) if h == *target && from_source => {
+            if !ws.is_modified()? {
+                return Ok((cp.name.clone(), ws.info.parent_checkpoint.clone()));
+            }
+            format!(
+                "it is the fork of {source} at {remote}/{remote_ws}'s checkpoint {target_name} that was asked for, but has unsaved changes since"
+            )
+        }
+        (Some(cp), _) if from_source => format!(
+            "it is a fork of {source} at checkpoint {}, not at {remote}/{remote_ws}'s {target_name} as asked",
+            cp.name
+        ),
+        (Some(cp), _) => format!(
+            "it is not a fork of {source} (its checkpoint is {}; {remote}/{remote_ws}'s {target_name} was asked)",
+            cp.name
+        ),
+        (None, _) => {
+            format!("it has no checkpoint; {remote}/{remote_ws}'s {target_name} was asked")
+        }
+    };
+    Err(Error::ForkDiffers {
+        name: name.into(),
+        detail: format!("{detail}; choose another name, or `avfs vault delete {name}` first"),
     })
 }
 

@@ -1,9 +1,13 @@
 //! The lazy clone's fault handler: when the store lacks a chunk, chunk list or tree that a
 //! remote's index lists, fetch it by range, check it, keep it, hand it over.
 //!
-//! A read of one chunk brings the chunks stored after it in the same pack too (up to
-//! 4 MiB, only ones this vault lacks): a push writes a file's chunks one after another,
-//! so reading a large file sequentially costs a request per 4 MiB, not per 64 KiB.
+//! A read of one chunk brings the chunks stored after it in the same pack too (only ones
+//! this vault lacks): a push writes a file's chunks one after another, so reading a
+//! large file sequentially costs a request per 4 MiB (64 chunks), not per 64 KiB. A
+//! chunk shorter than a full one is a small file (or a file's end): its neighbours are
+//! other files, read ahead up to 64 of them and 1 MiB, so the first `cat` of one small
+//! file does not hash and store megabytes of others, while reading many small files (a
+//! `grep -r`, a build) still costs a request per 64 files, not per file.
 //!
 //! A read of one tree (or chunk list) brings the metadata around it in its pack: up to
 //! 1 MiB before it and 256 KiB after. A push writes a directory's subtrees right before
@@ -22,9 +26,13 @@ use super::pack::{ObjKind, pack_key, verify};
 use super::transport::Transport;
 use crate::error::{Error, Result};
 use crate::store::missing::{Missing, ObjectSource};
-use crate::store::objects::Hash;
+use crate::store::objects::{CHUNK_SIZE, Hash};
 
 const READ_AHEAD: u64 = 4 * 1024 * 1024;
+/// Read-ahead after a partial chunk (a small file): its neighbours are other files.
+const READ_AHEAD_SMALL: u64 = 1024 * 1024;
+/// At most this many chunks after the one asked for (64 full chunks are `READ_AHEAD`).
+const READ_AHEAD_CHUNKS: usize = 64;
 /// Metadata read around a missing tree or chunk list: before it, after it.
 const TREES_BEFORE: u64 = 1024 * 1024;
 const TREES_AFTER: u64 = 256 * 1024;
@@ -129,17 +137,19 @@ impl ObjectSource for LazyFetch {
         if let Some(d) = recall(kind, hash) {
             return Ok(Some(d.to_vec()));
         }
-        let Some(loc) = catalog::locate(db, hash, kind, None)? else {
+        let cat = catalog::Catalog::load(db)?;
+        let Some(loc) = cat.locate(hash, kind, None) else {
             return Ok(None);
         };
         let url: String = db
             .prepare_cached("SELECT url FROM remote WHERE name = ?1")?
             .query_row([&loc.remote], |r| r.get(0))
             .map_err(|_| Error::NoSuchRemote(loc.remote.clone()))?;
+        let neighbours = cat.in_pack_order(loc.pack_id);
         let (start, items) = if kind == ObjKind::Chunk {
-            (loc.offset, chunks_after(db, &loc, *hash)?)
+            (loc.offset, chunks_after(db, &neighbours, &loc, *hash)?)
         } else {
-            metadata_around(db, &loc, *hash)?
+            metadata_around(db, &neighbours, &loc, *hash)?
         };
         let end = items.iter().map(|i| i.2 + i.3).max().unwrap_or(start);
         let t = transport_for(&loc.remote, &url)?;
@@ -178,12 +188,23 @@ impl ObjectSource for LazyFetch {
 type Item = (ObjKind, Hash, u64, u64);
 
 /// The chunk asked for, then the chunks stored right after it that this vault lacks
-/// (a file's next chunks, up to `READ_AHEAD`).
-fn chunks_after(db: &Connection, loc: &catalog::Located, hash: Hash) -> Result<Vec<Item>> {
+/// (a file's next chunks, up to `READ_AHEAD`). `pack` is the pack's objects in order.
+fn chunks_after(
+    db: &Connection,
+    pack: &[catalog::Item],
+    loc: &catalog::Located,
+    hash: Hash,
+) -> Result<Vec<Item>> {
     let mut items = vec![(ObjKind::Chunk, hash, loc.offset, loc.length)];
     let mut end = loc.offset + loc.length;
-    for (h, k, off, len) in catalog::following(db, loc.pack_id, loc.offset, 64)? {
-        if off != end || k != ObjKind::Chunk || end + len - loc.offset > READ_AHEAD {
+    let budget = if loc.length as usize == CHUNK_SIZE {
+        READ_AHEAD
+    } else {
+        READ_AHEAD_SMALL
+    };
+    let after = pack.partition_point(|i| i.2 <= loc.offset);
+    for &(h, k, off, len) in pack[after..].iter().take(READ_AHEAD_CHUNKS) {
+        if off != end || k != ObjKind::Chunk || end + len - loc.offset > budget {
             break;
         }
         if wire::has(db, k, &h)? {
@@ -196,16 +217,25 @@ fn chunks_after(db: &Connection, loc: &catalog::Located, hash: Hash) -> Result<V
 }
 
 /// The tree or chunk list asked for and the trees and chunk lists this vault lacks
-/// around it in its pack (one contiguous range from the returned start).
+/// around it in its pack (one contiguous range from the returned start). `pack` is the
+/// pack's objects in order.
 fn metadata_around(
     db: &Connection,
+    pack: &[catalog::Item],
     loc: &catalog::Located,
     hash: Hash,
 ) -> Result<(u64, Vec<Item>)> {
     let lo = loc.offset.saturating_sub(TREES_BEFORE);
     let hi = loc.offset + loc.length + TREES_AFTER;
+    let first = pack.partition_point(|i| i.2 < lo);
     let mut items = Vec::new();
-    for (h, k, off, len) in catalog::within(db, loc.pack_id, lo..hi)? {
+    for &(h, k, off, len) in &pack[first..] {
+        if off >= hi {
+            break;
+        }
+        if off + len > hi {
+            continue;
+        }
         let wanted = off == loc.offset
             || (matches!(k, ObjKind::Tree | ObjKind::Content)
                 && recall(k, &h).is_none()

@@ -177,19 +177,14 @@ pub fn list(vault: &Path) -> Result<Vec<RemoteInfo>> {
 /// Objects of this vault that only `remote` can supply (a lazy clone's unfetched
 /// contents): removing the remote would lose them.
 fn only_promised_by(db: &Connection, remote: &str) -> Result<u64> {
-    let n: i64 = db.query_row(
-        "SELECT COUNT(*) FROM remote_object o JOIN remote_pack p ON p.id = o.pack
-         WHERE p.remote = ?1
-           AND NOT EXISTS (SELECT 1 FROM chunk WHERE hash = o.hash)
-           AND NOT EXISTS (SELECT 1 FROM content WHERE hash = o.hash)
-           AND NOT EXISTS (SELECT 1 FROM tree WHERE hash = o.hash)
-           AND NOT EXISTS (SELECT 1 FROM checkpoint_object WHERE hash = o.hash)
-           AND NOT EXISTS (SELECT 1 FROM remote_object o2 JOIN remote_pack p2 ON p2.id = o2.pack
-                           WHERE o2.hash = o.hash AND p2.remote != ?1)",
-        [remote],
-        |r| r.get(0),
-    )?;
-    Ok(n as u64)
+    let cat = catalog::Catalog::load(db)?;
+    let mut n = 0;
+    for (h, kind, _, _) in cat.objects(Some(remote)) {
+        if !objects::has(db, kind, &h)? && !cat.promised_elsewhere(remote, &h) {
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 pub fn remove(vault: &Path, workspace: &str, name: &str, force: bool) -> Result<RemoteInfo> {

@@ -113,6 +113,8 @@ fn resolve(db: &Connection, current: &str, target: &Target) -> Result<(Vec<Plan>
 struct Packer<'a> {
     db: &'a Connection,
     remote: &'a str,
+    /// The remote's indexes as synced before the walk.
+    catalog: catalog::Catalog,
     data: PackBuilder,
     meta: PackBuilder,
     sent: HashSet<Hash>,
@@ -124,7 +126,7 @@ struct Packer<'a> {
 impl Packer<'_> {
     /// Already on the remote (its indexes say so) or already in a pack of this push.
     fn skip(&self, h: &Hash) -> Result<bool> {
-        Ok(self.sent.contains(h) || catalog::known(self.db, self.remote, h)?)
+        Ok(self.sent.contains(h) || self.catalog.known(self.remote, h))
     }
 
     fn ship(&mut self, f: Finished) -> Result<()> {
@@ -318,6 +320,7 @@ pub fn push(
             let mut p = Packer {
                 db,
                 remote: &remote,
+                catalog: catalog::Catalog::load(db)?,
                 data: PackBuilder::default(),
                 meta: PackBuilder::default(),
                 sent: HashSet::new(),

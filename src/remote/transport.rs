@@ -102,6 +102,12 @@ impl Transport {
                 }
                 Location::S3 { bucket, prefix } => {
                     install_crypto();
+                    // A plain-HTTP endpoint (a local server) needs no TLS roots: loading
+                    // the system's was a quarter of a lazy `cat`'s instructions.
+                    let plain_http = settings
+                        .endpoint
+                        .as_deref()
+                        .is_some_and(|e| e.starts_with("http://"));
                     let mut b = object_store::aws::AmazonS3Builder::new()
                         .with_bucket_name(bucket)
                         .with_retry(object_store::RetryConfig {
@@ -112,7 +118,8 @@ impl Transport {
                         .with_client_options(
                             object_store::ClientOptions::new()
                                 .with_connect_timeout(Duration::from_secs(10))
-                                .with_timeout(Duration::from_secs(300)),
+                                .with_timeout(Duration::from_secs(300))
+                                .with_no_system_certificates(plain_http),
                         );
                     if let Some(e) = &settings.endpoint {
                         b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));

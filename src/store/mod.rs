@@ -404,10 +404,16 @@ impl Store {
             // promised object find nothing rather than fail.
             views.push(
                 "CREATE TEMP TABLE remote (name TEXT PRIMARY KEY, url TEXT NOT NULL, created_at_ns INTEGER NOT NULL);
-                 CREATE TEMP TABLE remote_pack (id INTEGER PRIMARY KEY, remote TEXT NOT NULL, index_name TEXT NOT NULL, pack_name TEXT NOT NULL);
+                 CREATE TEMP TABLE remote_pack (id INTEGER PRIMARY KEY, remote TEXT NOT NULL, index_name TEXT NOT NULL, pack_name TEXT NOT NULL, entries BLOB);
                  CREATE TEMP TABLE remote_object (hash BLOB NOT NULL, pack INTEGER NOT NULL, kind INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL);
                  CREATE TEMP TABLE remote_ref (remote TEXT NOT NULL, name TEXT NOT NULL, head BLOB NOT NULL, updated_at_ns INTEGER NOT NULL);
                  CREATE TEMP TABLE checkpoint_object (hash BLOB PRIMARY KEY, data BLOB NOT NULL, checkpoint INTEGER UNIQUE);",
+            );
+        }
+        if version == 7 {
+            // Format 8: pack indexes as rows only (`catalog` reads them where `entries` is NULL).
+            views.push(
+                "CREATE TEMP VIEW remote_pack AS SELECT *, NULL AS entries FROM main.remote_pack;",
             );
         }
         if !views.is_empty() {
