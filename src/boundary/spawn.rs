@@ -31,6 +31,52 @@ fn check(r: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// What `execve` takes, as C strings made before any fork: the program, `argv`, and
+/// `env` as `KEY=VALUE`.
+pub struct ExecStrings {
+    pub path: CString,
+    args: Vec<CString>,
+    envs: Vec<CString>,
+}
+
+impl ExecStrings {
+    pub fn new(
+        program: &Path,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+    ) -> io::Result<ExecStrings> {
+        Ok(ExecStrings {
+            path: cstring(program.as_os_str())?,
+            args: argv.iter().map(|a| cstring(a)).collect::<io::Result<_>>()?,
+            envs: env
+                .iter()
+                .map(|(k, v)| {
+                    let mut kv = k.clone();
+                    kv.push("=");
+                    kv.push(v);
+                    cstring(&kv)
+                })
+                .collect::<io::Result<_>>()?,
+        })
+    }
+
+    fn pointers(strings: &[CString]) -> Vec<*mut libc::c_char> {
+        let mut p: Vec<*mut libc::c_char> = strings.iter().map(|s| s.as_ptr().cast_mut()).collect();
+        p.push(std::ptr::null_mut());
+        p
+    }
+
+    /// `argv` for `execve`, NULL-terminated; valid while `self` lives.
+    pub fn argv(&self) -> Vec<*mut libc::c_char> {
+        Self::pointers(&self.args)
+    }
+
+    /// `envp` for `execve`, NULL-terminated; valid while `self` lives.
+    pub fn envp(&self) -> Vec<*mut libc::c_char> {
+        Self::pointers(&self.envs)
+    }
+}
+
 /// A close-on-exec copy of `fd` numbered 10 or more, so the dup2s into 0 and
 /// `INHERITED_FD` never read from a slot an earlier one wrote.
 fn high_copy(fd: RawFd) -> io::Result<OwnedFd> {
@@ -53,21 +99,8 @@ pub fn spawn(
     env: &[(OsString, OsString)],
     inherit: Option<RawFd>,
 ) -> io::Result<Spawned> {
-    let path = cstring(program.as_os_str())?;
-    let args: Vec<CString> = argv.iter().map(|a| cstring(a)).collect::<io::Result<_>>()?;
-    let envs: Vec<CString> = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.clone();
-            kv.push("=");
-            kv.push(v);
-            cstring(&kv)
-        })
-        .collect::<io::Result<_>>()?;
-    let mut arg_ptrs: Vec<*mut libc::c_char> = args.iter().map(|a| a.as_ptr().cast_mut()).collect();
-    arg_ptrs.push(std::ptr::null_mut());
-    let mut env_ptrs: Vec<*mut libc::c_char> = envs.iter().map(|e| e.as_ptr().cast_mut()).collect();
-    env_ptrs.push(std::ptr::null_mut());
+    let strings = ExecStrings::new(program, argv, env)?;
+    let (path, arg_ptrs, env_ptrs) = (&strings.path, strings.argv(), strings.envp());
 
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills our array.

@@ -14,22 +14,17 @@
 //! Forking is only sound from a single-threaded process (the caller checks, as
 //! `exec::forked` does): the child allocates while it reads.
 
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::spawn::{INHERITED_FD, Spawned};
+use super::spawn::{ExecStrings, INHERITED_FD, Spawned};
 use crate::exec::forked::{close_from, reset_signals};
 
 /// The listener's process name (`/proc/PID/comm`), where `ps` would otherwise show
 /// another `avfs`.
 const LISTENER_COMM: &std::ffi::CStr = c"avfs-watchdog";
-
-fn cstring(s: &OsStr) -> io::Result<CString> {
-    CString::new(s.as_bytes()).map_err(|_| io::Error::other("a NUL byte in an argument"))
-}
 
 /// Forks the watchdog: the same contract as `spawn::spawn` (a new process group, in
 /// `/`, stdin a new pipe, stdout and stderr /dev/null, signals as after an exec,
@@ -43,21 +38,8 @@ pub fn start(
 ) -> io::Result<Spawned> {
     // Everything the child needs is made before the fork: it only moves descriptors,
     // reads, and perhaps executes.
-    let path = cstring(program.as_os_str())?;
-    let args: Vec<CString> = argv.iter().map(|a| cstring(a)).collect::<io::Result<_>>()?;
-    let envs: Vec<CString> = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.clone();
-            kv.push("=");
-            kv.push(v);
-            cstring(&kv)
-        })
-        .collect::<io::Result<_>>()?;
-    let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    arg_ptrs.push(std::ptr::null());
-    let mut env_ptrs: Vec<*const libc::c_char> = envs.iter().map(|e| e.as_ptr()).collect();
-    env_ptrs.push(std::ptr::null());
+    let strings = ExecStrings::new(program, argv, env)?;
+    let (arg_ptrs, env_ptrs) = (strings.argv(), strings.envp());
 
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills our array.
@@ -87,7 +69,7 @@ pub fn start(
             null: null.as_raw_fd(),
             inherit,
         };
-        child(fds, &path, &arg_ptrs, &env_ptrs);
+        child(fds, &strings.path, &arg_ptrs, &env_ptrs);
     }
     drop(read);
     Ok(Spawned {
@@ -120,8 +102,8 @@ unsafe fn place(fd: RawFd, target: RawFd) -> bool {
 fn child(
     fds: ChildFds,
     path: &CString,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
+    argv: &[*mut libc::c_char],
+    envp: &[*mut libc::c_char],
 ) -> ! {
     // SAFETY: system calls on this process and its own descriptors.
     unsafe {
@@ -167,7 +149,7 @@ fn child(
         if memfd >= 0 && write_all(memfd, &heard) && libc::lseek(memfd, 0, libc::SEEK_SET) == 0 {
             libc::dup2(memfd, 0);
             libc::close(memfd);
-            libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::execve(path.as_ptr(), argv.as_ptr().cast(), envp.as_ptr().cast());
         }
         libc::_exit(1)
     }
