@@ -12,5 +12,12 @@ fn main() {
     {
         agentvfs::sandbox::setup::run_init_main();
     }
+    // The keeper of a workspace's kept overlay (`engine::kept`).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == agentvfs::sandbox::keeper::KEEP_ARG)
+    {
+        agentvfs::sandbox::keeper::keep_main();
+    }
     std::process::exit(agentvfs::cli::main());
 }

@@ -625,7 +625,29 @@ fn processes_of(env: &Env) -> Vec<(i32, String)> {
             continue;
         }
         let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-        out.push((pid, String::from_utf8_lossy(&cmd).replace('\0', " ")));
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        // The keeper of a workspace's kept overlay outlives runs by design; one whose
+        // overlay is not on record any more (a killed run's, retired) counts.
+        if cmd.contains("__avfs-keep") && kept_keepers(env).contains(&(pid as i64)) {
+            continue;
+        }
+        out.push((pid, cmd));
+    }
+    out
+}
+
+/// The keepers the home's kept overlays name.
+fn kept_keepers(env: &Env) -> Vec<i64> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(env.home().join("kept")) {
+        for e in rd.flatten() {
+            if let Ok(text) = std::fs::read(e.path().join("kept.json"))
+                && let Ok(v) = serde_json::from_slice::<Value>(&text)
+                && let Some(pid) = v["keeper"]["pid"].as_i64()
+            {
+                out.push(pid);
+            }
+        }
     }
     out
 }
@@ -802,10 +824,14 @@ fn wait_for_file_in_mount(env: &Env, file: &str) {
             .iter()
             .filter_map(|r| r["mountpoint"].as_str())
             .any(|mp| Path::new(mp).join(file).exists());
-        let in_run = std::fs::read_dir(env.home().join("runs")).is_ok_and(|rd| {
-            rd.flatten()
-                .any(|e| e.path().join("upper").join(file).exists())
-        });
+        // A run's own upper, or its workspace's kept overlay's.
+        let in_upper = |dir: &str| {
+            std::fs::read_dir(env.home().join(dir)).is_ok_and(|rd| {
+                rd.flatten()
+                    .any(|e| e.path().join("upper").join(file).exists())
+            })
+        };
+        let in_run = in_upper("runs") || in_upper("kept");
         if in_mount || in_run {
             return;
         }

@@ -520,16 +520,34 @@ fn overlay_runs_match_a_native_directory_operation_by_operation() {
     std::fs::write(native.join("ops.py"), OPS).unwrap();
     std::fs::write(env.path("manifest.py"), MANIFEST).unwrap();
     env.ok(&["--vault", "t", "write", "/ops.py", OPS]);
-    // Twelve runs: the layer stack grows past its limit and is squashed on the way; a CLI
-    // edit between two runs makes the next one start from a root no run produced; the
-    // last two start from an empty layer cache.
-    let rounds = 12;
+    // Twenty runs. The first eight share the workspace's kept overlay, whose upper
+    // gathers every run's changes and is ingested again each time; a CLI edit between two
+    // runs (round 4) retires it. The last twelve each mount an overlay of their own
+    // (AVFS_KEEP_OVERLAY=0): the layer stack grows past its limit and is squashed on the
+    // way, and the last two start from an empty layer cache.
+    let rounds = 20;
     let mut depths = vec![];
+    let mut hows = vec![];
     for round in 0..rounds {
+        let keep = round < 8;
+        let ok_in = |env: &Env, vault: &str, args: &[&str]| -> Value {
+            let mut a = vec!["--json", "--vault", vault, "exec"];
+            a.extend_from_slice(args);
+            let out = env
+                .cmd(&a)
+                .env("AVFS_KEEP_OVERLAY", if keep { "1" } else { "0" })
+                .output()
+                .unwrap();
+            let v: Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+            assert_eq!(v["exit_code"], 0, "exec {args:?}: {v}");
+            v
+        };
         let seed = (1000 + round).to_string();
         let v = ok_in(&env, "t", &["--", "python3", "ops.py", &seed, "60"]);
         assert_eq!(v["engine"]["name"], "overlay");
         depths.push(v["engine"]["layers"]["depth"].as_u64().unwrap());
+        hows.push(v["engine"]["layers"]["how"].as_str().unwrap().to_string());
         let st = Command::new("python3")
             .args(["ops.py", &seed, "60"])
             .current_dir(&native)
@@ -592,6 +610,10 @@ fn overlay_runs_match_a_native_directory_operation_by_operation() {
         depths.iter().any(|d| *d >= 8),
         "the stack never grew: {depths:?}"
     );
+    // Rounds 1-7 reused the kept overlay (the first run after the CLI edit of round 4,
+    // which checks the tree, made it anew).
+    let kept: Vec<usize> = (0..8).filter(|i| hows[*i] == "kept").collect();
+    assert_eq!(kept, (1..8).collect::<Vec<_>>(), "{hows:?}");
     assert!(
         depths.iter().all(|d| *d <= 9),
         "a stack was not squashed: {depths:?}"
@@ -799,14 +821,15 @@ fn killed_runs_are_finished_by_the_watchdog() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // Killed while it writes: once its first files are in the run's upper directory,
-        // a little later each round.
-        let runs = env.home().join("runs");
+        // Killed while it writes: once its first files are in the upper directory (the
+        // workspace's kept overlay's, or the run's own), a little later each round.
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            let started = std::fs::read_dir(&runs).is_ok_and(|rd| {
-                rd.flatten()
-                    .any(|e| e.path().join(format!("upper/r{round}/f1")).exists())
+            let started = ["kept", "runs"].iter().any(|d| {
+                std::fs::read_dir(env.home().join(d)).is_ok_and(|rd| {
+                    rd.flatten()
+                        .any(|e| e.path().join(format!("upper/r{round}/f1")).exists())
+                })
             });
             if started {
                 break;
@@ -906,15 +929,23 @@ fn gc_trims_the_layer_cache() {
             })
             .count()
     };
-    assert!(count() >= 3, "{}", count());
+    // The three runs shared the workspace's kept overlay, on one layer.
+    assert!(count() >= 1, "{}", count());
     let out = env
         .cmd(["--json", "gc"])
         .env("AVFS_LAYER_CACHE_BYTES", "0")
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v["layers"]["removed_layers"].as_u64().unwrap() >= 3, "{v}");
+    // gc retired the kept overlay (its upper became a second layer), then trimmed both.
+    assert_eq!(v["layers"]["retired_kept"], 1, "{v}");
+    assert!(v["layers"]["removed_layers"].as_u64().unwrap() >= 2, "{v}");
     assert_eq!(count(), 0);
+    assert_eq!(
+        std::fs::read_dir(env.home().join("kept")).unwrap().count(),
+        0,
+        "the kept overlay is gone"
+    );
     // Only a cache: the next run rebuilds what it needs from the vault.
     let v = ok_in(&env, "t", &["--", "ls"]);
     assert_eq!(v["engine"]["layers"]["how"], "full");

@@ -105,6 +105,7 @@ fn gc_and_stats() {
     shape(
         &g["layers"],
         &[
+            ("retired_kept", Num),
             ("removed_layers", Num),
             ("forgotten_roots", Num),
             ("freed_bytes", Num),

@@ -261,19 +261,20 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
             job.dog.tell(
                 json!({"run": envelope.id, "keep_owners": keep_owners, "keep_setuid": keep_setuid}),
             );
+            let site = overlay::RunSite {
+                home: &ctx.home,
+                id: &envelope.id,
+                vault_path: &v.path,
+                workspace: &v.workspace,
+            };
+            // An ephemeral fork runs once: nothing to keep its overlay for.
+            let keep = crate::engine::kept::enabled() && !req.ephemeral;
             let run = store.read(|db| {
-                OverlayRun::prepare(
-                    &overlay::RunSite {
-                        home: &ctx.home,
-                        id: &envelope.id,
-                        vault_path: &v.path,
-                        workspace: &v.workspace,
-                    },
-                    db,
-                    &before,
-                    &hints,
-                    keep_owners,
-                )
+                if keep {
+                    OverlayRun::prepare_kept(&site, db, &before, &hints, keep_owners)
+                } else {
+                    OverlayRun::prepare(&site, db, &before, &hints, keep_owners)
+                }
             })?;
             let info = LayersInfo {
                 how: run.record.stack.how.clone(),
@@ -429,13 +430,13 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                         Ok((layered, ws.flush()?))
                     })?;
                     overlay::remember_root(&ctx.home, &v.path, &v.workspace, &current);
-                    orun.finish(&ctx.home, Some(&ing));
+                    orun.finish(&ctx.home, Some(&ing), Some(&current));
                     ctx.invalidate_mount(v)?;
                     layered
                 }
                 Err(Error::Quota(msg)) => {
                     // Nothing was taken in; the run's files stay for a person to look at.
-                    let kept = orun.upper.display().to_string();
+                    let kept = orun.keep_for_inspection().display().to_string();
                     if let Ok(r) = &mut run {
                         r.quota_refused = Some(runner::QuotaRefused {
                             refusals: 1,
@@ -582,15 +583,15 @@ pub(crate) fn take_in_tx(
             keep_setuid: opts.keep_setuid,
         },
     )?;
-    let changes = diff_roots(db, &run.base_root, &ing.root)?;
-    if apply && ing.root != run.base_root {
+    let changes = diff_roots(db, &run.head_root, &ing.root)?;
+    if apply && ing.root != run.head_root {
         let mut ws = Workspace::open(db, workspace)?;
         let before = ws.quota_baseline()?;
         let current = ws.flush()?;
-        if current == run.base_root {
+        if current == run.head_root {
             ws.set_root(&ing.root)?;
         } else {
-            ws.apply_diff(&run.base_root, &ing.root)?;
+            ws.apply_diff(&run.head_root, &ing.root)?;
         }
         ws.check_quota(&before)?;
     }

@@ -179,10 +179,10 @@ pub fn main(ctx: &Context, id: &str) -> Result<i32> {
                 });
                 // On an error the run is kept for a person to look at: the audit says why.
                 if let Ok((i, _)) = r {
-                    run.finish(&ctx.home, Some(&i));
+                    run.finish(&ctx.home, Some(&i), None);
                 }
             }
-            _ => run.discard(),
+            _ => run.discard(&ctx.home),
         }
     }
     let mut rolled_back = None;

@@ -60,7 +60,8 @@ pub struct Stack {
     pub layers: Vec<String>,
     /// Their `tree/` directories, top first.
     pub dirs: Vec<PathBuf>,
-    /// How the stack was reached for this run: "cached", "diff", "full", "squashed".
+    /// How the stack was reached for this run: "cached", "diff", "full", "squashed"
+    /// (and, for a kept overlay, "kept" or "remounted": `engine::kept`).
     pub how: String,
     /// Entries written to reach it (0 when cached).
     pub written: u64,
@@ -460,6 +461,8 @@ impl LayerCache {
 /// What trimming did.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct TrimStats {
+    /// Kept overlays retired first (`engine::kept`).
+    pub retired_kept: u64,
     pub removed_layers: u64,
     pub forgotten_roots: u64,
     pub freed_bytes: u64,
@@ -549,6 +552,9 @@ pub fn trim_cache(home: &Path) -> Result<TrimStats> {
     if !cache.dir.is_dir() {
         return Ok(TrimStats::default());
     }
+    // Kept overlays no run is using are retired first: their uppers become layers, and
+    // their layers are trimmed like any other.
+    let retired = super::kept::retire_all(home);
     let mut in_use = vec![];
     if let Ok(rd) = fs::read_dir(super::overlay::runs_dir(home)) {
         for e in rd.flatten() {
@@ -559,5 +565,8 @@ pub fn trim_cache(home: &Path) -> Result<TrimStats> {
             }
         }
     }
-    cache.trim(Some(budget()), &in_use)
+    in_use.extend(super::kept::layers_in_use(home));
+    let mut stats = cache.trim(Some(budget()), &in_use)?;
+    stats.retired_kept = retired;
+    Ok(stats)
 }

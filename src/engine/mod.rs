@@ -12,6 +12,7 @@
 
 pub mod fuse;
 pub mod ingest;
+pub mod kept;
 pub mod layers;
 pub mod materialize;
 pub mod overlay;
@@ -44,7 +45,8 @@ impl EngineKind {
 pub struct EngineInfo {
     pub name: &'static str,
     pub reason: String,
-    /// overlay: how the base tree was reached ("cached", "diff", "full", "squashed"),
+    /// overlay: how the base tree was reached ("cached", "diff", "full", "squashed"; "kept"
+    /// when the workspace's kept overlay was reused, "remounted" when mounted again),
     /// the number of entries written for it, and the stack's depth.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layers: Option<LayersInfo>,

@@ -15,6 +15,7 @@ use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
 use super::ingest::{self, IngestOptions, Ingested};
+use super::kept::{self, Kept};
 use super::layers::{LayerCache, Stack};
 use super::materialize::remove_tree;
 use crate::error::{Error, Result};
@@ -29,6 +30,12 @@ pub struct RunRecord {
     pub workspace: String,
     pub base_root: String,
     pub stack: Stack,
+    /// The workspace's kept overlay the run used (`kept`), if any: its upper is the
+    /// run's, and `head_root` the root it showed when the run started.
+    #[serde(default)]
+    pub kept: Option<PathBuf>,
+    #[serde(default)]
+    pub head_root: Option<String>,
 }
 
 /// Whose run it is: `$AVFS_HOME`, the exec id, the vault file and the workspace.
@@ -44,7 +51,13 @@ pub struct OverlayRun {
     pub upper: PathBuf,
     pub work: PathBuf,
     pub record: RunRecord,
+    /// The root the upper is ingested against: the stack's.
     pub base_root: Hash,
+    /// The root the run saw when it started (the workspace's head): the run's changes
+    /// are the difference from it. The same as `base_root` but in a kept overlay, whose
+    /// upper also holds earlier runs' changes.
+    pub head_root: Hash,
+    pub kept: Option<Kept>,
 }
 
 pub fn runs_dir(home: &Path) -> PathBuf {
@@ -78,6 +91,12 @@ fn host_err(p: &Path, e: std::io::Error) -> Error {
     Error::host(p.display(), e)
 }
 
+fn write_run_record(dir: &Path, record: &RunRecord) -> Result<()> {
+    let json = serde_json::to_vec_pretty(record).expect("run record serializes");
+    let f = dir.join("run.json");
+    fs::write(&f, json).map_err(|e| host_err(&f, e))
+}
+
 impl OverlayRun {
     /// Prepares the stack for `base_root` (reading the vault through `db`) and an empty
     /// upper whose root carries the base root's attributes.
@@ -108,16 +127,64 @@ impl OverlayRun {
             workspace: workspace.into(),
             base_root: base_root.to_hex(),
             stack,
+            kept: None,
+            head_root: None,
         };
-        let json = serde_json::to_vec_pretty(&record).expect("run record serializes");
-        let f = dir.join("run.json");
-        fs::write(&f, json).map_err(|e| host_err(&f, e))?;
+        write_run_record(&dir, &record)?;
         Ok(OverlayRun {
             dir,
             upper,
             work,
             record,
             base_root: *base_root,
+            head_root: *base_root,
+            kept: None,
+        })
+    }
+
+    /// Like `prepare`, in the workspace's kept overlay (reused when it shows `head`).
+    pub fn prepare_kept(
+        site: &RunSite,
+        db: &Connection,
+        head: &Hash,
+        hints: &[Hash],
+        keep_owners: bool,
+    ) -> Result<OverlayRun> {
+        let kept_dir = kept::kept_dir(site.home, site.vault_path, site.workspace);
+        let (k, how) = Kept::acquire(
+            site.home,
+            db,
+            (site.vault_path, site.workspace),
+            &kept_dir,
+            head,
+            hints,
+            keep_owners,
+        )?;
+        let dir = runs_dir(site.home).join(site.id);
+        fs::create_dir_all(&dir).map_err(|e| host_err(&dir, e))?;
+        let mut stack = k.record.stack.clone();
+        stack.how = how;
+        if stack.how == "kept" || stack.how == "remounted" {
+            stack.written = 0;
+        }
+        let record = RunRecord {
+            id: site.id.into(),
+            vault_path: site.vault_path.to_path_buf(),
+            workspace: site.workspace.into(),
+            base_root: stack.root.clone(),
+            stack,
+            kept: Some(kept_dir),
+            head_root: Some(head.to_hex()),
+        };
+        write_run_record(&dir, &record)?;
+        Ok(OverlayRun {
+            upper: k.upper(),
+            work: k.work(),
+            dir,
+            base_root: k.stack_root()?,
+            head_root: *head,
+            record,
+            kept: Some(k),
         })
     }
 
@@ -131,16 +198,40 @@ impl OverlayRun {
         let base_root = crate::util::hex32(&record.base_root)
             .map(Hash)
             .ok_or_else(|| Error::Internal(format!("{}: bad base root", f.display())))?;
+        let head_root = match &record.head_root {
+            Some(h) => crate::util::hex32(h)
+                .map(Hash)
+                .ok_or_else(|| Error::Internal(format!("{}: bad head root", f.display())))?,
+            None => base_root,
+        };
+        let kept = match &record.kept {
+            Some(k) => Some(Kept::open(k).ok_or_else(|| {
+                Error::Internal(format!("{}: its kept overlay is gone", f.display()))
+            })?),
+            None => None,
+        };
+        let (upper, work) = match &kept {
+            Some(k) => (k.upper(), k.work()),
+            None => (dir.join("upper"), dir.join("work")),
+        };
         Ok(OverlayRun {
-            upper: dir.join("upper"),
-            work: dir.join("work"),
+            upper,
+            work,
             dir,
             record,
             base_root,
+            head_root,
+            kept,
         })
     }
 
     pub fn view(&self) -> View {
+        if let Some(k) = &self.kept {
+            return View::Kept {
+                keeper: k.keeper_pid(),
+                merged: k.merged(),
+            };
+        }
         View::Overlay {
             lowers: self.record.stack.dirs.clone(),
             upper: self.upper.clone(),
@@ -154,8 +245,21 @@ impl OverlayRun {
     }
 
     /// After the ingest committed: the upper becomes the layer of the new root when it
-    /// describes it exactly; the run directory goes.
-    pub fn finish(self, home: &Path, ingested: Option<&Ingested>) {
+    /// describes it exactly; the run directory goes. A kept overlay stays for the next
+    /// run when `head` (the workspace's head now) is what it shows and its upper is
+    /// small; else it is retired the same way.
+    pub fn finish(self, home: &Path, ingested: Option<&Ingested>, head: Option<&Hash>) {
+        if let Some(k) = self.kept {
+            match (ingested, head) {
+                (Some(i), Some(h)) if i.exact => {
+                    k.after_run(home, &i.root, h, i.files_read, i.bytes_read)
+                }
+                (Some(i), None) if i.exact => k.retire(home, Some(&i.root)),
+                _ => k.retire(home, None),
+            }
+            let _ = remove_tree(&self.dir);
+            return;
+        }
         if let Some(i) = ingested
             && i.exact
             && i.root != self.base_root
@@ -166,8 +270,21 @@ impl OverlayRun {
         let _ = remove_tree(&self.dir);
     }
 
-    /// Removes the run directory without taking anything in.
-    pub fn discard(self) {
+    /// Removes the run directory without taking anything in (a kept overlay goes too:
+    /// its upper holds what is not taken in).
+    pub fn discard(self, home: &Path) {
+        if let Some(k) = self.kept {
+            k.retire(home, None);
+        }
         let _ = remove_tree(&self.dir);
+    }
+
+    /// Keeps the run's files for a person to look at (an ingest was refused); returns
+    /// where they are. A kept overlay's upper moves into the run directory.
+    pub fn keep_for_inspection(self) -> PathBuf {
+        match self.kept {
+            Some(k) => k.retire_keeping_upper(&self.dir.join("upper")),
+            None => self.upper,
+        }
     }
 }

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod confine;
 pub mod init;
+pub mod keeper;
 pub mod setup;
 mod sys;
 

@@ -44,6 +44,9 @@ pub enum View {
     },
     /// A bind of a directory that already shows the workspace (a FUSE mount).
     Bind { source: PathBuf },
+    /// The workspace's kept overlay: mounted at `merged` in the mount namespace of the
+    /// keeper process `keeper` (`keeper`), whose copy the run starts from.
+    Kept { keeper: i32, merged: PathBuf },
 }
 
 /// The sandbox part of a plan: paths as the run sees them.
@@ -154,6 +157,13 @@ pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
 }
 
 fn enter_namespaces(plan: &RunPlan) -> io::Result<()> {
+    if let View::Kept { keeper, .. } = &plan.view {
+        // The run's namespace is a copy of the keeper's, which holds the overlay.
+        let ns = std::fs::File::open(format!("/proc/{keeper}/ns/mnt")).map_err(|e| {
+            io::Error::new(e.kind(), format!("the overlay's keeper ({keeper}): {e}"))
+        })?;
+        sys::setns(&ns, libc::CLONE_NEWNS)?;
+    }
     if plan.user_namespace {
         sys::unshare(libc::CLONE_NEWUSER)?;
         sys::write_proc("/proc/self/setgroups", "deny")?;
@@ -186,7 +196,7 @@ fn mount_workspace(view: &View) -> io::Result<OwnedFd> {
             let l: Vec<&Path> = lowers.iter().map(PathBuf::as_path).collect();
             sys::overlay(&l, upper, work)
         }
-        View::Bind { source } => sys::clone_tree(source),
+        View::Bind { source } | View::Kept { merged: source, .. } => sys::clone_tree(source),
     }
 }
 

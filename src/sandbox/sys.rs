@@ -254,6 +254,16 @@ pub fn bind_ro(source: &Path, target: &Path) -> io::Result<()> {
     remount_ro(target)
 }
 
+/// Moves this (single-threaded) process into the namespace `ns` refers to.
+pub fn setns(ns: &std::fs::File, kind: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor; setns only changes this process's namespaces.
+    if unsafe { libc::setns(ns.as_raw_fd(), kind) } < 0 {
+        return Err(err("setns"));
+    }
+    Ok(())
+}
+
 pub fn unshare(flags: libc::c_int) -> io::Result<()> {
     // SAFETY: unshare only changes this process's namespaces.
     if unsafe { libc::unshare(flags) } < 0 {

@@ -1,0 +1,439 @@
+//! A workspace's kept overlay: one overlayfs per workspace that outlives its runs, held
+//! mounted by a keeper process (`sandbox::keeper`) whose mount namespace each run copies.
+//!
+//! ```text
+//! $AVFS_HOME/kept/<mount id>/upper      what runs changed since the overlay was made
+//! $AVFS_HOME/kept/<mount id>/work       overlayfs's work directory
+//! $AVFS_HOME/kept/<mount id>/merged     where the keeper mounts it (in its namespace only)
+//! $AVFS_HOME/kept/<mount id>/kept.json  {stack, root, keeper}
+//! ```
+//!
+//! A run reuses the kept overlay when it still shows the workspace's head (`root`: the
+//! head after the last ingest) and its layers are in place; anything else (a restore, a
+//! CLI write, a merge, an edit through `avfs mount`, another machine's fetch) moved the
+//! head, and the overlay is retired and made anew. The upper is ingested against the
+//! stack's root after every run, so the vault holds everything it shows and retiring it
+//! loses nothing: a retired upper becomes the layer of the root it shows, as a per-run
+//! upper does. It is retired as soon as it holds more than `KEEP_FILES` files or
+//! `KEEP_BYTES` bytes (each ingest reads it whole), and its keeper exits after
+//! `AVFS_KEEP_IDLE_SECS` (default 600) without a run.
+//!
+//! Only root keeps overlays (entering the keeper's namespace needs CAP_SYS_ADMIN over
+//! it); other users, ephemeral forks and `AVFS_KEEP_OVERLAY=0` get a fresh overlay per run.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+
+use super::ingest;
+use super::layers::{LayerCache, Stack};
+use super::materialize::remove_tree;
+use crate::error::{Error, Result};
+use crate::sandbox::keeper::{KEEP_ARG, KEEP_VAR, KeepPlan, READY};
+use crate::store::objects::{Hash, get_tree};
+
+/// An upper with more files than this after a run is retired (it becomes a layer).
+pub const KEEP_FILES: u64 = 2_000;
+/// Or with more bytes of file content than this.
+pub const KEEP_BYTES: u64 = 64 << 20;
+
+/// The keeper process: its pid and start time (so a reused pid is never taken for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeeperId {
+    pub pid: i32,
+    pub start: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeptRecord {
+    /// Whose overlay it is (for `retire_all`, which takes the workspace's run lock).
+    pub vault_path: PathBuf,
+    pub workspace: String,
+    /// The lower layers; `stack.root` is the root the upper is ingested against.
+    pub stack: Stack,
+    /// The root the overlay shows: the workspace's head after the last ingest.
+    pub root: String,
+    pub keeper: Option<KeeperId>,
+}
+
+pub struct Kept {
+    pub dir: PathBuf,
+    pub record: KeptRecord,
+}
+
+fn host_err(p: &Path, e: std::io::Error) -> Error {
+    Error::host(p.display(), e)
+}
+
+pub fn kept_root(home: &Path) -> PathBuf {
+    home.join("kept")
+}
+
+pub fn kept_dir(home: &Path, vault_path: &Path, workspace: &str) -> PathBuf {
+    kept_root(home).join(crate::mount::mount_id(vault_path, workspace))
+}
+
+/// May runs of this process keep their overlay?
+pub fn enabled() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() == 0 };
+    root && std::env::var("AVFS_KEEP_OVERLAY").map_or(true, |v| v != "0")
+}
+
+fn idle_secs() -> u64 {
+    std::env::var("AVFS_KEEP_IDLE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600)
+}
+
+/// The start time of `pid` (field 22 of /proc/PID/stat), if it runs.
+fn start_time(pid: i32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    f.nth(18)?.parse().ok()
+}
+
+fn alive(k: &KeeperId) -> bool {
+    start_time(k.pid) == Some(k.start)
+}
+
+/// Kills the keeper and waits (up to 5 s) until it is gone, its overlay with it.
+fn stop(k: &KeeperId) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, k.pid, 0) } as i32;
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: a descriptor we own from here on.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if !alive(k) {
+        return;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: signals the process the pidfd names (not a reused pid).
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
+        if r > 0
+            || (r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted)
+        {
+            return;
+        }
+    }
+}
+
+fn write_record(dir: &Path, rec: &KeptRecord) -> Result<()> {
+    let f = dir.join("kept.json");
+    let tmp = dir.join(format!(".kept.json.{}", std::process::id()));
+    let json = serde_json::to_vec_pretty(rec).expect("kept record serializes");
+    fs::write(&tmp, json).map_err(|e| host_err(&tmp, e))?;
+    fs::rename(&tmp, &f).map_err(|e| host_err(&f, e))
+}
+
+fn read_record(dir: &Path) -> Option<KeptRecord> {
+    let text = fs::read(dir.join("kept.json")).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Starts a keeper for the overlay of `dir`; returns it once the overlay is mounted.
+fn start_keeper(dir: &Path, stack: &Stack) -> Result<KeeperId> {
+    let plan = KeepPlan {
+        lowers: stack.dirs.clone(),
+        upper: dir.join("upper"),
+        work: dir.join("work"),
+        merged: dir.join("merged"),
+        record: dir.join("kept.json"),
+        idle_secs: idle_secs(),
+    };
+    let exe: PathBuf = if Path::new("/proc/self/exe").exists() {
+        "/proc/self/exe".into()
+    } else {
+        std::env::current_exe().map_err(|e| Error::host("locating the avfs binary", e))?
+    };
+    // The keeper is reparented when the first process leaves: to init, not to this
+    // process should it be a child subreaper (a long-lived MCP server after its first
+    // run), which would never reap it.
+    let mut was_subreaper: libc::c_int = 0;
+    // SAFETY: prctl reads and sets a flag of this process only.
+    unsafe {
+        libc::prctl(
+            libc::PR_GET_CHILD_SUBREAPER,
+            &mut was_subreaper as *mut libc::c_int,
+        );
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+    }
+    let spawned = spawn_keeper(&exe, &plan);
+    // SAFETY: as above.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, was_subreaper, 0, 0, 0) };
+    keeper_ready(spawned?.trim())
+}
+
+/// Starts `avfs __avfs-keep` and returns the line it answers with.
+fn spawn_keeper(exe: &Path, plan: &KeepPlan) -> Result<String> {
+    let mut child = Command::new(exe)
+        .arg(KEEP_ARG)
+        .env(
+            KEEP_VAR,
+            serde_json::to_string(plan).expect("plan serializes"),
+        )
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::host("starting the overlay's keeper", e))?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    // The first process only forks the keeper and leaves.
+    let _ = child.wait();
+    Ok(line)
+}
+
+/// The keeper named by its answer (`ready PID`).
+fn keeper_ready(line: &str) -> Result<KeeperId> {
+    let pid = line
+        .strip_prefix(READY)
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .ok_or_else(|| {
+            Error::SandboxUnavailable(format!(
+                "the overlay's keeper did not start: {}",
+                if line.is_empty() { "no answer" } else { line }
+            ))
+        })?;
+    let start = start_time(pid).ok_or_else(|| {
+        Error::SandboxUnavailable("the overlay's keeper ended as it started".into())
+    })?;
+    Ok(KeeperId { pid, start })
+}
+
+/// Empties overlayfs's work directory (it must be empty when a new overlay mounts it).
+fn clear_work(work: &Path) -> Result<()> {
+    remove_tree(work).map_err(|e| host_err(work, e))?;
+    fs::create_dir_all(work).map_err(|e| host_err(work, e))
+}
+
+impl Kept {
+    pub fn upper(&self) -> PathBuf {
+        self.dir.join("upper")
+    }
+
+    pub fn work(&self) -> PathBuf {
+        self.dir.join("work")
+    }
+
+    pub fn merged(&self) -> PathBuf {
+        self.dir.join("merged")
+    }
+
+    pub fn keeper_pid(&self) -> i32 {
+        self.record.keeper.map_or(0, |k| k.pid)
+    }
+
+    pub fn stack_root(&self) -> Result<Hash> {
+        crate::util::hex32(&self.record.stack.root)
+            .map(Hash)
+            .ok_or_else(|| Error::Internal("kept overlay: bad stack root".into()))
+    }
+
+    /// The kept overlay of `dir`, as a run of the same workspace left it.
+    pub fn open(dir: &Path) -> Option<Kept> {
+        Some(Kept {
+            dir: dir.to_path_buf(),
+            record: read_record(dir)?,
+        })
+    }
+
+    /// The kept overlay for a run at `head`: the one in place when it shows `head` (its
+    /// keeper started again if it had ended), else a new one over the stack for `head`.
+    /// Returns it and how its stack was reached: "kept" when reused, "remounted" when
+    /// its keeper had ended (idle) and the same upper is mounted again.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire(
+        home: &Path,
+        db: &Connection,
+        (vault_path, workspace): (&Path, &str),
+        dir: &Path,
+        head: &Hash,
+        hints: &[Hash],
+        keep_owners: bool,
+    ) -> Result<(Kept, String)> {
+        if let Some(mut k) = Kept::open(dir) {
+            let layers_there = k.record.stack.dirs.iter().all(|d| d.is_dir());
+            if k.record.root == head.to_hex() && layers_there {
+                match k.record.keeper {
+                    Some(id) if alive(&id) => {
+                        // Also marks it used, for the keeper's idle clock.
+                        write_record(dir, &k.record)?;
+                        return Ok((k, "kept".into()));
+                    }
+                    _ => {
+                        clear_work(&k.work())?;
+                        k.record.keeper = None;
+                        write_record(dir, &k.record)?;
+                        k.record.keeper = Some(start_keeper(dir, &k.record.stack)?);
+                        write_record(dir, &k.record)?;
+                        return Ok((k, "remounted".into()));
+                    }
+                }
+            }
+            k.retire(home, None);
+        }
+        let cache = LayerCache::new(home);
+        let stack = cache.prepare(db, head, hints)?;
+        let _ = remove_tree(dir);
+        for d in ["upper", "work", "merged"] {
+            let p = dir.join(d);
+            fs::create_dir_all(&p).map_err(|e| host_err(&p, e))?;
+        }
+        let attrs = get_tree(db, head)?
+            .root_attrs
+            .ok_or_else(|| Error::Internal("root tree without attributes".into()))?;
+        ingest::prepare_upper_root(&dir.join("upper"), &attrs, keep_owners)?;
+        let how = stack.how.clone();
+        let mut record = KeptRecord {
+            vault_path: vault_path.to_path_buf(),
+            workspace: workspace.to_string(),
+            stack,
+            root: head.to_hex(),
+            keeper: None,
+        };
+        write_record(dir, &record)?;
+        record.keeper = Some(start_keeper(dir, &record.stack)?);
+        write_record(dir, &record)?;
+        Ok((
+            Kept {
+                dir: dir.to_path_buf(),
+                record,
+            },
+            how,
+        ))
+    }
+
+    /// After a run whose changes the vault took in: keeps the overlay for the next run
+    /// at `head` (the workspace's head now), or retires it when the upper grew past what
+    /// an ingest should read again, or when `head` is not what the overlay shows.
+    pub fn after_run(mut self, home: &Path, shown: &Hash, head: &Hash, files: u64, bytes: u64) {
+        if shown == head && files <= KEEP_FILES && bytes <= KEEP_BYTES {
+            self.record.root = head.to_hex();
+            if write_record(&self.dir, &self.record).is_ok() {
+                return;
+            }
+        }
+        self.retire(home, Some(shown));
+    }
+
+    /// Ends the keeper (and so the overlay) and removes the directory; with `shows`, the
+    /// upper first becomes the cached layer of that root (which the vault holds).
+    pub fn retire(self, home: &Path, shows: Option<&Hash>) {
+        if let Some(k) = &self.record.keeper {
+            stop(k);
+        }
+        if let Some(root) = shows
+            && self.record.stack.root != root.to_hex()
+        {
+            let cache = LayerCache::new(home);
+            let _ = cache.adopt_upper(&self.upper(), &self.record.stack, root);
+        }
+        let _ = remove_tree(&self.dir);
+    }
+
+    /// Ends the keeper and moves the upper to `to` (a person looks at what a refused
+    /// ingest did not take in); the kept overlay is gone.
+    pub fn retire_keeping_upper(self, to: &Path) -> PathBuf {
+        if let Some(k) = &self.record.keeper {
+            stop(k);
+        }
+        let kept = if fs::rename(self.upper(), to).is_ok() {
+            to.to_path_buf()
+        } else {
+            self.upper()
+        };
+        if kept != self.upper() {
+            let _ = remove_tree(&self.dir);
+        } else {
+            let _ = fs::remove_file(self.dir.join("kept.json"));
+        }
+        kept
+    }
+}
+
+/// Retires every kept overlay no run is using (`avfs gc`: the cache is trimmed after),
+/// each under its workspace's run lock; returns how many.
+pub fn retire_all(home: &Path) -> u64 {
+    use crate::boundary::lock::{Holder, RunLock};
+    let mut n = 0;
+    let Ok(rd) = fs::read_dir(kept_root(home)) else {
+        return 0;
+    };
+    for e in rd.flatten() {
+        let Some(k) = Kept::open(&e.path()) else {
+            continue;
+        };
+        let holder = Holder {
+            exec: "gc".into(),
+            pid: std::process::id(),
+            command: "avfs gc".into(),
+            started_at_ns: crate::store::now_ns(),
+        };
+        let Ok(lock) = RunLock::acquire(
+            home,
+            &k.record.vault_path,
+            &k.record.workspace,
+            &holder,
+            Duration::ZERO,
+        ) else {
+            continue;
+        };
+        let shows = crate::util::hex32(&k.record.root).map(Hash);
+        k.retire(home, shows.as_ref());
+        drop(lock);
+        n += 1;
+    }
+    n
+}
+
+/// The layers kept overlays stand on (`avfs gc` leaves them).
+pub fn layers_in_use(home: &Path) -> Vec<String> {
+    let mut out = vec![];
+    if let Ok(rd) = fs::read_dir(kept_root(home)) {
+        for e in rd.flatten() {
+            if let Some(r) = read_record(&e.path()) {
+                out.extend(r.stack.layers);
+            }
+        }
+    }
+    out
+}
