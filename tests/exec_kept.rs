@@ -202,6 +202,16 @@ fn the_keeper_ends_when_its_home_goes_or_it_idles() {
     let again = sh(&env, "cat x y");
     assert_eq!(how(&again), "remounted", "{}", again["engine"]);
     assert_eq!(stdout(&again), "x\ny\n");
+
+    // Deleting the vault ends its keeper and its kept overlay.
+    let pid = kept(&env)[0].1;
+    assert!(running(pid));
+    env.ok(&["vault", "delete", "t", "-y"]);
+    assert!(
+        gone_within(pid, Duration::from_secs(5)),
+        "keeper of a deleted vault"
+    );
+    assert!(kept(&env).is_empty(), "{:?}", kept(&env));
 }
 
 #[test]

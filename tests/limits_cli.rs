@@ -456,6 +456,15 @@ fn exec_reports_quota_refusals_with_the_quota() {
     assert!(msg.contains("kept in"), "{msg}");
     assert!(v["changes"].as_array().unwrap().is_empty(), "{v}");
     assert_eq!(env.run(&["--vault", "t", "cat", "/c"]).code, 1);
+    // The files are where the message says, and the next run does not see them.
+    let kept = msg.split("kept in ").nth(1).unwrap().trim_end_matches(')');
+    assert_eq!(
+        std::fs::read_to_string(std::path::Path::new(kept).join("d")).unwrap(),
+        "4\n",
+        "{msg}"
+    );
+    let next = env.json(&["--vault", "t", "exec", "--", "ls"]);
+    assert_eq!(next["result"]["stdout"], "a\nb\n", "{next}");
     // The CLI names the quota too.
     let e = env.json_err(&["--vault", "t", "write", "/c", "x"], 1);
     assert_eq!(e["kind"], "quota_exceeded");

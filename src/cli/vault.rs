@@ -627,6 +627,9 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
     }
     // Held until the deletion is done: no run starts in between.
     let _runs = crate::vaultguard::hold_runs(&ctx.home, &v.path, &going)?;
+    for ws in &going {
+        crate::engine::kept::discard(&ctx.home, &v.path, ws);
+    }
     let mut unmounted = Vec::new();
     for m in &mounts {
         crate::vaultguard::unmount(m)?;

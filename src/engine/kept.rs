@@ -167,8 +167,9 @@ fn read_record(dir: &Path) -> Option<KeptRecord> {
 }
 
 /// Starts a keeper for the overlay of `dir`; returns it once the overlay is mounted.
-fn start_keeper(dir: &Path, stack: &Stack) -> Result<KeeperId> {
+fn start_keeper(dir: &Path, stack: &Stack, vault: &Path) -> Result<KeeperId> {
     let plan = KeepPlan {
+        vault: vault.to_path_buf(),
         lowers: stack.dirs.clone(),
         upper: dir.join("upper"),
         work: dir.join("work"),
@@ -303,7 +304,8 @@ impl Kept {
                         clear_work(&k.work())?;
                         k.record.keeper = None;
                         write_record(dir, &k.record)?;
-                        k.record.keeper = Some(start_keeper(dir, &k.record.stack)?);
+                        k.record.keeper =
+                            Some(start_keeper(dir, &k.record.stack, &k.record.vault_path)?);
                         write_record(dir, &k.record)?;
                         return Ok((k, "remounted".into()));
                     }
@@ -331,7 +333,7 @@ impl Kept {
             keeper: None,
         };
         write_record(dir, &record)?;
-        record.keeper = Some(start_keeper(dir, &record.stack)?);
+        record.keeper = Some(start_keeper(dir, &record.stack, vault_path)?);
         write_record(dir, &record)?;
         Ok((
             Kept {
@@ -387,6 +389,18 @@ impl Kept {
             let _ = fs::remove_file(self.dir.join("kept.json"));
         }
         kept
+    }
+}
+
+/// Ends the kept overlay of a workspace that is going away (`vault delete`, under its run
+/// lock): its keeper stops and its directory goes.
+pub fn discard(home: &Path, vault_path: &Path, workspace: &str) {
+    let dir = kept_dir(home, vault_path, workspace);
+    match Kept::open(&dir) {
+        Some(k) => k.retire(home, None),
+        None => {
+            let _ = remove_tree(&dir);
+        }
     }
 }
 

@@ -9,8 +9,9 @@
 //!
 //! The keeper mounts nothing on the host: its namespace is a copy of the host's (a slave,
 //! so host mounts made later still reach it), and when it exits the kernel unmounts the
-//! overlay with it. It exits when its record (`live.json`) no longer names it, when the
-//! record has not been used for `idle_secs`, or on SIGTERM/SIGKILL.
+//! overlay with it. It exits when its record (`kept.json`) no longer names it or is gone,
+//! when the record has not been used for `idle_secs`, when its vault file is gone, or on
+//! SIGTERM/SIGKILL.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -39,6 +40,8 @@ pub struct KeepPlan {
     pub record: PathBuf,
     /// Exit when the record's modification time is older than this.
     pub idle_secs: u64,
+    /// Exit when this file (the vault) is gone.
+    pub vault: PathBuf,
 }
 
 /// The line the keeper prints once its overlay is mounted.
@@ -137,7 +140,7 @@ fn watch(plan: &KeepPlan) {
             .ok()
             .and_then(|m| SystemTime::now().duration_since(m).ok())
             .unwrap_or_default();
-        if unused > idle || !named(&plan.record, pid) {
+        if unused > idle || !named(&plan.record, pid) || !plan.vault.exists() {
             return;
         }
     }
