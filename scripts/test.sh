@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 
 export AVFS_REQUIRE_FUSE="${AVFS_REQUIRE_FUSE:-1}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A workspace's kept overlay is held by a keeper process until its home goes or it idles
+# (docs/exec.md). pytest keeps its last temporary homes, so their keepers would outlive the
+# suite by the default 10 minutes: here they go after 30 s without a run.
+export AVFS_KEEP_IDLE_SECS="${AVFS_KEEP_IDLE_SECS:-30}"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 missing=()

@@ -636,6 +636,24 @@ fn processes_of(env: &Env) -> Vec<(i32, String)> {
     out
 }
 
+/// Run locks under the home that some process holds.
+fn held_run_locks(env: &Env) -> Vec<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let mut held = vec![];
+    if let Ok(rd) = std::fs::read_dir(env.home().join("locks")) {
+        for e in rd.flatten() {
+            let Ok(f) = std::fs::File::open(e.path()) else {
+                continue;
+            };
+            // SAFETY: flock on a descriptor we own; released when `f` closes.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                held.push(e.path());
+            }
+        }
+    }
+    held
+}
+
 /// The keepers the home's kept overlays name.
 fn kept_keepers(env: &Env) -> Vec<i64> {
     let mut out = vec![];
@@ -671,12 +689,15 @@ fn all_gone(env: &Env, what: &str, limit: Duration) -> Duration {
     loop {
         let p = processes_of(env);
         let m = mounts_of(env);
-        if p.is_empty() && m.is_empty() {
+        // The watchdog holds the run lock until it is done: a scan of /proc can miss it
+        // while it executes itself (its environment is unreadable for that instant).
+        let l = held_run_locks(env);
+        if p.is_empty() && m.is_empty() && l.is_empty() {
             return t0.elapsed();
         }
         assert!(
             t0.elapsed() < limit,
-            "{what}: {:?} after the kill still: processes {p:?}, mounts {m:?}",
+            "{what}: {:?} after the kill still: processes {p:?}, mounts {m:?}, held run locks {l:?}",
             t0.elapsed()
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -922,7 +943,13 @@ fn kill_9_of_exec_rolls_back_or_discards_as_asked() {
         assert_eq!(
             list["vaults"].as_array().unwrap().len(),
             1,
-            "{what}: the ephemeral fork is left: {list}"
+            "{what}: the ephemeral fork is left: {list}\nlast audit rows: {:?}\nprocesses: {:?}",
+            audit_actions(&env, "v")
+                .iter()
+                .rev()
+                .take(3)
+                .collect::<Vec<_>>(),
+            processes_of(&env)
         );
         healthy(&env, "v", &what);
         let row = audit_actions(&env, "v")

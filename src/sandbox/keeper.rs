@@ -9,7 +9,8 @@
 //!
 //! The keeper mounts nothing on the host: its namespace is a copy of the host's (a slave,
 //! so host mounts made later still reach it), and when it exits the kernel unmounts the
-//! overlay with it. It exits when its record (`kept.json`) no longer names it or is gone,
+//! overlay with it. It exits when its record (`kept.json`) names another keeper, names none
+//! 10 s after it started (the exec that started it died before recording it) or is gone,
 //! when the record has not been used for `idle_secs`, when its vault file is gone, or on
 //! SIGTERM/SIGKILL.
 
@@ -113,22 +114,22 @@ fn set_up(plan: &KeepPlan) -> io::Result<()> {
     Ok(())
 }
 
-/// Does the record still name this process?
-fn named(record: &Path, pid: u32) -> bool {
-    let Ok(text) = std::fs::read(record) else {
-        return false;
-    };
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) else {
-        return false;
-    };
-    v.get("keeper")
-        .and_then(|k| k.get("pid"))
-        .and_then(|p| p.as_u64())
-        .is_none_or(|p| p == pid as u64)
+/// Does the record name this process? `None`: it names no keeper yet (the exec that
+/// started this one writes its pid once it is ready).
+fn named(record: &Path, pid: u32) -> Option<bool> {
+    let text = std::fs::read(record).ok()?;
+    let v = serde_json::from_slice::<serde_json::Value>(&text).ok()?;
+    let named = v.get("keeper")?.get("pid")?.as_u64()?;
+    Some(named == pid as u64)
 }
+
+/// How long a keeper waits to be named in its record: an exec killed between starting it
+/// and recording it never will.
+const CLAIM: Duration = Duration::from_secs(10);
 
 fn watch(plan: &KeepPlan) {
     let pid = std::process::id();
+    let started = std::time::Instant::now();
     let idle = Duration::from_secs(plan.idle_secs);
     loop {
         std::thread::sleep(Duration::from_millis(500));
@@ -140,7 +141,11 @@ fn watch(plan: &KeepPlan) {
             .ok()
             .and_then(|m| SystemTime::now().duration_since(m).ok())
             .unwrap_or_default();
-        if unused > idle || !named(&plan.record, pid) || !plan.vault.exists() {
+        let named = match named(&plan.record, pid) {
+            Some(n) => n,
+            None => started.elapsed() < CLAIM,
+        };
+        if unused > idle || !named || !plan.vault.exists() {
             return;
         }
     }
