@@ -6,6 +6,7 @@
 //! (it never fails open). No SQL, no processes: the boundary calls [`Policy::decide`].
 
 mod analysis;
+mod builtin;
 mod classify;
 pub mod corpus;
 mod decision;
@@ -26,8 +27,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::sandbox::config::{SandboxConfig, SandboxFile};
 
+pub use builtin::{builtin_defaults, builtin_rules};
 pub use decision::{Action, Category, Decision, Finding};
-pub use rules::{Rule, builtin_defaults, builtin_rules};
+pub use rules::Rule;
 
 use classify::Classifier;
 use decision::combine;

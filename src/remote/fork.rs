@@ -123,8 +123,8 @@ pub fn fork(
         .read(|db| commits::load(db, &target))?
         .ok_or_else(|| Error::Internal("checkpoint object not fetched".into()))?;
     let lazy = store.read(|db| Ok(meta_get(db, LAZY_KEY)?.unwrap_or(0) == 1))?;
-    if exists {
-        let (checkpoint, base) = store.write(|db| {
+    let (checkpoint, base) = if exists {
+        store.write(|db| {
             already_forked(
                 db,
                 source_workspace,
@@ -134,38 +134,59 @@ pub fn fork(
                 &remote,
                 &remote_ws,
             )
-        })?;
-        return Ok(RemoteFork {
-            remote,
-            workspace: remote_ws,
-            checkpoint,
-            head: target.to_hex(),
-            base,
+        })?
+    } else {
+        new_fork(
+            &mut store,
+            &t,
+            (&remote, &remote_ws),
+            source_workspace,
+            name,
+            &target,
+            &obj,
             lazy,
-            fetched: got,
-            traffic: t.traffic() - before,
-            seconds: started.elapsed().as_secs_f64(),
-            already_there: true,
-        });
-    }
-    // A lazy vault stays lazy (the root listing only); a complete one stays complete.
-    fetch_trees(
-        &mut store,
-        &t,
-        &remote,
-        &[obj.root],
+            &mut got,
+            progress,
+        )?
+    };
+    Ok(RemoteFork {
+        remote,
+        workspace: remote_ws,
+        checkpoint,
+        head: target.to_hex(),
+        base,
         lazy,
-        false,
-        &mut got,
-        progress,
-    )?;
-    let (checkpoint, base) = store.write(|db| {
+        fetched: got,
+        traffic: t.traffic() - before,
+        seconds: started.elapsed().as_secs_f64(),
+        already_there: exists,
+    })
+}
+
+/// Makes fork `name` of `source_workspace` at the fetched checkpoint `target` (its trees
+/// fetched first); returns its checkpoint's name and the parent checkpoint both share.
+#[allow(clippy::too_many_arguments)]
+fn new_fork(
+    store: &mut Store,
+    t: &super::Transport,
+    (remote, remote_ws): (&String, &String),
+    source_workspace: &str,
+    name: &str,
+    target: &Hash,
+    obj: &commits::CheckpointObject,
+    lazy: bool,
+    got: &mut Fetched,
+    progress: &dyn Progress,
+) -> Result<(String, Option<String>)> {
+    // A lazy vault stays lazy (the root listing only); a complete one stays complete.
+    fetch_trees(store, t, remote, &[obj.root], lazy, false, got, progress)?;
+    store.write(|db| {
         let source = Workspace::open(db, source_workspace)?;
         // The source's checkpoint both histories share: the fork's parent checkpoint.
         let base = match source.head()? {
             Some(cp) => {
                 let ours = commits::object_for(db, cp.id)?;
-                match commits::merge_base(db, &ours, &target)? {
+                match commits::merge_base(db, &ours, target)? {
                     Some(b) => local_name_in(db, &b, source.info.id)?,
                     None => None,
                 }
@@ -178,7 +199,7 @@ pub fn fork(
             Some(obj.root),
             Some((&source.info, base.as_deref())),
         )?;
-        let id = commits::import(db, info.id, &target, &remote)?;
+        let id = commits::import(db, info.id, target, remote)?;
         db.execute(
             "UPDATE workspace SET head = ?1 WHERE id = ?2",
             params![id, info.id],
@@ -195,18 +216,6 @@ pub fn fork(
             &serde_json::json!({"fork": name, "from": checkpoint, "remote": remote, "remote_workspace": remote_ws}),
         )?;
         Ok((checkpoint, base))
-    })?;
-    Ok(RemoteFork {
-        remote,
-        workspace: remote_ws,
-        checkpoint,
-        head: target.to_hex(),
-        base,
-        lazy,
-        fetched: got,
-        traffic: t.traffic() - before,
-        seconds: started.elapsed().as_secs_f64(),
-        already_there: false,
     })
 }
 

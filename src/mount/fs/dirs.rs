@@ -111,25 +111,24 @@ impl AvfsFs {
     }
 
     pub(super) fn on_unlink(&self, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.check_writable().and_then(|_| {
-            self.with("unlink", |db, st| {
-                let ws = st.ws(db)?;
-                let p = ws.get(parent.0)?;
-                ws.unlink(&p, name.as_bytes())
-            })
-        });
-        match erofs(r, self.readonly) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.remove("unlink", parent, name, reply)
     }
 
     pub(super) fn on_rmdir(&self, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.remove("rmdir", parent, name, reply)
+    }
+
+    /// `unlink` or `rmdir` (`op`) of `name` in `parent`.
+    fn remove(&self, op: &'static str, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let r = self.check_writable().and_then(|_| {
-            self.with("rmdir", |db, st| {
+            self.with(op, |db, st| {
                 let ws = st.ws(db)?;
                 let p = ws.get(parent.0)?;
-                ws.rmdir(&p, name.as_bytes())
+                if op == "rmdir" {
+                    ws.rmdir(&p, name.as_bytes())
+                } else {
+                    ws.unlink(&p, name.as_bytes())
+                }
             })
         });
         match erofs(r, self.readonly) {

@@ -1,0 +1,26 @@
+//! Vault maintenance: garbage collection, a full consistency check and statistics.
+//!
+//! All three run over an open vault inside a transaction the caller owns (`gc` and a
+//! workspace `stats` need a write transaction; `verify` and vault-only `stats` only read).
+//!
+//! * [`gc`] marks every object reachable from a workspace base root, a checkpoint root or a
+//!   live (not dead) layer, then sweeps unreferenced chunks, contents and trees. Shared
+//!   subtrees (forks, checkpoints) are walked once: the mark is O(unique reachable objects),
+//!   the sweep is one `DELETE ... NOT IN` per table against an indexed temp table. It refuses
+//!   (and deletes nothing) when a reachable tree or chunk list is missing or damaged, because
+//!   a sweep could then destroy objects that only the damaged one knew about; run [`verify`].
+//! * [`verify`] re-hashes every stored object, checks every reference between objects, roots
+//!   and the live layers, runs `PRAGMA integrity_check` and checks the audit chain. It reports
+//!   every problem it finds and never stops at the first one.
+//! * [`stats`] counts what the vault stores and, for one workspace, what its tree holds.
+
+mod gc;
+mod stats;
+mod verify;
+
+pub use gc::{GcReport, gc};
+pub use stats::{Stats, VaultStats, WorkspaceStats, stats};
+pub use verify::{Checked, Problem, VerifyReport, verify, verify_file};
+
+#[cfg(test)]
+mod tests;
