@@ -425,6 +425,7 @@ fn dir_bytes(path: &Path) -> u64 {
     total
 }
 
+mod bare_overlay;
 mod group_engines;
 mod group_exec;
 mod group_integrity;
@@ -434,6 +435,7 @@ mod group_remote;
 mod group_space;
 mod group_vault;
 
+use bare_overlay::*;
 use group_engines::*;
 use group_exec::*;
 use group_integrity::*;
