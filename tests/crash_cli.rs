@@ -631,6 +631,23 @@ fn processes_of(env: &Env) -> Vec<(i32, String)> {
         if cmd.contains("__avfs-keep") && kept_keepers(env).contains(&(pid as i64)) {
             continue;
         }
+        // A retired overlay's keeper was killed and is ending (its namespace's teardown
+        // takes tens of ms, off the exec's path): it must be gone within seconds.
+        if cmd.contains("__avfs-keep") && dying_keepers(env).contains(&(pid as i64)) {
+            let t0 = Instant::now();
+            while e.path().join("stat").exists() && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let left = std::fs::read_to_string(e.path().join("stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            });
+            assert!(!left, "the retired keeper {pid} did not end within 5 s");
+            continue;
+        }
         out.push((pid, cmd));
     }
     out
@@ -660,6 +677,22 @@ fn kept_keepers(env: &Env) -> Vec<i64> {
     if let Ok(rd) = std::fs::read_dir(env.home().join("kept")) {
         for e in rd.flatten() {
             if let Ok(text) = std::fs::read(e.path().join("kept.json"))
+                && let Ok(v) = serde_json::from_slice::<Value>(&text)
+                && let Some(pid) = v["keeper"]["pid"].as_i64()
+            {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Keepers of retired overlays, killed and ending (`kept/.dying/*.json`).
+fn dying_keepers(env: &Env) -> Vec<i64> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(env.home().join("kept").join(".dying")) {
+        for e in rd.flatten() {
+            if let Ok(text) = std::fs::read(e.path())
                 && let Ok(v) = serde_json::from_slice::<Value>(&text)
                 && let Some(pid) = v["keeper"]["pid"].as_i64()
             {

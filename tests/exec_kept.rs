@@ -173,6 +173,13 @@ fn a_large_upper_becomes_a_layer_and_the_next_run_starts_fresh() {
     );
     assert_eq!(stdout(&next), "1099\n");
     assert!(changes(&next).is_empty());
+    // The retired keeper ended off the exec's path; the run that mounted its upper as a
+    // layer waited for it first and removed what it left.
+    let dying = env.home().join("kept").join(".dying");
+    let left: Vec<_> = std::fs::read_dir(&dying)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]

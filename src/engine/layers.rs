@@ -240,10 +240,11 @@ impl LayerCache {
     }
 
     /// Makes a run's upper directory the layer of the root it produced, on top of the
-    /// stack it ran on. The upper must describe `root` exactly (see `ingest`).
-    pub fn adopt_upper(&self, upper: &Path, below: &Stack, root: &Hash) -> Result<()> {
+    /// stack it ran on. The upper must describe `root` exactly (see `ingest`). Returns
+    /// the new layer's id (none when the cache already had a layer of `root`).
+    pub fn adopt_upper(&self, upper: &Path, below: &Stack, root: &Hash) -> Result<Option<String>> {
         if self.cached(root).is_some() {
-            return Ok(());
+            return Ok(None);
         }
         self.ensure()?;
         let tmp = self.dir.join(unique(".adopt-"));
@@ -265,7 +266,8 @@ impl LayerCache {
                 created_ns: crate::store::now_ns(),
             },
         )?;
-        self.point(root, &id)
+        self.point(root, &id)?;
+        Ok(Some(id))
     }
 
     /// A stack showing `root`: the cached one, else the diff from the nearest of `hints`

@@ -111,6 +111,7 @@ impl OverlayRun {
             (site.home, site.id, site.vault_path, site.workspace);
         let cache = LayerCache::new(home);
         let stack = cache.prepare(db, base_root, hints)?;
+        kept::wait_for_dying(home, &stack);
         let dir = runs_dir(home).join(id);
         let upper = dir.join("upper");
         let work = dir.join("work");
@@ -254,8 +255,8 @@ impl OverlayRun {
                 (Some(i), Some(h)) if i.exact => {
                     k.after_run(home, &i.root, h, i.files_read, i.bytes_read)
                 }
-                (Some(i), None) if i.exact => k.retire(home, Some(&i.root)),
-                _ => k.retire(home, None),
+                (Some(i), None) if i.exact => k.retire_in_background(home, Some(&i.root)),
+                _ => k.retire_in_background(home, None),
             }
             let _ = remove_tree(&self.dir);
             return;
