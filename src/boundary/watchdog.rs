@@ -99,26 +99,8 @@ impl Drop for Watchdog {
 
 /// Reaps our child `pid` once it has exited, waiting up to `limit` for that.
 fn wait_for_exit(pid: libc::pid_t, limit: Duration) {
-    // SAFETY: pidfd_open on our own child; the descriptor is owned below.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd >= 0 {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        // SAFETY: the kernel just returned this descriptor to us.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            // SAFETY: polls one descriptor we own.
-            let r = unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
-            if r >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                break;
-            }
-        }
+    if let Ok(fd) = crate::pidfd::Pidfd::open(pid) {
+        fd.wait_exit(Some(limit));
     }
     let mut status = 0;
     // SAFETY: waits, without blocking, only for our own child.

@@ -25,7 +25,7 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
@@ -34,6 +34,7 @@ use super::ingest;
 use super::layers::{LayerCache, Stack};
 use super::materialize::remove_tree;
 use crate::error::{Error, Result};
+use crate::pidfd::Pidfd;
 use crate::sandbox::keeper::{KEEP_ARG, KEEP_VAR, KeepPlan, READY};
 use crate::store::objects::{Hash, get_tree};
 
@@ -93,90 +94,35 @@ fn idle_secs() -> u64 {
         .unwrap_or(600)
 }
 
-/// The start time of `pid` (field 22 of /proc/PID/stat), if it runs.
+/// The start time of `pid`, if it runs (not a zombie).
 fn start_time(pid: i32) -> Option<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?;
-    if state == "Z" || state == "X" {
-        return None;
-    }
-    f.nth(18)?.parse().ok()
+    crate::exec::procs::stat(pid)
+        .filter(|p| !p.zombie)
+        .map(|p| p.start)
 }
 
 fn alive(k: &KeeperId) -> bool {
     start_time(k.pid) == Some(k.start)
 }
 
+/// The keeper's pidfd, if it is the keeper that still runs (not a reused pid).
+fn pidfd(k: &KeeperId) -> Option<Pidfd> {
+    let fd = Pidfd::open(k.pid).ok()?;
+    // Checked after the pidfd is open: the pid cannot be reused from here on.
+    alive(k).then_some(fd)
+}
+
 /// Sends the keeper SIGKILL, without waiting for it to end; false when it is gone.
 fn kill(k: &KeeperId) -> bool {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, k.pid, 0) } as i32;
-    if fd < 0 {
-        return false;
-    }
-    // SAFETY: a descriptor we own from here on.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if !alive(k) {
-        return false;
-    }
-    // SAFETY: signals the process the pidfd names (not a reused pid).
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    true
+    pidfd(k).is_some_and(|fd| fd.signal(libc::SIGKILL).is_ok())
 }
 
 /// Kills the keeper and waits (up to 5 s) until it is gone, its overlay with it.
 fn stop(k: &KeeperId) {
-    use std::os::fd::{FromRawFd, OwnedFd};
-    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, k.pid, 0) } as i32;
-    if fd < 0 {
-        return;
-    }
-    // SAFETY: a descriptor we own from here on.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    if !alive(k) {
-        return;
-    }
-    use std::os::fd::AsRawFd;
-    // SAFETY: signals the process the pidfd names (not a reused pid).
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, left.as_millis() as i32) };
-        if r > 0
-            || (r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted)
-        {
-            return;
-        }
+    if let Some(fd) = pidfd(k)
+        && fd.signal(libc::SIGKILL).is_ok()
+    {
+        fd.wait_exit(Some(Duration::from_secs(5)));
     }
 }
 

@@ -18,6 +18,9 @@ pub struct Proc {
     pub ppid: i32,
     pub pgid: i32,
     pub zombie: bool,
+    /// When it started (clock ticks after boot): with the pid, names one process for
+    /// good (0 when /proc did not say).
+    pub start: u64,
 }
 
 fn parse_stat(pid: i32, text: &str) -> Option<Proc> {
@@ -27,11 +30,14 @@ fn parse_stat(pid: i32, text: &str) -> Option<Proc> {
     let state = f.next()?;
     let ppid = f.next()?.parse().ok()?;
     let pgid = f.next()?.parse().ok()?;
+    // Field 22, 16 after the process group (field 5).
+    let start = f.nth(16).and_then(|s| s.parse().ok()).unwrap_or(0);
     Some(Proc {
         pid,
         ppid,
         pgid,
         zombie: state == "Z" || state == "X",
+        start,
     })
 }
 

@@ -512,10 +512,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     let mut timed_out = false;
     // A pidfd becomes readable when the command exits: no polling delay, no wake-ups
     // (kernels before 5.3 have none: then poll every few milliseconds).
-    // SAFETY: pidfd_open on our own child; the descriptor is owned below.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pgid, 0) };
-    // SAFETY: a new descriptor, ours alone.
-    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
+    let pidfd = crate::pidfd::Pidfd::open(pgid).ok();
     let status = loop {
         if let Some(st) = child
             .try_wait()
@@ -537,13 +534,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                     .map(|t| t.saturating_sub(start.elapsed()))
                     .unwrap_or(Duration::from_secs(1))
                     .min(Duration::from_secs(1));
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: poll on one valid descriptor.
-                unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as libc::c_int) };
+                fd.wait_exit(Some(left));
             }
             None => std::thread::sleep(Duration::from_millis(
                 if start.elapsed() < Duration::from_millis(20) {

@@ -55,14 +55,7 @@ pub fn pid_alive(pid: u32) -> bool {
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
     };
     // A killed server stays a zombie until its parent (often init) reaps it: dead.
-    exists
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-            s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        })
+    exists && !crate::exec::procs::stat(pid as i32).is_some_and(|p| p.zombie)
 }
 
 /// Is something mounted at `path` right now (per /proc/self/mountinfo)?
@@ -217,19 +210,13 @@ fn catch_signals(unmount: impl FnOnce() + Send + 'static) {
 /// ended. A pidfd makes the kernel say when, with no polling, and cannot confuse the owner
 /// with a later process that reuses its pid.
 fn unmount_when_gone(owner: u32) {
-    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner as libc::pid_t, 0) } as i32;
-    let gone_already =
-        fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    let fd = crate::pidfd::Pidfd::open(owner as libc::pid_t);
+    let gone_already = fd
+        .as_ref()
+        .is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
     std::thread::spawn(move || {
-        if fd >= 0 {
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: polls one valid pollfd; a pidfd becomes readable when its process ends.
-            while unsafe { libc::poll(&mut p, 1, -1) } < 0 {}
+        if let Ok(fd) = fd {
+            fd.wait_exit(None);
         } else if !gone_already {
             // No pidfds (a kernel before 5.3): look once a second.
             while pid_alive(owner) {
