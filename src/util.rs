@@ -63,3 +63,19 @@ pub fn hex32(s: &str) -> Option<[u8; 32]> {
     }
     Some(out)
 }
+
+/// `flock(2)` on `f`, retried when a signal interrupts it (`op`: `LOCK_SH`, `LOCK_EX`,
+/// with `LOCK_NB` to fail at once, EWOULDBLOCK, when another holds it).
+pub fn flock(f: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: a valid open descriptor and a flock operation.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}

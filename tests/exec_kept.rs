@@ -222,6 +222,43 @@ fn the_keeper_ends_when_its_home_goes_or_it_idles() {
 }
 
 #[test]
+fn a_run_longer_than_the_idle_time_keeps_its_keeper() {
+    if !overlay_or_skip("a_run_longer_than_the_idle_time_keeps_its_keeper") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    let exec = |line: &str| -> Value {
+        let r = env
+            .cmd(["--json", "--vault", "t", "exec", "--shell", line])
+            .env("AVFS_KEEP_IDLE_SECS", "2")
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stdout));
+        serde_json::from_slice(&r.stdout).unwrap()
+    };
+    // The keeper (idle after 2 s) must not leave under a run that lasts 5 s: the run
+    // holds it from taking the overlay to its end, and the next run finds it.
+    let long = exec("echo a > a; sleep 5");
+    let pid = kept(&env)[0].1;
+    assert!(running(pid), "the keeper {pid} left under a run");
+    let next = exec("cat a");
+    assert_eq!(
+        how(&next),
+        "kept",
+        "{} after {}",
+        next["engine"],
+        long["engine"]
+    );
+    assert_eq!(kept(&env)[0].1, pid, "the same keeper");
+    assert_eq!(stdout(&next), "a\n");
+    // Idle, it leaves; the next run waits for it to be gone and mounts the upper again.
+    assert!(gone_within(pid, Duration::from_secs(10)), "idle keeper");
+    let after = exec("cat a");
+    assert_eq!(how(&after), "remounted", "{}", after["engine"]);
+    assert_eq!(stdout(&after), "a\n");
+}
+
+#[test]
 fn without_keeping_every_run_mounts_its_own_overlay() {
     if !overlay_or_skip("without_keeping_every_run_mounts_its_own_overlay") {
         return;

@@ -35,7 +35,7 @@ use super::layers::{LayerCache, Stack};
 use super::materialize::remove_tree;
 use crate::error::{Error, Result};
 use crate::pidfd::Pidfd;
-use crate::sandbox::keeper::{KEEP_ARG, KEEP_VAR, KeepPlan, READY};
+use crate::sandbox::keeper::{KEEP_ARG, KEEP_VAR, KeepPlan, LEAVING, READY};
 use crate::store::objects::{Hash, get_tree};
 
 /// An upper with more files than this after a run is retired (it becomes a layer):
@@ -66,6 +66,17 @@ pub struct KeptRecord {
 pub struct Kept {
     pub dir: PathBuf,
     pub record: KeptRecord,
+    /// A run's shared lock on the directory, from taking the overlay until the run
+    /// ends: its keeper does not go idle meanwhile (see `sandbox::keeper`).
+    _hold: Option<fs::File>,
+}
+
+/// Takes the shared lock a run holds on its kept overlay's directory (waiting, if the
+/// keeper is just leaving, until it is gone).
+fn hold(dir: &Path) -> Option<fs::File> {
+    let f = fs::File::open(dir).ok()?;
+    crate::util::flock(&f, libc::LOCK_SH).ok()?;
+    Some(f)
 }
 
 fn host_err(p: &Path, e: std::io::Error) -> Error {
@@ -249,6 +260,7 @@ impl Kept {
         Some(Kept {
             dir: dir.to_path_buf(),
             record: read_record(dir)?,
+            _hold: None,
         })
     }
 
@@ -267,6 +279,16 @@ impl Kept {
         keep_owners: bool,
     ) -> Result<(Kept, String)> {
         if let Some(mut k) = Kept::open(dir) {
+            k._hold = hold(dir);
+            let leaving = dir.join(LEAVING);
+            if leaving.exists() {
+                // Its keeper went idle and is ending: once it is gone, the same upper is
+                // mounted again below.
+                if let Some(id) = k.record.keeper {
+                    stop(&id);
+                }
+                let _ = fs::remove_file(&leaving);
+            }
             let layers_there = k.record.stack.dirs.iter().all(|d| d.is_dir());
             // A record naming no keeper: the exec that was starting one died, and the
             // keeper may still be up (it waits 10 s to be named). Its upper holds nothing
@@ -313,12 +335,14 @@ impl Kept {
             keeper: None,
         };
         write_record(dir, &record)?;
+        let held = hold(dir);
         record.keeper = Some(start_keeper(dir, &record.stack, vault_path)?);
         write_record(dir, &record)?;
         Ok((
             Kept {
                 dir: dir.to_path_buf(),
                 record,
+                _hold: held,
             },
             how,
         ))

@@ -123,6 +123,9 @@ fn named(record: &Path, pid: u32) -> Option<bool> {
     Some(named == pid as u64)
 }
 
+/// The file a keeper going idle leaves in its directory (under the exclusive lock).
+pub const LEAVING: &str = "leaving";
+
 /// How long a keeper waits to be named in its record: an exec killed between starting it
 /// and recording it never will.
 const CLAIM: Duration = Duration::from_secs(10);
@@ -131,6 +134,14 @@ fn watch(plan: &KeepPlan) {
     let pid = std::process::id();
     let started = std::time::Instant::now();
     let idle = Duration::from_secs(plan.idle_secs);
+    // A run holds its kept overlay's directory locked (shared) from taking the overlay
+    // until it ends, and so across entering this namespace: going idle takes the lock
+    // exclusively, so a keeper never leaves under a run that is about to enter, and one
+    // that leaves keeps the lock until it is gone (the run then mounts anew).
+    let dir = plan
+        .record
+        .parent()
+        .and_then(|d| std::fs::File::open(d).ok());
     loop {
         std::thread::sleep(Duration::from_millis(500));
         let Ok(meta) = std::fs::metadata(&plan.record) else {
@@ -145,7 +156,22 @@ fn watch(plan: &KeepPlan) {
             Some(n) => n,
             None => started.elapsed() < CLAIM,
         };
-        if unused > idle || !named || !plan.vault.exists() {
+        if !named || !plan.vault.exists() {
+            return;
+        }
+        if unused > idle
+            && dir
+                .as_ref()
+                .is_none_or(|d| crate::util::flock(d, libc::LOCK_EX | libc::LOCK_NB).is_ok())
+        {
+            // Said before the lock goes (when this process's descriptors close, before
+            // its namespace is torn down): a run that takes the lock next sees that this
+            // keeper is leaving, waits for it to be gone and mounts the upper again.
+            if let Some(d) = plan.record.parent() {
+                let _ = std::fs::write(d.join(LEAVING), b"");
+            }
+            // The descriptor, and with it the lock, stays until the process is gone.
+            std::mem::forget(dir);
             return;
         }
     }

@@ -14,11 +14,11 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::util::flock;
 
 /// The stamp of the file at `path` now (see the module documentation).
 pub fn of(path: &Path) -> std::io::Result<String> {
@@ -65,19 +65,6 @@ pub fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 /// The key a file's stamp is kept under: its absolute path, symlinks resolved.
 fn key(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
-    loop {
-        // SAFETY: a valid open descriptor and a flock operation.
-        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    }
 }
 
 /// A process's hold on a vault file it writes: a shared `flock` for as long as it has the
