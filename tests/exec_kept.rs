@@ -103,6 +103,14 @@ fn runs_share_one_overlay_and_each_reports_only_its_own_changes() {
     assert!(running(pid), "the keeper {pid} runs after the first exec");
     // The overlay is in the keeper's namespace only.
     assert_eq!(host_mounts_under(&env.home()), Vec::<String>::new());
+    // `avfs status` names the keeper, and what the upper holds (a, d, d/x: two files).
+    let st = env.json(&["--vault", "t", "status"]);
+    let listed = st["kept_overlays"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{st}");
+    assert_eq!(listed[0]["workspace"], "main");
+    assert_eq!(listed[0]["keeper_pid"].as_i64(), Some(pid));
+    assert_eq!(listed[0]["upper_files"], 2, "{st}");
+    assert_eq!(listed[0]["upper_bytes"], 6, "{st}");
 
     let second = sh(&env, "cat a && echo two >> a && rm d/x");
     assert_eq!(how(&second), "kept", "{}", second["engine"]);

@@ -547,6 +547,7 @@ fn status_shape() {
             ("auto_prune_keep_last", NullOr(&Num)),
             ("mounts", Arr),
             ("runs", Arr),
+            ("kept_overlays", Arr),
             ("pending_approvals", Arr),
             ("next", Arr),
         ],

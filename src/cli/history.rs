@@ -121,6 +121,22 @@ pub fn status(ctx: &Ctx) -> Result<i32> {
                 r.exec.as_deref().unwrap_or("?")
             );
         }
+        for k in &st.kept_overlays {
+            println!(
+                "kept overlay of {}: {}, upper {} files ({} bytes){}",
+                k.workspace,
+                match k.keeper_pid {
+                    Some(p) => format!("keeper pid {p}"),
+                    None => "keeper ended (the next run mounts it again)".into(),
+                },
+                k.upper_files,
+                k.upper_bytes,
+                k.last_used_at
+                    .as_deref()
+                    .map(|t| format!(", last used {}", &t[..19]))
+                    .unwrap_or_default()
+            );
+        }
         for a in &st.pending_approvals {
             println!("waiting for approval: {} {}", a.id, a.command);
         }

@@ -511,6 +511,56 @@ fn reap_dying(home: &Path) {
     let _ = fs::remove_dir(&dir);
 }
 
+/// A workspace's kept overlay as `avfs status` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeptInfo {
+    pub workspace: String,
+    /// The keeper holding it mounted, or null when it has ended (idle): the next run
+    /// mounts the same upper again.
+    pub keeper_pid: Option<i32>,
+    /// The root it shows; a run reuses it while that is the workspace's head.
+    pub root: String,
+    /// Files (regular, symlinks, whiteouts) and bytes in its upper: what each run
+    /// ingests again (it is retired past 1 000 files or 16 MiB).
+    pub upper_files: u64,
+    pub upper_bytes: u64,
+    /// When a run last took or left it (RFC 3339).
+    pub last_used_at: Option<String>,
+}
+
+/// The kept overlay of `workspace`, if it has one.
+pub fn describe(home: &Path, vault_path: &Path, workspace: &str) -> Option<KeptInfo> {
+    let dir = kept_dir(home, vault_path, workspace);
+    let k = Kept::open(&dir)?;
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let mut stack = vec![k.upper()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                files += 1;
+                bytes += m.len();
+            }
+        }
+    }
+    let used = fs::metadata(dir.join("kept.json"))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| crate::util::rfc3339(d.as_nanos() as i64));
+    Some(KeptInfo {
+        workspace: workspace.to_string(),
+        keeper_pid: k.record.keeper.filter(alive).map(|id| id.pid),
+        root: k.record.root.clone(),
+        upper_files: files,
+        upper_bytes: bytes,
+        last_used_at: used,
+    })
+}
+
 /// Retires every kept overlay no run is using (`avfs gc`: the cache is trimmed after),
 /// each under its workspace's run lock; returns how many.
 pub fn retire_all(home: &Path) -> u64 {

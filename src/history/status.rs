@@ -89,6 +89,9 @@ pub struct Status {
     pub auto_prune_keep_last: Option<usize>,
     pub mounts: Vec<MountInfo>,
     pub runs: Vec<RunInfo>,
+    /// Kept overlays of the vault's workspaces (`docs/exec.md`): the keeper processes
+    /// avfs leaves running between runs.
+    pub kept_overlays: Vec<crate::engine::kept::KeptInfo>,
     pub pending_approvals: Vec<ApprovalInfo>,
     /// Commands worth running next.
     pub next: Vec<String>,
@@ -158,9 +161,14 @@ pub fn status(ctx: &Context) -> Result<Status> {
                 created_at: rfc3339(a.created_at_ns),
             })
             .collect();
-        let runs = workspaces(db)?
+        let names = workspaces(db)?;
+        let runs = names
             .iter()
             .filter_map(|w| run_in_progress(&ctx.home, &v.path, w))
+            .collect();
+        let kept_overlays = names
+            .iter()
+            .filter_map(|w| crate::engine::kept::describe(&ctx.home, &v.path, w))
             .collect();
         Ok(Status {
             vault: v.name.clone(),
@@ -191,6 +199,7 @@ pub fn status(ctx: &Context) -> Result<Status> {
             auto_prune_keep_last: super::prune::auto_keep(db)?,
             mounts: vec![],
             runs,
+            kept_overlays,
             pending_approvals: approvals,
             next: vec![],
         })
