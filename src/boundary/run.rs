@@ -16,7 +16,7 @@ use super::{CheckpointMode, Command, ExecRequest, audit_record};
 use crate::context::Context;
 use crate::diff::{Change, diff_roots};
 use crate::engine::fuse::{MountGuard, exec_mountpoint, quota_refusals};
-use crate::engine::ingest::{IngestOptions, Ingested};
+use crate::engine::ingest::{IngestOptions, Ingested, Stored};
 use crate::engine::overlay::{self, OverlayRun};
 use crate::engine::{EngineInfo, EngineKind, IngestInfo, LayersInfo};
 use crate::error::{Error, Result};
@@ -407,7 +407,13 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                 keep_setuid,
             };
             ctx.sync_mount(v)?;
-            let taken = store.write(|db| take_in_tx(db, &v.workspace, &orun, opts, !rollback));
+            let taken = orun.store_upper(&mut store).and_then(|stored| {
+                store.write(|db| take_in_tx(db, &v.workspace, &orun, Some(stored), opts, !rollback))
+            });
+            if taken.is_err() {
+                // Content stored ahead of a failed ingest is garbage: let reclaim have it.
+                let _ = store.write(|db| crate::store::pins::unpin(db, &orun.ingest_pin()));
+            }
             match taken {
                 Ok((ing, changes)) => {
                     engine_info.ingest = Some(IngestInfo {
@@ -573,16 +579,20 @@ pub(crate) fn take_in_tx(
     db: &Connection,
     workspace: &str,
     run: &OverlayRun,
+    stored: Option<Stored>,
     opts: IngestRequest,
     apply: bool,
 ) -> Result<(Ingested, Vec<Change>)> {
     let ing = run.ingest(
         db,
+        stored,
         IngestOptions {
             keep_owners: opts.keep_owners,
             keep_setuid: opts.keep_setuid,
         },
     )?;
+    // What was stored ahead is referenced from here on (or, not applied, garbage).
+    crate::store::pins::unpin(db, &run.ingest_pin())?;
     let changes = diff_roots(db, &run.head_root, &ing.root)?;
     if apply && ing.root != run.head_root {
         let mut ws = Workspace::open(db, workspace)?;
@@ -608,7 +618,7 @@ pub(crate) fn take_in(
 ) -> Result<(Ingested, Vec<Change>)> {
     ctx.sync_mount(v)?;
     let mut store = Store::open(&v.path)?;
-    let r = store.write(|db| take_in_tx(db, &v.workspace, run, opts, true))?;
+    let r = store.write(|db| take_in_tx(db, &v.workspace, run, None, opts, true))?;
     ctx.invalidate_mount(v)?;
     let root = store.read(|db| Workspace::open(db, &v.workspace).map(|w| w.info.base_root))?;
     overlay::remember_root(&ctx.home, &v.path, &v.workspace, &root);

@@ -240,9 +240,29 @@ impl OverlayRun {
         }
     }
 
-    /// The run's changes as a new root, inside the caller's transaction.
-    pub fn ingest(&self, db: &Connection, opts: IngestOptions) -> Result<Ingested> {
-        ingest::ingest(db, &self.base_root, &self.upper, opts)
+    /// The run's changes as a new root, inside the caller's transaction: from what
+    /// `store_upper` stored, or reading the upper now (all in that transaction).
+    pub fn ingest(
+        &self,
+        db: &Connection,
+        stored: Option<ingest::Stored>,
+        opts: IngestOptions,
+    ) -> Result<Ingested> {
+        match stored {
+            Some(s) => ingest::ingest_stored(db, &self.base_root, s, opts),
+            None => ingest::ingest(db, &self.base_root, &self.upper, opts),
+        }
+    }
+
+    /// Reads the upper and stores its content ahead of `ingest`, in transactions of its
+    /// own (see `ingest::store_upper`), pinned under [`OverlayRun::ingest_pin`].
+    pub fn store_upper(&self, store: &mut crate::store::Store) -> Result<ingest::Stored> {
+        ingest::store_upper(store, &self.upper, &self.ingest_pin())
+    }
+
+    /// The pin that keeps content stored ahead of the ingest until it is referenced.
+    pub fn ingest_pin(&self) -> String {
+        format!("{}.ingest", self.record.id)
     }
 
     /// After the ingest committed: the upper becomes the layer of the new root when it
