@@ -710,7 +710,7 @@ fn real_main() -> BoxResult<()> {
         }
         println!();
         println!(
-            "each workload is one whole `avfs --json exec --engine E -- CMD` process (policy, checkpoint, the sandbox, the command at the workspace's stable path, ingest of the changes (overlay), change report, audit) against CMD in a native directory on the same file system, interleaved, from the same state (`checkpoint restore` and a fresh `cp -a` before each run, untimed). \"command\" is the command's own time as the envelope reports it (result.duration_ms), \"ingest\" the overlay engine's taking in of the run's upper directory (engine.ingest.ms); the rest is avfs's own work around them."
+            "each workload is one whole `avfs --json exec --engine E -- CMD` process (policy, checkpoint, the sandbox, the command at the workspace's stable path, ingest of the changes (overlay), change report, audit) against CMD in a native directory on the same file system, interleaved in an order that rotates each repetition, from the same state (`checkpoint restore` and a fresh `cp -a` before each run, untimed). \"command\" is the command's own time as the envelope reports it (result.duration_ms), \"ingest\" the overlay engine's taking in of the run's upper directory (engine.ingest.ms); the rest is avfs's own work around them."
         );
         println!();
         for n in &r.notes {
