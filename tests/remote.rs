@@ -70,6 +70,16 @@ fn push_then_lazy_and_full_clone_over_s3() {
     assert_eq!(c["clone"]["checkpoint"], "v1");
     assert_eq!(c["clone"]["fetched"]["objects"], 2, "{c}");
     assert_eq!(stats_chunks(&b, "web"), 0);
+    // A clone killed after its last commit, before the registry named it, leaves a whole
+    // vault file nobody names: the same command takes it as it is.
+    let vaults = b.home().join("vaults");
+    std::fs::copy(vaults.join("web.avfs"), vaults.join("web2.avfs")).unwrap();
+    let again = b.json(&["clone", &url, "web2"]);
+    assert_eq!(again["clone"]["resumed"], true, "{again}");
+    assert_eq!(again["clone"]["checkpoint"], "v1", "{again}");
+    assert_eq!(again["clone"]["head"], c["clone"]["head"], "{again}");
+    assert_eq!(b.cat(Some("web2"), "/src/m3/f3.txt"), "file 3\n".repeat(4));
+    b.ok(&["vault", "delete", "web2", "-y"]);
     let ls = b.ok(&["--vault", "web", "ls", "/src/m3"]).stdout;
     assert!(ls.contains("f3.txt"), "{ls}");
     // First read fetches, and the content is kept.

@@ -498,6 +498,43 @@ const CLONING_KEY: &str = "remote_clone_incomplete";
 
 /// `avfs clone`: a new vault file at `dest` holding workspace `main` at the remote's
 /// checkpoint. Lazy unless `full`: checkpoints and trees first, contents on first read.
+/// The report of a clone that finished in an earlier run, from its vault: the workspace
+/// it made, the head it remembered. None when the vault holds no finished clone of
+/// `o.workspace`.
+fn finished_clone(
+    s: &mut Store,
+    o: &CloneOptions,
+    remote: &str,
+    started: Instant,
+) -> Result<Option<CloneReport>> {
+    s.read(|db| {
+        let Some((_, head)) = refs::remembered(db, remote)?
+            .into_iter()
+            .find(|(w, _)| w == o.workspace)
+        else {
+            return Ok(None);
+        };
+        let Ok(ws) = crate::workspace::Workspace::open(db, crate::workspace::MAIN) else {
+            return Ok(None);
+        };
+        let Some(cp) = ws.head()? else {
+            return Ok(None);
+        };
+        Ok(Some(CloneReport {
+            url: o.url.to_string(),
+            path: o.dest.to_path_buf(),
+            workspace: o.workspace.to_string(),
+            checkpoint: cp.name,
+            head: head.to_hex(),
+            lazy: meta_get(db, LAZY_KEY)?.unwrap_or(0) == 1,
+            resumed: true,
+            fetched: Fetched::default(),
+            traffic: Traffic::default(),
+            seconds: started.elapsed().as_secs_f64(),
+        }))
+    })
+}
+
 pub fn clone(home: &Path, o: &CloneOptions, progress: &dyn Progress) -> Result<CloneReport> {
     let started = Instant::now();
     super::config::parse_url(o.url)?;
@@ -509,6 +546,13 @@ pub fn clone(home: &Path, o: &CloneOptions, progress: &dyn Progress) -> Result<C
             .read(|db| super::remote_url(db, &remote))
             .map(|(_, u)| u == o.url)
             .unwrap_or(false);
+        if same && !pending {
+            // A clone of this URL that finished but was never registered (killed between
+            // its last commit and the registry): whole as it is, taken as it is.
+            if let Some(r) = finished_clone(&mut s, o, &remote, started)? {
+                return Ok(r);
+            }
+        }
         if !(pending && same) {
             return Err(Error::Exists(o.dest.display().to_string()));
         }
