@@ -673,26 +673,20 @@ fn held_run_locks(env: &Env) -> Vec<PathBuf> {
 
 /// The keepers the home's kept overlays name.
 fn kept_keepers(env: &Env) -> Vec<i64> {
-    let mut out = vec![];
-    if let Ok(rd) = std::fs::read_dir(env.home().join("kept")) {
-        for e in rd.flatten() {
-            if let Ok(text) = std::fs::read(e.path().join("kept.json"))
-                && let Ok(v) = serde_json::from_slice::<Value>(&text)
-                && let Some(pid) = v["keeper"]["pid"].as_i64()
-            {
-                out.push(pid);
-            }
-        }
-    }
-    out
+    keeper_pids(&env.home().join("kept"), |e| e.join("kept.json"))
 }
 
 /// Keepers of retired overlays, killed and ending (`kept/.dying/*.json`).
 fn dying_keepers(env: &Env) -> Vec<i64> {
+    keeper_pids(&env.home().join("kept").join(".dying"), |e| e.to_path_buf())
+}
+
+/// The `keeper.pid` of the JSON file `file(entry)` for each entry of `dir`.
+fn keeper_pids(dir: &Path, file: impl Fn(&Path) -> PathBuf) -> Vec<i64> {
     let mut out = vec![];
-    if let Ok(rd) = std::fs::read_dir(env.home().join("kept").join(".dying")) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
-            if let Ok(text) = std::fs::read(e.path())
+            if let Ok(text) = std::fs::read(file(&e.path()))
                 && let Ok(v) = serde_json::from_slice::<Value>(&text)
                 && let Some(pid) = v["keeper"]["pid"].as_i64()
             {

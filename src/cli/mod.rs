@@ -89,7 +89,7 @@ pub enum Command {
     Diff(checkpoint::DiffArgs),
     /// List the versions of one file where it changed, across checkpoints and the live state.
     Log(checkpoint::LogArgs),
-    /// Show the workspace, its head checkpoint, unsaved changes, mounts, runs and approvals.
+    /// Show the workspace, its head checkpoint, unsaved changes, mounts, runs, kept overlays and approvals.
     Status,
     /// Restore one path from a checkpoint.
     Restore(checkpoint::RestoreArgs),

@@ -550,7 +550,7 @@ pub fn ingest(
     let (contents, bytes_read) = store_files(&walk.files, &mut |h, data| {
         objects::put_chunk_hashed(db, &h, &data)
     })?;
-    build(
+    ingest_stored(
         db,
         base_root,
         Stored {
@@ -665,16 +665,6 @@ fn pin_entry(name: String, kind: Kind, hash: Hash, size: u64) -> Entry {
 
 /// `ingest` of what `store_upper` read and stored, inside the caller's transaction.
 pub fn ingest_stored(
-    db: &Connection,
-    base_root: &Hash,
-    stored: Stored,
-    opts: IngestOptions,
-) -> Result<Ingested> {
-    build(db, base_root, stored, opts)
-}
-
-/// The new root from an upper read and stored, in the caller's transaction.
-fn build(
     db: &Connection,
     base_root: &Hash,
     stored: Stored,

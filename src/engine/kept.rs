@@ -461,8 +461,18 @@ fn dying_root(home: &Path) -> PathBuf {
 /// one of its layers (overlayfs must not see a directory as a lower of one mount and the
 /// upper of another), and removes what ended keepers left.
 pub fn wait_for_dying(home: &Path, stack: &Stack) {
-    let dir = dying_root(home);
-    let Ok(rd) = fs::read_dir(&dir) else {
+    reap_dying(home, |note| {
+        note.adopted
+            .as_ref()
+            .is_some_and(|id| stack.layers.contains(id))
+    });
+}
+
+/// Removes what retired overlays left under `kept/.dying/`: those whose keeper has ended,
+/// and those `wait_for` names after waiting for their keeper (an unreadable note's
+/// directory goes too).
+fn reap_dying(home: &Path, wait_for: impl Fn(&Dying) -> bool) {
+    let Ok(rd) = fs::read_dir(dying_root(home)) else {
         return;
     };
     for e in rd.flatten() {
@@ -470,45 +480,19 @@ pub fn wait_for_dying(home: &Path, stack: &Stack) {
         if note_path.extension().is_none_or(|x| x != "json") {
             continue;
         }
-        let Some(note) = fs::read(&note_path)
+        let note = fs::read(&note_path)
             .ok()
-            .and_then(|t| serde_json::from_slice::<Dying>(&t).ok())
-        else {
-            continue;
-        };
-        let needed = note
-            .adopted
-            .as_ref()
-            .is_some_and(|id| stack.layers.contains(id));
-        if needed {
-            stop(&note.keeper);
-        } else if alive(&note.keeper) {
-            continue;
+            .and_then(|t| serde_json::from_slice::<Dying>(&t).ok());
+        if let Some(note) = note {
+            if wait_for(&note) {
+                stop(&note.keeper);
+            } else if alive(&note.keeper) {
+                continue;
+            }
         }
         let _ = remove_tree(&note_path.with_extension(""));
         let _ = fs::remove_file(&note_path);
     }
-}
-
-/// Waits for every retired overlay's keeper and removes what they left (`avfs gc`).
-fn reap_dying(home: &Path) {
-    let dir = dying_root(home);
-    if let Ok(rd) = fs::read_dir(&dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.extension().is_some_and(|x| x == "json") {
-                if let Some(note) = fs::read(&p)
-                    .ok()
-                    .and_then(|t| serde_json::from_slice::<Dying>(&t).ok())
-                {
-                    stop(&note.keeper);
-                }
-                let _ = remove_tree(&p.with_extension(""));
-                let _ = fs::remove_file(&p);
-            }
-        }
-    }
-    let _ = fs::remove_dir(&dir);
 }
 
 /// A workspace's kept overlay as `avfs status` shows it.
@@ -565,7 +549,8 @@ pub fn describe(home: &Path, vault_path: &Path, workspace: &str) -> Option<KeptI
 /// each under its workspace's run lock; returns how many.
 pub fn retire_all(home: &Path) -> u64 {
     use crate::boundary::lock::{Holder, RunLock};
-    reap_dying(home);
+    reap_dying(home, |_| true);
+    let _ = fs::remove_dir(dying_root(home));
     let mut n = 0;
     let Ok(rd) = fs::read_dir(kept_root(home)) else {
         return 0;

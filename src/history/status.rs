@@ -1,6 +1,7 @@
 //! `avfs status`: where you are and what is unsaved, like `git status`: the vault and
 //! workspace, the stable path runs see it at, the head checkpoint, the changes since it
-//! (counted by kind), live mounts, runs in progress and approvals waiting for a person.
+//! (counted by kind), live mounts, runs in progress, kept overlays (their keeper processes)
+//! and approvals waiting for a person.
 
 use std::fs::OpenOptions;
 use std::io::Read;
