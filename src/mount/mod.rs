@@ -55,7 +55,7 @@ pub fn pid_alive(pid: u32) -> bool {
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
     };
     // A killed server stays a zombie until its parent (often init) reaps it: dead.
-    exists && !crate::exec::procs::stat(pid as i32).is_some_and(|p| p.zombie)
+    exists && !crate::procs::stat(pid as i32).is_some_and(|p| p.zombie)
 }
 
 /// Is something mounted at `path` right now (per /proc/self/mountinfo)?
