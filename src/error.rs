@@ -2,6 +2,12 @@
 
 use std::path::PathBuf;
 
+/// Documented exit codes (see docs/cli.md), shared by the CLI and `avfs mcp` (which must
+/// not import the CLI).
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_ERROR: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
