@@ -14,7 +14,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::workspace::Store;
 pub use fs::AvfsFs;
 
 /// One live mount, as recorded under `$AVFS_HOME/run/mounts/`.
@@ -296,7 +296,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         pid: std::process::id(),
         socket: socket.clone(),
         readonly: opts.readonly,
-        started_at_ns: crate::store::now_ns(),
+        started_at_ns: crate::workspace::now_ns(),
     };
     let listener = std::os::unix::net::UnixListener::bind(&socket)
         .map_err(|e| Error::host(socket.display(), e))?;
