@@ -2,6 +2,12 @@
 
 use std::path::PathBuf;
 
+/// Documented exit codes (see docs/cli.md), shared by the CLI and `avfs mcp` (which must
+/// not import the CLI).
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_ERROR: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
@@ -195,7 +201,7 @@ impl From<rusqlite::Error> for Error {
             rusqlite::Error::SqliteFailure(f, _)
                 if f.extended_code == rusqlite::ffi::SQLITE_IOERR_DATA =>
             {
-                return corrupt(crate::store::pagesum::take_last_fault());
+                return corrupt(take_page_fault());
             }
             rusqlite::Error::SqliteFailure(f, _)
                 if matches!(
@@ -242,5 +248,30 @@ impl From<std::io::Error> for Error {
             what: "io".into(),
             message: e.to_string(),
         }
+    }
+}
+
+thread_local! {
+    /// The last page whose checksum failed on this thread (file offset, page size), for
+    /// the error message: SQLite's error carries only the code. The store's checksum
+    /// shim (`store::pagesum`) notes it; the conversion from SQLite's error reads it here,
+    /// so errors do not depend on the store.
+    static LAST_PAGE_FAULT: std::cell::Cell<Option<(i64, i64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Notes a page that failed its checksum on this thread (file offset, page size).
+pub fn note_page_fault(offset: i64, page_size: i64) {
+    LAST_PAGE_FAULT.with(|c| c.set(Some((offset, page_size))));
+}
+
+/// What to say about a page that failed its checksum on this thread: "page N (at byte
+/// offset O)", taken once; a generic phrase when nothing was noted.
+pub fn take_page_fault() -> String {
+    match LAST_PAGE_FAULT.with(|c| c.take()) {
+        Some((ofs, size)) if size > 0 => format!(
+            "page {} (at byte {ofs}) does not match its checksum",
+            ofs / size + 1
+        ),
+        _ => "a page does not match its checksum".into(),
     }
 }

@@ -36,3 +36,4 @@ pub mod hostio;
 pub mod maintenance;
 pub mod mount;
 pub mod policy;
+pub mod procs;

@@ -22,8 +22,8 @@ pub fn list(ctx: &Context, all: bool) -> Result<Vec<Approval>> {
 /// command must never approve its own request). PID 1 of every run is avfs's set-up,
 /// which a command cannot replace; the marker variable catches runs of older engines.
 pub fn inside_a_run() -> Option<String> {
-    if std::env::var_os(crate::exec::procs::MARKER).is_some() {
-        return Some(format!("{} is set", crate::exec::procs::MARKER));
+    if std::env::var_os(crate::procs::MARKER).is_some() {
+        return Some(format!("{} is set", crate::procs::MARKER));
     }
     let init = std::fs::read("/proc/1/cmdline").unwrap_or_default();
     let comm = std::fs::read("/proc/1/comm").unwrap_or_default();

@@ -46,7 +46,7 @@ impl Watchdog {
             id.into(),
         ];
         let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os()
-            .filter(|(k, _)| k != "AVFS_HOME" && k != crate::exec::procs::MARKER)
+            .filter(|(k, _)| k != "AVFS_HOME" && k != crate::procs::MARKER)
             .collect();
         env.push(("AVFS_HOME".into(), home.into()));
         // A process group of its own: the terminal's signals (Ctrl-C, Ctrl-Z, hangup) go

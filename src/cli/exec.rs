@@ -357,7 +357,7 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                 }
             };
             // As exec judges it: absolute paths below the vault's workspace path are inside.
-            let ws = crate::store::Store::open(&v.path)
+            let ws = crate::workspace::Store::open(&v.path)
                 .and_then(|mut st| {
                     st.read(|db| boundary::path::workspace_path(db, &ctx.home, &reg, &v))
                 })

@@ -13,7 +13,7 @@ use crate::documents::history::{MergeReport, MergeSummary};
 use crate::error::{Error, Result};
 use crate::merge::{self, Resolution};
 use crate::registry::VaultRef;
-use crate::store::Store;
+use crate::workspace::Store;
 use crate::workspace::path::{display, parse};
 use crate::workspace::{Workspace, find_workspace};
 
@@ -242,7 +242,10 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
         if !plan.actions.is_empty() || (!dry_run && plan.unresolved() > 0) {
             if !dry_run {
                 before = Some(if ws.is_modified()? {
-                    let name = format!("auto-before-merge-{}", crate::store::now_ns() / 1_000_000);
+                    let name = format!(
+                        "auto-before-merge-{}",
+                        crate::workspace::now_ns() / 1_000_000
+                    );
                     let msg = format!("unsaved changes before merging {}", fork.name);
                     ws.checkpoint(Some(&name), Some(&msg), "auto")?
                         .checkpoint
@@ -262,14 +265,14 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
                     base: base_name.clone(),
                     before: before.clone().unwrap_or_default(),
                     paths: shown_paths.clone(),
-                    stamp: crate::store::now_ns() / 1_000_000,
-                    started_at_ns: crate::store::now_ns(),
+                    stamp: crate::workspace::now_ns() / 1_000_000,
+                    started_at_ns: crate::workspace::now_ns(),
                     conflicts: vec![],
                 };
                 crate::mergepending::start(ws, &fork_ws, &fork_root, p, &plan.conflicts)?;
                 pending = true;
             } else if !dry_run {
-                let stamp = crate::store::now_ns() / 1_000_000;
+                let stamp = crate::workspace::now_ns() / 1_000_000;
                 let name = format!("merge-{}-{stamp}", fork.name);
                 let msg = format!(
                     "merge of {} (base {base_name}): {} taken, {} conflict(s)",

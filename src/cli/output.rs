@@ -6,10 +6,7 @@ use serde::Serialize;
 
 use crate::error::Error;
 
-/// Documented exit codes (see docs/cli.md).
-pub const EXIT_OK: i32 = 0;
-pub const EXIT_ERROR: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
+pub use crate::error::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 
 pub struct Out {
     pub json: bool,

@@ -11,8 +11,8 @@ use super::output::human_size;
 use crate::error::{Error, Result};
 use crate::registry::{VaultRef, validate_name};
 use crate::remote::{self, Progress, Target};
-use crate::store::Store;
 use crate::workspace::MAIN;
+use crate::workspace::Store;
 
 #[derive(Subcommand, Debug)]
 pub enum RemoteCmd {

@@ -107,7 +107,7 @@ fn idle_secs() -> u64 {
 
 /// The start time of `pid`, if it runs (not a zombie).
 fn start_time(pid: i32) -> Option<u64> {
-    crate::exec::procs::stat(pid)
+    crate::procs::stat(pid)
         .filter(|p| !p.zombie)
         .map(|p| p.start)
 }

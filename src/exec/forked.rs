@@ -26,7 +26,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-use super::procs::MARKER;
+use crate::procs::MARKER;
 use crate::sandbox::{REPORT_FD, RUN_INIT_ARG, RunPlan, setup};
 
 /// The set-up's (and its PID 1's) process name when forked (`/proc/1/comm` in a run):

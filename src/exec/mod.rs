@@ -7,7 +7,6 @@ pub mod capture;
 pub mod envelope;
 pub mod forked;
 pub use crate::policy;
-pub mod procs;
 pub mod runner;
 pub mod sandbox;
 pub mod watchdog;

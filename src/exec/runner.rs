@@ -17,8 +17,8 @@ use serde::Serialize;
 
 use super::capture::{Capture, CaptureLimits};
 use super::forked::{self, Forked, SelfStat};
-use super::procs::{self, MARKER};
 use crate::error::{Error, Result};
+use crate::procs::{self, MARKER};
 use crate::sandbox::{REPORT_FD, RunPlan};
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-use super::procs;
+use crate::procs;
 
 /// Reads exec's notes until the pipe closes; `None` when exec said it is done.
 pub fn listen(input: impl BufRead) -> Option<Map<String, Value>> {

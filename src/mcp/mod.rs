@@ -90,7 +90,7 @@ pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
             _ = int.recv() => {}
             _ = hup.recv() => {}
         }
-        Ok(crate::cli::EXIT_OK)
+        Ok(crate::error::EXIT_OK)
     });
     // A read of stdin cannot be cancelled: do not wait for it.
     rt.shutdown_background();

@@ -39,9 +39,8 @@ use dirs::new_node;
 
 use super::buffer::DirtyFile;
 use crate::error::{Error, Result};
-use crate::store::objects::{CHUNK_SIZE, Hash, Kind};
-use crate::store::{Store, now_ns};
 use crate::workspace::{Budget, Inode, NewNode, ROOT_INO, SetAttr, Workspace, WorkspaceInfo};
+use crate::workspace::{CHUNK_SIZE, Hash, Kind, Store, now_ns};
 
 /// How long the kernel may cache names and attributes. Changes made behind the kernel's
 /// back (CLI commands, restore) reach it through explicit invalidation instead.

@@ -14,7 +14,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::workspace::Store;
 pub use fs::AvfsFs;
 
 /// One live mount, as recorded under `$AVFS_HOME/run/mounts/`.
@@ -55,7 +55,7 @@ pub fn pid_alive(pid: u32) -> bool {
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
     };
     // A killed server stays a zombie until its parent (often init) reaps it: dead.
-    exists && !crate::exec::procs::stat(pid as i32).is_some_and(|p| p.zombie)
+    exists && !crate::procs::stat(pid as i32).is_some_and(|p| p.zombie)
 }
 
 /// Is something mounted at `path` right now (per /proc/self/mountinfo)?
@@ -296,7 +296,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         pid: std::process::id(),
         socket: socket.clone(),
         readonly: opts.readonly,
-        started_at_ns: crate::store::now_ns(),
+        started_at_ns: crate::workspace::now_ns(),
     };
     let listener = std::os::unix::net::UnixListener::bind(&socket)
         .map_err(|e| Error::host(socket.display(), e))?;

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::workspace::Store;
 
 const PERIOD: Duration = Duration::from_millis(200);
 

@@ -188,7 +188,7 @@ pub fn init_main(c: &Command) -> i32 {
     let mut in_group = false;
     let mut escaped = vec![];
     if lingering {
-        for p in crate::exec::procs::scan() {
+        for p in crate::procs::scan() {
             if p.pid == 1 || p.zombie {
                 continue;
             }
@@ -196,7 +196,7 @@ pub fn init_main(c: &Command) -> i32 {
                 in_group = true;
             } else {
                 escaped.push(serde_json::json!({
-                    "pid": p.pid, "command": crate::exec::procs::command_line(p.pid)
+                    "pid": p.pid, "command": crate::procs::command_line(p.pid)
                 }));
             }
         }

@@ -22,7 +22,6 @@
 //! The shim is registered once per process as SQLite's default VFS, before the first
 //! connection opens ([`register`]), on top of the VFS that was the default (`unix`).
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Once;
 
@@ -35,24 +34,6 @@ pub const RESERVE_BYTES: u8 = 8;
 const HEADER_RESERVE_OFFSET: usize = 20;
 
 const MAGIC: &[u8; 16] = b"SQLite format 3\0";
-
-thread_local! {
-    /// The last page whose checksum failed on this thread (file offset, page size), for
-    /// the error message: SQLite's error carries only the code.
-    static LAST_FAULT: Cell<Option<(i64, i64)>> = const { Cell::new(None) };
-}
-
-/// What to say about a page that failed its checksum on this thread: "page N (at byte
-/// offset O)", taken once; a generic phrase when the shim recorded nothing.
-pub fn take_last_fault() -> String {
-    match LAST_FAULT.with(|c| c.take()) {
-        Some((ofs, size)) if size > 0 => format!(
-            "page {} (at byte {ofs}) does not match its checksum",
-            ofs / size + 1
-        ),
-        _ => "a page does not match its checksum".into(),
-    }
-}
 
 /// The checksum of `page` without its last 8 bytes: what those 8 bytes must hold.
 /// (cksumvfs's `cksmCompute`: Fletcher-style sums over little-endian 32-bit words.)
@@ -149,7 +130,7 @@ unsafe extern "C" fn ck_read(
         if ck.verify && whole_page(amt) {
             let page = std::slice::from_raw_parts(buf as *const u8, amt as usize);
             if !page_ok(page) {
-                LAST_FAULT.with(|c| c.set(Some((ofs, amt as i64))));
+                crate::error::note_page_fault(ofs, amt as i64);
                 return ffi::SQLITE_IOERR_DATA;
             }
         }

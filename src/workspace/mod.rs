@@ -16,14 +16,18 @@ pub use checkpoint::{Checkpoint, CheckpointSummary, validate_checkpoint_name};
 pub use limits::{Budget, QuotaBaseline};
 pub use nodes::{NewNode, RenameFlags, SetAttr};
 
+// What the CLI and the mount need of the vault file to call this API (open it, name
+// objects, stamp times), so that they never import the store's internals.
+pub use crate::store::objects::{CHUNK_SIZE, Entry, HOLE, Hash, Kind};
+pub use crate::store::{Store, now_ns};
+
 use std::collections::HashMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::store::now_ns;
-use crate::store::objects::{self, Entry, Hash, Kind, get_tree};
+use crate::store::objects::{self, get_tree};
 
 pub const ROOT_INO: u64 = 1;
 /// Name of the workspace a new vault starts with.

@@ -4,6 +4,9 @@
 //! A command's processes are recognised by what they inherit: the marker variable
 //! `AVFS_EXEC_ID=<id>` in their environment, the command's process group, and, while
 //! `avfs exec` lives, descent (it is a child subreaper, so orphans become its children).
+//!
+//! A leaf: the runner, the exec watchdog, a run's PID 1 (`sandbox::init`), the kept
+//! overlays and the mount all read /proc through it, so it imports none of them.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
