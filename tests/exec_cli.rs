@@ -1019,6 +1019,18 @@ fn sqlite3_cli(env: &Env, vault: &str, sql: &str) {
     );
 }
 
+/// Unmounts on drop, also when the test fails, so no mount outlives it.
+struct Unmount<'a>(&'a Env, std::path::PathBuf);
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        let r = self.0.run(&["unmount", self.1.to_str().unwrap()]);
+        if !std::thread::panicking() {
+            assert_eq!(r.code, 0, "unmount: {}", r.stderr);
+        }
+    }
+}
+
 /// `audit verify`: exit status and the problems it names.
 fn audit_verify(env: &Env, vault: &str) -> (i32, Vec<String>) {
     let r = env.run(&["--json", "--vault", vault, "audit", "verify"]);
@@ -1050,6 +1062,7 @@ fn an_approval_written_into_the_vault_outside_avfs_is_refused_and_reported() {
     let mnt = env.path("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     env.ok(&["mount", "t", mnt.to_str().unwrap()]);
+    let mounted = Unmount(&env, mnt.clone());
 
     // The attack as found: the state flipped with sqlite3, no audit row written.
     sqlite3_cli(
@@ -1148,7 +1161,7 @@ fn an_approval_written_into_the_vault_outside_avfs_is_refused_and_reported() {
     );
     // Alone with the file again, avfs checks it in full before writing (it was changed
     // outside avfs), and the forged approvals make it refuse to.
-    env.ok(&["unmount", mnt.to_str().unwrap()]);
+    drop(mounted);
     let err = exec_error(&env, &["--approve", &forged]);
     assert_eq!(err["kind"], "corrupt_vault", "{err}");
     assert!(
