@@ -1235,6 +1235,17 @@ fn approvals_of_every_vault_are_listed_and_decided_by_id_alone() {
     assert_eq!(err["kind"], "not_found", "{err}");
     assert_eq!(audit_verify(&env, "t"), (0, vec![]));
     assert_eq!(audit_verify(&env, "u"), (0, vec![]));
+
+    // A vault that cannot be read does not hide the others' requests.
+    env.ok(&["vault", "create", "w"]);
+    std::fs::write(env.home().join("vaults/w.avfs"), b"not a vault").unwrap();
+    let x = exec_in(&env, "u", &["--shell", "curl three"]);
+    let third = x.env["approval"]["id"].as_str().unwrap().to_string();
+    let r = env.run(&["--json", "approvals"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("warning: vault w"), "{}", r.stderr);
+    assert_eq!(r.json()["approvals"][1]["id"], third.as_str());
+    assert_eq!(env.json(&["deny", &third])["approval"]["state"], "denied");
 }
 
 /// Starts `avfs --json --vault t exec ARGS...` in the background.

@@ -33,11 +33,19 @@ pub fn list(ctx: &Context, all: bool) -> Result<Vec<Approval>> {
     } else {
         vault_files(ctx)?
     };
+    let selected = ctx.vault_sel.is_some();
     let mut out = Vec::new();
     for v in files {
-        ctx.sync_mount(&v)?;
-        let mut store = Store::open(&v.path)?;
-        out.extend(store.read(|db| approvals::list(db, all))?);
+        let read = ctx.sync_mount(&v).and_then(|()| {
+            let mut store = Store::open(&v.path)?;
+            store.read(|db| approvals::list(db, all))
+        });
+        match read {
+            Ok(aps) => out.extend(aps),
+            Err(e) if selected => return Err(e),
+            // One unreadable vault does not hide the others' requests.
+            Err(e) => eprintln!("avfs: warning: vault {}: {e}", v.name),
+        }
     }
     out.sort_by_key(|a| a.created_at_ns);
     Ok(out)
@@ -53,12 +61,20 @@ pub fn find(ctx: &Context, id: &str) -> Result<(VaultRef, Approval)> {
         ctx.existing()?;
     }
     let mut found: Vec<(VaultRef, Approval)> = Vec::new();
+    let mut failed: Option<Error> = None;
     for (i, v) in vault_files(ctx)?.into_iter().enumerate() {
-        let mut store = Store::open(&v.path)?;
-        match store.read(|db| approvals::get(db, id)) {
+        let got =
+            Store::open(&v.path).and_then(|mut store| store.read(|db| approvals::get(db, id)));
+        match got {
             Ok(ap) => found.push((v, ap)),
             Err(Error::NotFound(_)) => {}
-            Err(e) => return Err(e),
+            Err(e) if selected && i == 0 => return Err(e),
+            // One unreadable vault does not keep a person from deciding in another;
+            // when the id is in none of the others, what failed is the answer.
+            Err(e) => {
+                eprintln!("avfs: warning: vault {}: {e}", v.name);
+                failed.get_or_insert(e);
+            }
         }
         if selected && i == 0 && !found.is_empty() {
             break;
@@ -71,9 +87,11 @@ pub fn find(ctx: &Context, id: &str) -> Result<(VaultRef, Approval)> {
             names.join(", ")
         )));
     }
-    let (v, ap) = found.pop().ok_or_else(|| {
-        Error::NotFound(format!("approval {id} in any vault (see `avfs approvals`)"))
-    })?;
+    let Some((v, ap)) = found.pop() else {
+        return Err(failed.unwrap_or_else(|| {
+            Error::NotFound(format!("approval {id} in any vault (see `avfs approvals`)"))
+        }));
+    };
     // The vault it was asked in names the workspace its audit rows belong to.
     let reg = ctx.registry()?;
     let asked_in = reg
