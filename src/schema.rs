@@ -16,8 +16,8 @@ use schemars::{JsonSchema, Schema};
 
 use crate::documents::files::{FileContent, FileLog, FileWritten, Listing, StatDoc};
 use crate::documents::history::{
-    ApprovalList, AuditLog, CheckpointList, CheckpointRestored, CheckpointSaved, DiffReport,
-    ForkReport, MergeReport,
+    ApprovalDecided, ApprovalList, AuditLog, CheckpointList, CheckpointRestored, CheckpointSaved,
+    DiffReport, ForkReport, MergeReport,
 };
 use crate::documents::tools::{FindReport, GrepReport, SearchReport, TagReport};
 
@@ -26,6 +26,7 @@ use crate::documents::tools::{FindReport, GrepReport, SearchReport, TagReport};
 pub fn all() -> Vec<(&'static str, Schema)> {
     vec![
         ("approvals", of::<ApprovalList>()),
+        ("approve", of::<ApprovalDecided>()),
         ("audit", of::<AuditLog>()),
         ("cat", of::<FileContent>()),
         ("checkpoint-list", of::<CheckpointList>()),

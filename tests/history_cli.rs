@@ -115,6 +115,49 @@ fn a_fork_names_the_checkpoints_it_descends_from() {
 }
 
 #[test]
+fn every_fork_has_a_base_of_its_own_name_unless_it_starts_at_a_saved_checkpoint() {
+    let env = Env::new();
+    env.ok(&["vault", "create", "t"]);
+    env.ok(&["--vault", "t", "write", "/f", "v1"]);
+    let fork = |name: &str| {
+        env.json(&["vault", "fork", "t", name])["checkpoint"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let forked_from = |name: &str| {
+        env.json(&["vault", "list"])["vaults"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap()["forked_from_checkpoint"]
+            .clone()
+    };
+    // Unsaved changes: a base is taken for the fork, named after it.
+    assert_eq!(fork("task-1"), "fork-task-1");
+    // Nothing changed since: the second task still gets a base of its own name, never
+    // the first one's.
+    assert_eq!(fork("task-2"), "fork-task-2");
+    assert_eq!(forked_from("task-1"), "fork-task-1");
+    assert_eq!(forked_from("task-2"), "fork-task-2");
+    let human = env.ok(&["vault", "list"]).stdout;
+    let line = human.lines().find(|l| l.contains("task-2")).unwrap();
+    assert!(line.contains("at fork-task-2"), "{human}");
+    // Both bases hold the same tree; the second descends from the first.
+    let d = env.json(&["--vault", "t", "diff", "fork-task-1", "fork-task-2"]);
+    assert_eq!(d["total"], 0, "{d}");
+    // A name taken by an earlier fork of that name gets a suffix.
+    env.ok(&["vault", "delete", "task-1", "-y"]);
+    env.ok(&["--vault", "t", "write", "/f", "v2"]);
+    assert_eq!(fork("task-1"), "fork-task-1-2");
+    // A checkpoint someone saved, with nothing changed since, is the base as it is.
+    env.json(&["--vault", "t", "checkpoint", "save", "release"]);
+    assert_eq!(fork("task-3"), "release");
+    assert_eq!(forked_from("task-3"), "release");
+}
+
+#[test]
 fn tags_and_metadata_changes_are_changes() {
     let env = Env::new();
     env.ok(&["write", "/f.txt", "hi"]);

@@ -124,6 +124,19 @@ fn tool_and_approval_documents_match_their_schemas() {
     let listed = run(&["approvals", "--all"], 0);
     assert_eq!(listed["approvals"][0]["state"], "pending");
     run(&["approvals"], 0);
+    let id = listed["approvals"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(run(&["approve", &id], 0)["approval"]["state"], "approved");
+    assert_eq!(env.run(&exec).code, 75);
+    let listed = run(&["approvals"], 0);
+    let second = listed["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["state"] == "pending")
+        .and_then(|a| a["id"].as_str())
+        .unwrap()
+        .to_string();
+    assert_eq!(run(&["deny", &second], 0)["approval"]["state"], "denied");
 }
 
 /// The objects `s` stands for: `$ref`s followed, and (for a schema without properties of

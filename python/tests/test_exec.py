@@ -181,6 +181,48 @@ def test_denied_approval_cannot_run(vault: Vault) -> None:
         ws.exec(approve=aid)
 
 
+def test_wait_approval_runs_once_approved_and_raises_on_denial(vault: Vault) -> None:
+    import threading
+    import time
+
+    ws = vault.workspace
+    ws.write_file("/tool.sh", "#!/bin/sh\necho waited > out.txt\n")
+    vault.avfs.run("chmod", "755", "/tool.sh", vault=vault.name)
+
+    # Nobody decides in time: ApprovalRequired, still pending.
+    with pytest.raises(ApprovalRequired) as e:
+        ws.exec(["./tool.sh"], wait_approval=0.3)
+    assert e.value.envelope.approval is not None
+    assert e.value.envelope.approval.state == "pending"
+    ws.deny(e.value.approval_id or "")
+
+    def decide(approve: bool) -> None:
+        # A person, in another process, decides what is pending.
+        for _ in range(300):
+            pending = [a for a in vault.avfs.run("approvals")["approvals"] if a["state"] == "pending"]
+            if pending:
+                vault.avfs.run("approve" if approve else "deny", "--", pending[0]["id"])
+                return
+            time.sleep(0.05)
+
+    person = threading.Thread(target=decide, args=(False,))
+    person.start()
+    with pytest.raises(PolicyDenied) as d:
+        ws.exec(["./tool.sh"], wait_approval=60)
+    person.join()
+    assert d.value.exit_code == 126
+    assert d.value.envelope.approval is not None and d.value.envelope.approval.state == "denied"
+    assert not ws.exists("/out.txt")
+
+    person = threading.Thread(target=decide, args=(True,))
+    person.start()
+    env = ws.exec(["./tool.sh"], wait_approval=60)
+    person.join()
+    assert env.ok
+    assert env.approval is not None and env.approval.state == "used"
+    assert env.changed_paths() == ["/out.txt"]
+
+
 def test_exec_bad_cwd_is_an_avfs_error_not_an_envelope(vault: Vault) -> None:
     with pytest.raises(AvfsError) as e:
         vault.workspace.exec("true", cwd="/does-not-exist")

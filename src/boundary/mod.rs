@@ -26,8 +26,6 @@ mod watchdog_fork;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::json;
-
 use crate::context::Context;
 use crate::engine::EngineKind;
 use crate::error::{Error, Result};
@@ -119,6 +117,8 @@ pub struct ExecRequest {
     pub keep_setuid: bool,
     /// How long to wait for another run of the workspace.
     pub wait: Option<Duration>,
+    /// How long to wait for a person to decide, when the line requires approval.
+    pub wait_approval: Option<Duration>,
     /// Echo the command's output live (a terminal), besides capturing it.
     pub stream: bool,
     /// `avfs shell`: the terminal goes to the command, nothing is captured.
@@ -145,6 +145,7 @@ impl ExecRequest {
             engine: None,
             keep_setuid: false,
             wait: None,
+            wait_approval: None,
             stream: false,
             interactive: false,
             report: ReportLimits::default(),
@@ -216,8 +217,8 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
     // vault it was asked in.
     let (req, approved) = match &req.approve {
         Some(ap_id) => {
-            let (stored, ap) = approvals::approved_request(ctx, &req, ap_id)?;
-            (stored, Some(ap))
+            let (stored, ap, v) = approvals::approved_request(ctx, &req, ap_id)?;
+            (stored, Some((ap, v)))
         }
         None => (req, None),
     };
@@ -233,9 +234,10 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         }
     }
     let target = match &approved {
-        Some(ap) => ctx.with_vault(Some(ap.workspace.clone())),
+        Some((_, v)) => ctx.with_vault(Some(v.name.clone())),
         None => ctx.clone(),
     };
+    let approved = approved.map(|(ap, _)| ap);
     let cwd = cwd_components(&req.cwd)?;
     let (reg, base) = target.target()?;
     let place = place::plan(&reg, &base, &req)?;
@@ -360,22 +362,38 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
             // The approval names the vault the command was asked in; a fork (or a fresh
             // ephemeral one) is made from it when the approved command runs.
             let ap = store.write(|db| {
-                let ap = store_approvals::create(db, &ap_id, &base.name, &rq, &dec)?;
-                audit::append(
+                store_approvals::create(
                     db,
-                    Some(&envelope.request.workspace),
-                    "exec",
-                    "approval.request",
-                    &json!({"approval": ap_id, "request": rq, "decision": dec}),
-                )?;
-                Ok(ap)
+                    &ap_id,
+                    &base.name,
+                    &envelope.request.workspace,
+                    &rq,
+                    &dec,
+                )
             })?;
+            drop(store);
+            // `--wait-approval`: block until a person decides, then run as `--approve`
+            // would; a denial or the end of the wait is the envelope's answer.
+            let ap = match req.wait_approval {
+                Some(within) => approvals::wait_for_decision(&base, &ap.id, within)?,
+                None => ap,
+            };
+            if ap.state == "approved" {
+                let mut again = req.clone();
+                again.approve = Some(ap.id);
+                again.wait_approval = None;
+                return exec(ctx, again);
+            }
+            envelope.exit_code = if ap.state == "denied" {
+                EXIT_DENIED
+            } else {
+                EXIT_APPROVAL_REQUIRED
+            };
             envelope.approval = Some(ApprovalInfo {
                 id: ap.id,
                 state: ap.state,
                 expires_at_ns: Some(ap.expires_at_ns),
             });
-            envelope.exit_code = EXIT_APPROVAL_REQUIRED;
             return Ok(Outcome {
                 envelope,
                 ephemeral: None,
@@ -407,15 +425,7 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
     if let Some(ap) = &approved {
         // Used before anything is created or run: at most once, even when two runs race.
         let used = store.write(|db| {
-            let used = store_approvals::consume(db, &ap.id)?;
-            audit::append(
-                db,
-                Some(&envelope.request.workspace),
-                "exec",
-                "approval.use",
-                &json!({"approval": ap.id, "exec": envelope.id}),
-            )?;
-            Ok(used)
+            store_approvals::consume(db, &ap.id, &envelope.request.workspace, &envelope.id)
         })?;
         envelope.approval = Some(ApprovalInfo {
             id: used.id,

@@ -78,7 +78,10 @@ pub fn create(
             let root = ws.flush()?;
             crate::workspace::create_workspace(db, &name, Some(root), Some((&ws.info, None)))?;
         } else {
-            ws.fork(&name, None)?;
+            // An ephemeral fork starts from the head as it is: a base checkpoint taken
+            // for it would be left behind.
+            let from = if ephemeral { ws.head()? } else { None };
+            ws.fork(&name, from.as_ref())?;
         }
         audit::append(
             db,

@@ -47,10 +47,15 @@ pub enum CheckpointCmd {
 
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// From this checkpoint (default: the last checkpoint).
+    /// From this checkpoint (default: the last one saved by a person or an agent, with
+    /// `checkpoint save`, a merge or a fork; not the automatic ones exec takes).
     a: Option<String>,
     /// To this checkpoint (default: the live state).
     b: Option<String>,
+    /// From the head checkpoint instead: the newest one, after an exec the one taken
+    /// before it, so this shows what the last exec (and anything since) changed.
+    #[arg(long, conflicts_with = "a")]
+    head: bool,
     /// Add unified diffs of text files.
     #[arg(long, short = 'p')]
     patch: bool,
@@ -214,11 +219,14 @@ fn side(ws: &mut Workspace, name: Option<&str>) -> Result<(String, Hash)> {
 }
 
 /// The default "from" side: the head checkpoint, or an empty tree when there is none.
-fn base_side(ws: &mut Workspace, name: Option<&str>) -> Result<(String, Hash)> {
+/// The `from` side of `diff`: the named checkpoint, else the head (`--head`), else the
+/// last checkpoint a person or an agent saved; the empty tree when there is none.
+fn base_side(ws: &mut Workspace, name: Option<&str>, head: bool) -> Result<(String, Hash)> {
     if name.is_some() {
         return side(ws, name);
     }
-    match ws.head()? {
+    let from = if head { ws.head()? } else { ws.last_saved()? };
+    match from {
         Some(h) => Ok((h.name, h.root)),
         None => {
             let (uid, gid) = crate::workspace::current_uid_gid();
@@ -278,7 +286,7 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
         .map(|p| parse(p).map(|c| display(&c)))
         .collect::<Result<Vec<_>>>()?;
     let (from, to, changes, stat) = ctx.view(|ws| {
-        let (from, ra) = base_side(ws, a.a.as_deref())?;
+        let (from, ra) = base_side(ws, a.a.as_deref(), a.head)?;
         let (to, rb) = side(ws, a.b.as_deref())?;
         let mut all = diff_roots(ws.db, &ra, &rb)?;
         if !a.no_renames {

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Ctx;
 use crate::boundary::{self, CheckpointMode, Command, ExecRequest, SandboxMode, cwd_components};
-use crate::documents::history::ApprovalList;
+use crate::documents::history::{ApprovalDecided, ApprovalList};
 use crate::engine::EngineKind;
 use crate::error::{Error, Result};
 use crate::exec::capture::{self, CaptureLimits};
@@ -44,9 +44,15 @@ pub struct ExecArgs {
     /// Restore the pre-run checkpoint if the command fails or times out.
     #[arg(long, conflicts_with = "no_checkpoint")]
     rollback_on_failure: bool,
-    /// Run the command of this approved approval (exactly as approved, once).
+    /// Run the command of this approved approval (exactly as approved, once); the id
+    /// names its vault.
     #[arg(long, value_name = "ID")]
     approve: Option<String>,
+    /// When the line requires approval: record the request, then wait up to SECS for a
+    /// person to decide (`avfs approve ID` runs it now; `avfs deny ID` or the end of
+    /// the wait returns the envelope, exit 126 or 75).
+    #[arg(long, value_name = "SECS", conflicts_with = "approve")]
+    wait_approval: Option<f64>,
     /// Run in the sandbox (the default: only the workspace and a private /tmp writable,
     /// no network unless granted, secrets hidden; see docs/exec.md).
     #[arg(long, conflicts_with = "no_sandbox")]
@@ -147,13 +153,14 @@ pub struct ApprovalsArgs {
 
 #[derive(Args, Debug)]
 pub struct DecideArgs {
+    /// The approval's id (`ap-...`); it names its vault, so no --vault is needed.
     id: String,
 }
 
 fn seconds(flag: &str, v: f64) -> Result<Duration> {
     Duration::try_from_secs_f64(v)
         .ok()
-        .filter(|d| !d.is_zero() || flag == "--wait")
+        .filter(|d| !d.is_zero() || flag != "--timeout")
         .ok_or_else(|| {
             Error::InvalidArgument(
                 v.to_string(),
@@ -202,6 +209,10 @@ fn request(ctx: &Ctx, a: ExecArgs) -> Result<ExecRequest> {
         engine: a.engine,
         keep_setuid: a.keep_setuid,
         wait: a.wait.map(|w| seconds("--wait", w)).transpose()?,
+        wait_approval: a
+            .wait_approval
+            .map(|w| seconds("--wait-approval", w))
+            .transpose()?,
         stream: !ctx.out.json,
         interactive: false,
         report: ReportLimits {
@@ -275,14 +286,18 @@ pub fn approvals(ctx: &Ctx, a: ApprovalsArgs) -> Result<i32> {
 }
 
 pub fn decide(ctx: &Ctx, a: DecideArgs, approve: bool) -> Result<i32> {
-    let ap = boundary::approvals::decide(&ctx.lib(), &a.id, approve)?;
-    ctx.out.emit(&json!({"approval": ap}), || {
-        println!(
-            "{} {}; run it with `avfs exec --approve {}`",
-            ap.id,
-            ap.state,
-            if approve { &ap.id } else { "" }
-        );
+    let approval = boundary::approvals::decide(&ctx.lib(), &a.id, approve)?;
+    let doc = ApprovalDecided { approval };
+    ctx.out.emit(&doc, || {
+        let ap = &doc.approval;
+        if approve {
+            println!(
+                "{} approved; run it with `avfs exec --approve {}` (an `exec --wait-approval` waiting for it runs it now)",
+                ap.id, ap.id
+            );
+        } else {
+            println!("{} denied; it will not run", ap.id);
+        }
     });
     Ok(0)
 }

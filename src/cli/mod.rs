@@ -112,7 +112,7 @@ pub enum Command {
     /// Show, check and test the exec policy.
     #[command(subcommand)]
     Policy(exec::PolicyCmd),
-    /// List approvals that are pending (or, with --all, every one).
+    /// List approvals that are pending in every vault (or only --vault's; --all: every one).
     Approvals(exec::ApprovalsArgs),
     /// Approve a pending request; run it with `avfs exec --approve ID`.
     Approve(exec::DecideArgs),

@@ -138,8 +138,16 @@ pub struct MergeSummary {
 /// `approvals --json`.
 #[derive(Serialize, JsonSchema, Debug)]
 pub struct ApprovalList {
-    /// Pending approvals (all of them with `--all`), oldest first.
+    /// Pending approvals of every vault (of the `--vault` one when given; all of them
+    /// with `--all`), oldest first.
     pub approvals: Vec<Approval>,
+}
+
+/// `approve --json` and `deny --json`.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct ApprovalDecided {
+    /// The approval as decided (`approved` or `denied`).
+    pub approval: Approval,
 }
 
 /// `audit --json`: the audit log.

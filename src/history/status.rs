@@ -230,7 +230,7 @@ fn next_steps(st: &Status) -> Vec<String> {
     let mut next = vec![];
     if !st.clean {
         if st.head.is_some() {
-            next.push("avfs diff            (what changed since the head checkpoint)".into());
+            next.push("avfs diff --head     (what changed since the head checkpoint)".into());
         }
         next.push("avfs checkpoint save NAME -m MESSAGE   (keep these changes)".into());
         if let Some(h) = &st.head {

@@ -217,7 +217,8 @@ impl AvfsServer {
         when needed, the command runs in the mounted workspace, and the result is the execution \
         envelope: decision, checkpoint, exit code, output, duration and exactly which files \
         changed. A denied or approval-bound command does not run; the envelope says why (and \
-        the approval id a person must approve).",
+        the approval id a person must approve). With `wait_approval_secs`, an approval-bound \
+        command waits that long for a person's decision and runs once approved.",
         output_schema = output::exec_schema(),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -237,6 +238,7 @@ impl AvfsServer {
             .opt("fork", p.fork)
             .flag("--ephemeral", p.ephemeral)
             .opt("approve", p.approve)
+            .opt("wait-approval", p.wait_approval_secs)
             .opt("changes", p.changes.map(ChangesParam::name))
             .opt("max-changes", p.max_changes)
             .opt("max-patch-bytes", p.max_patch_bytes)
@@ -312,7 +314,8 @@ impl AvfsServer {
 
     #[tool(
         description = "What changed between two checkpoints, or a checkpoint and the live state \
-        (default: head checkpoint to live). With patch, unified diffs of text files.",
+        (default: from the last checkpoint a person or agent saved to live; `head`: from the \
+        head checkpoint, i.e. what the last exec changed). With patch, unified diffs of text files.",
         output_schema = output::doc_schema("diff"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -331,6 +334,7 @@ impl AvfsServer {
         // `from` and `to` go before `--`: after it, `diff` takes path filters.
         let mut line = Line::new(&["diff"])
             .flag("--patch", p.patch)
+            .flag("--head", p.head && p.from.is_none())
             .opt("offset", p.offset)
             .opt("limit", p.limit)
             .word(p.from)

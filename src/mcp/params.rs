@@ -40,6 +40,11 @@ pub(super) struct ExecParams {
     pub(super) ephemeral: bool,
     /// Run the command of this approval, once a person approved it.
     pub(super) approve: Option<String>,
+    /// When the command requires approval: wait up to this many seconds for a person to
+    /// decide (approved: it runs and the result is its envelope; denied: `approval.state`
+    /// is `denied`; nobody decided in time: it stays `pending`).
+    #[schemars(range(min = 0))]
+    pub(super) wait_approval_secs: Option<f64>,
     /// How much of the change list the result shows: `list` (default: the first
     /// `max_changes`, patches within `max_patch_bytes`), `full` (everything, unbounded),
     /// `summary` (counts by kind and top directory), `none` (counts by kind).
@@ -101,8 +106,13 @@ pub(super) struct CheckpointRestoreParams {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(super) struct DiffParams {
-    /// From this checkpoint (default: the head checkpoint).
+    /// From this checkpoint (default: the last one a person or an agent saved, not the
+    /// automatic ones exec takes; see `head`).
     pub(super) from: Option<String>,
+    /// From the head checkpoint instead of the last saved one: after an exec, the one
+    /// taken before it, so this shows what the last exec (and anything since) changed.
+    #[serde(default)]
+    pub(super) head: bool,
     /// To this checkpoint (default: the live state).
     pub(super) to: Option<String>,
     /// Include unified diffs of text files.

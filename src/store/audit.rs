@@ -4,7 +4,8 @@
 //! records the audit row written with its last change and every checkpoint the one before
 //! it (`audit_head`, format 6), and none may point past the end of the log. Someone who
 //! rewrites all of those as well is caught by an anchor kept outside the vault
-//! (`avfs audit anchor`, checked by `audit verify --anchor`).
+//! (`avfs audit anchor`, checked by `audit verify --anchor`). Approvals are checked
+//! against their rows too (`approvals::unattested`).
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
@@ -91,6 +92,53 @@ pub fn append(
             .execute(params![id, ws])?;
     }
     Ok(id)
+}
+
+/// One audit row as stored, and whether it is intact: its hash re-derives from its
+/// content and it links to the row before it.
+#[derive(Debug, Clone)]
+pub struct StoredRow {
+    pub id: i64,
+    pub ts_ns: i64,
+    pub action: String,
+    pub detail: serde_json::Value,
+    pub intact: bool,
+}
+
+/// The rows whose action starts with `prefix`, oldest first, each checked on its own (its
+/// hash and its link to the previous row; `verify` checks the whole chain).
+pub fn rows_with_action_prefix(db: &Connection, prefix: &str) -> Result<Vec<StoredRow>> {
+    let mut stmt = db.prepare_cached(
+        "SELECT id, ts_ns, workspace, actor, action, detail, prev_hash, hash,
+                (SELECT p.hash FROM audit p WHERE p.id = audit.id - 1)
+         FROM audit WHERE substr(action, 1, length(?1)) = ?1 ORDER BY id",
+    )?;
+    let mut rows = stmt.query([prefix])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let id: i64 = r.get(0)?;
+        let ts_ns: i64 = r.get(1)?;
+        let ws: Option<String> = r.get(2)?;
+        let actor: String = r.get(3)?;
+        let action: String = r.get(4)?;
+        let detail: String = r.get(5)?;
+        let prev: Vec<u8> = r.get(6)?;
+        let stored: Vec<u8> = r.get(7)?;
+        let before: Option<Vec<u8>> = r.get(8)?;
+        let linked = match before {
+            Some(h) => h == prev,
+            None => id == 1 && prev == [0u8; 32],
+        };
+        let h = row_hash(&prev, id, ts_ns, ws.as_deref(), &actor, &action, &detail);
+        out.push(StoredRow {
+            id,
+            ts_ns,
+            action,
+            detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
+            intact: linked && h[..] == stored[..],
+        });
+    }
+    Ok(out)
 }
 
 /// The newest audit row: its id and hash (`None` for an empty log).
@@ -317,6 +365,10 @@ pub fn verify(db: &Connection) -> Result<AuditReport> {
         }
     }
     problems.extend(heads_past(db, last)?);
+    // An approval's state is only what its audit rows say it is.
+    for (id, problem) in super::approvals::unattested(db)? {
+        problems.push(AuditProblem { id, problem });
+    }
     Ok(AuditReport {
         rows: count,
         ok: problems.is_empty(),

@@ -31,6 +31,11 @@ pub struct CheckpointSummary {
 
 const CP_COLS: &str = "c.id, c.name, w.name, c.root, (SELECT p.name FROM checkpoint p WHERE p.id = c.parent), c.created_at_ns, c.origin, c.message";
 
+/// Origins of the checkpoints avfs takes on its own, around runs (`exec`, `shell`) and
+/// before a restore or merge replaces unsaved changes (`auto`); every other checkpoint
+/// was saved by a person or an agent (`checkpoint save`, a merge, a fork's base).
+pub const TAKEN_BY_AVFS: &[&str] = &["exec", "shell", "auto"];
+
 /// `anc(id, depth)`: the head of workspace `?1` (depth 0) and the checkpoints it
 /// descends from, following `parent` (into the parent workspace for a fork).
 const ANCESTRY: &str = "WITH RECURSIVE anc(id, depth) AS (
@@ -128,6 +133,22 @@ impl Workspace<'_> {
                  WHERE c.id = (SELECT head FROM workspace WHERE id = ?1)"
             ))?
             .query_row([self.info.id], cp_from_row)
+            .optional()?)
+    }
+
+    /// The newest checkpoint the live state descends from that a person or an agent saved
+    /// (not one avfs took by itself, see [`TAKEN_BY_AVFS`]): what `avfs diff` compares with.
+    pub fn last_saved(&self) -> Result<Option<Checkpoint>> {
+        let skip = serde_json::to_string(TAKEN_BY_AVFS).unwrap_or_default();
+        Ok(self
+            .db
+            .prepare_cached(&format!(
+                "{ANCESTRY} SELECT {CP_COLS} FROM anc JOIN checkpoint c ON c.id = anc.id
+                 JOIN workspace w ON w.id = c.workspace
+                 WHERE c.origin NOT IN (SELECT value FROM json_each(?2))
+                 ORDER BY anc.depth LIMIT 1"
+            ))?
+            .query_row(params![self.info.id, skip], cp_from_row)
             .optional()?)
     }
 
@@ -411,26 +432,46 @@ impl Workspace<'_> {
         }
     }
 
-    /// Creates a workspace sharing all content with this one, in O(1) of its size.
+    /// `stem`, or `stem-2`, `stem-3`... if this workspace has a checkpoint of that name.
+    fn unused_name(&self, stem: &str) -> Result<String> {
+        if validate_checkpoint_name(stem).is_err() {
+            return generated_name(self.db);
+        }
+        for n in 1..1000 {
+            let name = match n {
+                1 => stem.to_string(),
+                n => format!("{stem}-{n}"),
+            };
+            if self.own_checkpoint(&name)?.is_none() {
+                return Ok(name);
+            }
+        }
+        generated_name(self.db)
+    }
+
+    /// Creates a workspace sharing all content with this one, in O(1) of its size. Without
+    /// `from` it starts at the head when that is a checkpoint someone saved and the live
+    /// state has not moved on; otherwise at a checkpoint taken for it, `fork-NEW_NAME`
+    /// (`-2`, `-3`... when taken): a base taken for one fork is never another's, so no
+    /// fork is shown as forked at a checkpoint named after a different one.
     pub fn fork(&mut self, new_name: &str, from: Option<&Checkpoint>) -> Result<WorkspaceInfo> {
         let base = match from {
             Some(cp) => cp.clone(),
             None => {
-                if self.is_modified()? || self.head()?.is_none() {
-                    let name = format!("fork-{new_name}");
-                    let name = if self.own_checkpoint(&name)?.is_some() {
-                        generated_name(self.db)?
-                    } else {
-                        name
-                    };
+                let reusable = match self.head()? {
+                    Some(h) if h.origin != "fork" && !self.is_modified()? => Some(h),
+                    _ => None,
+                };
+                if let Some(head) = reusable {
+                    head
+                } else {
+                    let name = self.unused_name(&format!("fork-{new_name}"))?;
                     self.checkpoint(
                         Some(&name),
                         Some(&format!("taken to fork {new_name}")),
                         "fork",
                     )?
                     .checkpoint
-                } else {
-                    self.head()?.unwrap()
                 }
             }
         };

@@ -12,7 +12,7 @@ mod limits;
 mod nodes;
 pub mod path;
 
-pub use checkpoint::{Checkpoint, CheckpointSummary, validate_checkpoint_name};
+pub use checkpoint::{Checkpoint, CheckpointSummary, TAKEN_BY_AVFS, validate_checkpoint_name};
 pub use limits::{Budget, QuotaBaseline};
 pub use nodes::{NewNode, RenameFlags, SetAttr};
 

@@ -33,6 +33,7 @@ pub fn schema_name(args: &[&str]) -> Option<&'static str> {
         (&"vault", Some("fork")) => "vault-fork",
         (&"vault", Some("merge")) if !has("--continue") && !has("--abort") => "vault-merge",
         (&"approvals", _) => "approvals",
+        (&"approve" | &"deny", _) => "approve",
         (&"audit", None) => "audit",
         (&"audit", Some(w)) if w != "verify" && w != "anchor" => "audit",
         (&"cat", _) => "cat",

@@ -191,6 +191,43 @@ def test_every_tool_round_trip(home: str) -> None:
     run(go())
 
 
+def test_exec_waits_for_a_persons_decision(home: str) -> None:
+    """`wait_approval_secs`: the call returns when a person decides (here: denies, from
+    another process) or the wait ends; the request stays pending after the wait."""
+    env_vars = {**os.environ, "AVFS_HOME": home}
+
+    def deny_when_pending() -> None:
+        for _ in range(600):
+            out = subprocess.run(
+                [AVFS, "--json", "approvals"], env=env_vars, capture_output=True, text=True
+            )
+            pending = [a for a in json.loads(out.stdout)["approvals"] if a["state"] == "pending"]
+            if pending:
+                subprocess.run([AVFS, "deny", pending[0]["id"]], env=env_vars, check=True)
+                return
+            time.sleep(0.05)
+
+    async def go() -> None:
+        async with session(home) as s:
+            await call(s, "write_file", path="/seed.txt", content="x")
+            t0 = time.monotonic()
+            env = await call(s, "exec", command="curl https://example.com/a", wait_approval_secs=0.3)
+            assert time.monotonic() - t0 >= 0.3
+            assert env["approval"]["state"] == "pending" and env["result"] is None
+            subprocess.run([AVFS, "deny", env["approval"]["id"]], env=env_vars, check=True)
+
+            import threading
+
+            person = threading.Thread(target=deny_when_pending)
+            person.start()
+            env = await call(s, "exec", command="curl https://example.com/b", wait_approval_secs=60)
+            person.join()
+            assert env["approval"]["state"] == "denied", env
+            assert env["result"] is None
+
+    run(go())
+
+
 def test_errors_are_tool_errors_with_the_json_error(home: str) -> None:
     async def go() -> None:
         async with session(home) as s:

@@ -524,6 +524,7 @@ class Workspace(ToolsMixin):
         keep: bool = False,
         sandbox: Optional[bool] = None,
         approve: Optional[str] = None,
+        wait_approval: Optional[float] = None,
         changes: Optional[str] = None,
         max_changes: Optional[int] = None,
         max_patch_bytes: Optional[int] = None,
@@ -549,6 +550,10 @@ class Workspace(ToolsMixin):
                 full rights; refused where the policy requires it), ``True`` asks for it
                 explicitly, ``None`` follows the policy (the sandbox is the default).
             approve: run the command of this approved approval id.
+            wait_approval: when the command requires approval, wait up to this many
+                seconds for a person to decide (``avfs approve ID``): approved, it runs
+                and its envelope is returned; denied, :class:`PolicyDenied` is raised;
+                undecided in time, :class:`ApprovalRequired`.
             changes: how much of the change list the envelope shows: ``"list"`` (the
                 default: the first ``max_changes``, patches within ``max_patch_bytes``),
                 ``"full"`` (everything), ``"summary"`` (counts by kind and top
@@ -586,6 +591,7 @@ class Workspace(ToolsMixin):
             keep=keep,
             sandbox=sandbox,
             approve=approve,
+            wait_approval=wait_approval,
             changes=changes,
             max_changes=max_changes,
             max_patch_bytes=max_patch_bytes,
@@ -604,7 +610,7 @@ class Workspace(ToolsMixin):
         return Approval.from_json(self._run("deny", "--", approval_id)["approval"])
 
     def approvals(self, *, all: bool = False) -> List[Approval]:
-        """Pending approvals of this vault file (every one with ``all=True``)."""
+        """Pending approvals of this vault (every one with ``all=True``)."""
         args = ["approvals"] + (["--all"] if all else [])
         return [Approval.from_json(a) for a in self._run(*args)["approvals"]]
 
@@ -729,6 +735,7 @@ def exec_args(
     keep: bool = False,
     sandbox: Optional[bool] = None,
     approve: Optional[str] = None,
+    wait_approval: Optional[float] = None,
     changes: Optional[str] = None,
     max_changes: Optional[int] = None,
     max_patch_bytes: Optional[int] = None,
@@ -762,6 +769,8 @@ def exec_args(
         args.append("--no-sandbox")
     if approve is not None:
         args.append(f"--approve={approve}")
+    if wait_approval is not None:
+        args.append(f"--wait-approval={wait_approval}")
     if changes is not None:
         args.append(f"--changes={changes}")
     for flag, value in (
@@ -794,6 +803,8 @@ def judge_envelope(envelope: Envelope, check: bool) -> Envelope:
         raise PolicyDenied("denied", f"rule {d.matched_rule}: {d.reason}", envelope)
     if envelope.result is None and action == "require_approval":
         approval = envelope.approval.id if envelope.approval else "?"
+        if envelope.approval is not None and envelope.approval.state == "denied":
+            raise PolicyDenied("denied", f"approval {approval} was denied by a person", envelope)
         raise ApprovalRequired(
             "approval_required",
             f"approval {approval} pending (rule {d.matched_rule}: {d.reason})",
