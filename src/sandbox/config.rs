@@ -575,6 +575,41 @@ mod tests {
     }
 
     #[test]
+    fn limits_and_caches_come_from_the_policy() {
+        let f = Path::new("p.toml");
+        let mut c = SandboxConfig::default();
+        assert_eq!(c.limits.pids, Some(super::super::limits::DEFAULT_PIDS));
+        assert!(c.writable_caches.contains(&"~/.npm".to_string()));
+        let parse = |t: &str| toml::from_str::<SandboxFile>(t).unwrap();
+        c.merge(
+            f,
+            parse("pids_limit = 0\ntmp_size = \"8M\"\nmemory = \"1G\"\nwritable_caches = [\"~/.m2\"]\n"),
+        )
+        .unwrap();
+        assert_eq!(c.limits.pids, None, "0 is no limit");
+        assert_eq!(c.limits.tmp_bytes, 8 << 20);
+        assert_eq!(c.limits.memory_bytes, Some(1 << 30));
+        assert_eq!(c.writable_caches, ["~/.m2"]);
+        for bad in [
+            "tmp_size = \"0\"",
+            "shm_size = \"lots\"",
+            "writable_caches = [\"relative\"]",
+        ] {
+            assert!(c.merge(f, parse(bad)).is_err(), "{bad}");
+        }
+        let given = crate::boundary::LimitOverrides {
+            pids: Some(64),
+            shm_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        let l = given.apply(c.limits);
+        assert_eq!(
+            (l.pids, l.shm_bytes, l.tmp_bytes),
+            (Some(64), 1 << 20, 8 << 20)
+        );
+    }
+
+    #[test]
     fn environment_is_an_allow_list() {
         let mut c = SandboxConfig::default();
         c.env.push("MY_*".into());
