@@ -480,6 +480,49 @@ fn private_tmp_and_shm_are_bounded() {
     assert!(r.stdout.contains("--tmp-size"), "{}", r.stdout);
 }
 
+/// `--memory` bounds what the run may allocate, where the host lets avfs make a memory
+/// cgroup: a 200 MiB allocation under 64 MiB is killed.
+#[test]
+fn memory_is_bounded_where_the_host_allows_it() {
+    if !can_sandbox("memory_is_bounded_where_the_host_allows_it") {
+        return;
+    }
+    let env = setup();
+    let v = exec(
+        &env,
+        &[
+            "--memory",
+            "64M",
+            "--",
+            "python3",
+            "-c",
+            "b = bytearray(200 << 20); print('allocated')",
+        ],
+    );
+    let limits = &v["sandbox"]["limits"];
+    if limits["memory_bytes"].is_null() {
+        assert!(
+            !required(),
+            "no memory cgroup with AVFS_REQUIRE_FUSE=1: {limits}"
+        );
+        eprintln!("SKIPPED: no memory cgroup here: {limits}");
+        return;
+    }
+    assert_eq!(limits["memory_bytes"], 64u64 << 20, "{v}");
+    assert_ne!(v["exit_code"], 0, "{v}");
+    assert!(!out(&v).contains("allocated"), "{}", out(&v));
+    let v = exec(
+        &env,
+        &[
+            "--",
+            "python3",
+            "-c",
+            "b = bytearray(200 << 20); print('allocated')",
+        ],
+    );
+    assert_eq!(v["exit_code"], 0, "without --memory: {}", out(&v));
+}
+
 /// Files below `dir` with a setuid or setgid bit.
 fn setid_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = vec![];
