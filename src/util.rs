@@ -79,3 +79,29 @@ pub fn flock(f: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
         }
     }
 }
+
+/// A size like `500K`, `10M`, `2G` (binary units) in bytes.
+pub fn parse_size(s: &str) -> crate::error::Result<u64> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| {
+        crate::error::Error::InvalidArgument(s.into(), "expected a size like 500K, 10M, 2G".into())
+    })?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => {
+            return Err(crate::error::Error::InvalidArgument(
+                s.into(),
+                "unknown size unit (use K, M, G, T)".into(),
+            ));
+        }
+    };
+    Ok((n * mult as f64) as u64)
+}

@@ -255,6 +255,8 @@ pub fn approved_request(
         interactive: false,
         // How much the envelope shows is the caller's choice, not part of what was approved.
         report: given.report,
+        // Limits too: they bound the run, they grant nothing the approval did not.
+        limits: given.limits,
     };
     Ok((stored, ap, v))
 }

@@ -190,8 +190,22 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
             home: home.as_deref().filter(|h| h.is_absolute()),
             host_var: &|k| std::env::var_os(k),
             root: is_root(),
+            limits: req.limits.apply(job.policy.sandbox.limits),
         })
     });
+    // The run's cgroup (pids, memory): made before it starts, removed when it is over.
+    let (confinement, _cgroup) = match confinement {
+        Some((mut c, mut info)) => {
+            let limits = req.limits.apply(job.policy.sandbox.limits);
+            let (cg, limits_info) = sandbox::limits::RunCgroup::create(&envelope.id, &limits);
+            if let Some(cg) = &cg {
+                c.cgroup_procs = cg.procs_files();
+            }
+            info.limits = Some(limits_info);
+            (Some((c, info)), cg)
+        }
+        None => (None, None),
+    };
     envelope.sandbox = match &confinement {
         Some((_, info)) => info.clone(),
         None => crate::sandbox::SandboxInfo::unenforced(),

@@ -7,7 +7,9 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::Ctx;
-use crate::boundary::{self, CheckpointMode, Command, ExecRequest, SandboxMode, cwd_components};
+use crate::boundary::{
+    self, CheckpointMode, Command, ExecRequest, LimitOverrides, SandboxMode, cwd_components,
+};
 use crate::documents::history::{ApprovalDecided, ApprovalList};
 use crate::engine::EngineKind;
 use crate::error::{Error, Result};
@@ -69,9 +71,25 @@ pub struct ExecArgs {
     /// then fail with `busy`.
     #[arg(long, value_name = "SECS")]
     wait: Option<f64>,
-    /// Keep setuid/setgid bits on files the command made (root only; dropped otherwise).
+    /// Keep setuid/setgid bits on files the command made (root only; dropped otherwise;
+    /// in the sandbox no command can set them).
     #[arg(long)]
     keep_setuid: bool,
+    /// Processes and threads the sandboxed command may have at once (0: no limit;
+    /// default 4096 or the policy's `[sandbox] pids_limit`). Needs a cgroup avfs may
+    /// write: the envelope's sandbox.limits says what was in force.
+    #[arg(long, value_name = "N")]
+    pids_limit: Option<u64>,
+    /// Size of the sandbox's private /tmp, a tmpfs (default 1G or `[sandbox] tmp_size`).
+    #[arg(long, value_name = "SIZE")]
+    tmp_size: Option<String>,
+    /// Size of the sandbox's private /dev/shm (default 64M or `[sandbox] shm_size`).
+    #[arg(long, value_name = "SIZE")]
+    shm_size: Option<String>,
+    /// Memory the sandboxed command may use (0: no limit, the default; or `[sandbox]
+    /// memory`), where the host lets avfs make a memory cgroup.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
     /// How much of the change list the envelope shows: list (the first --max-changes
     /// entries, patches within --max-patch-bytes; the default), full (everything),
     /// summary (counts by kind and by top directory), none (counts by kind).
@@ -169,6 +187,21 @@ fn seconds(flag: &str, v: f64) -> Result<Duration> {
         })
 }
 
+/// A size flag's value in bytes; a tmpfs of 0 bytes would have no limit, so it is refused.
+fn size(flag: &'static str) -> impl Fn(&str) -> Result<u64> {
+    move |v| match crate::util::parse_size(v) {
+        Ok(0) if flag != "--memory" => Err(Error::InvalidArgument(
+            v.to_string(),
+            format!("{flag} takes a size above 0 (like 512M)"),
+        )),
+        Ok(b) => Ok(b),
+        Err(e) => Err(Error::InvalidArgument(
+            v.to_string(),
+            format!("{flag}: {e}"),
+        )),
+    }
+}
+
 /// The boundary's request for these arguments.
 fn request(ctx: &Ctx, a: ExecArgs) -> Result<ExecRequest> {
     let command = match a.shell {
@@ -208,6 +241,12 @@ fn request(ctx: &Ctx, a: ExecArgs) -> Result<ExecRequest> {
         },
         engine: a.engine,
         keep_setuid: a.keep_setuid,
+        limits: LimitOverrides {
+            pids: a.pids_limit,
+            tmp_bytes: a.tmp_size.as_deref().map(size("--tmp-size")).transpose()?,
+            shm_bytes: a.shm_size.as_deref().map(size("--shm-size")).transpose()?,
+            memory_bytes: a.memory.as_deref().map(size("--memory")).transpose()?,
+        },
         wait: a.wait.map(|w| seconds("--wait", w)).transpose()?,
         wait_approval: a
             .wait_approval

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::human_size;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::quota::{self, Quota};
 use crate::store::{audit, objects};
 use crate::workspace::Workspace;
@@ -37,30 +37,7 @@ enum QuotaCmd {
     },
 }
 
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| {
-        Error::InvalidArgument(s.into(), "expected a size like 500K, 10M, 2G".into())
-    })?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => {
-            return Err(Error::InvalidArgument(
-                s.into(),
-                "unknown size unit (use K, M, G, T)".into(),
-            ));
-        }
-    };
-    Ok((n * mult as f64) as u64)
-}
+pub use crate::util::parse_size;
 
 pub fn run(ctx: &Ctx, a: QuotaArgs) -> Result<i32> {
     match a.cmd {

@@ -477,10 +477,21 @@ impl Builder<'_> {
         };
         let m = &m;
         let (uid, gid) = self.owner(m, base);
+        let mode = self.mode_of(kind, m);
+        if let FoundKind::File(i) = &f.what
+            && mode != m.mode & 0o7777
+        {
+            // The bits dropped from the history go from the upper too, before it is kept
+            // or becomes a layer: no setuid file stays on the host's disk.
+            let _ = {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&walk.files[*i], fs::Permissions::from_mode(mode))
+            };
+        }
         let mut e = Entry {
             name: f.name.clone(),
             kind,
-            mode: self.mode_of(kind, m),
+            mode,
             uid,
             gid,
             mtime_ns: m.mtime_ns,

@@ -322,6 +322,7 @@ impl Kept {
             let p = dir.join(d);
             fs::create_dir_all(&p).map_err(|e| host_err(&p, e))?;
         }
+        super::overlay::private(&kept_root(home));
         let attrs = get_tree(db, head)?
             .root_attrs
             .ok_or_else(|| Error::Internal("root tree without attributes".into()))?;

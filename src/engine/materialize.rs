@@ -101,8 +101,10 @@ impl<'a> Writer<'a> {
                 .map_err(|err| Self::host_err(p, err))?;
         }
         if e.kind != Kind::Symlink {
-            // After chown, which clears setuid bits.
-            fs::set_permissions(p, fs::Permissions::from_mode(e.mode & 0o7777))
+            // Without the setuid and setgid bits: a layer is on the host's disk, where
+            // such a file would run as its owner for whoever reaches it. A run sees a
+            // file the history holds as setuid without the bits (the history keeps them).
+            fs::set_permissions(p, fs::Permissions::from_mode(e.mode & 0o1777))
                 .map_err(|err| Self::host_err(p, err))?;
             for (k, v) in &e.xattrs {
                 // Only user.* attributes are stored; one a file system refuses is left out.

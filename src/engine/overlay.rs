@@ -87,6 +87,13 @@ pub fn remember_root(home: &Path, vault_path: &Path, workspace: &str, root: &Has
     }
 }
 
+/// Only avfs's user may enter a directory of uppers (`runs/`, `kept/`): what a command
+/// made there is reachable by no one else on the host.
+pub(crate) fn private(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
+}
+
 fn host_err(p: &Path, e: std::io::Error) -> Error {
     Error::host(p.display(), e)
 }
@@ -118,6 +125,7 @@ impl OverlayRun {
         for d in [&upper, &work] {
             fs::create_dir_all(d).map_err(|e| host_err(d, e))?;
         }
+        private(&runs_dir(home));
         let attrs = get_tree(db, base_root)?
             .root_attrs
             .ok_or_else(|| Error::Internal("root tree without attributes".into()))?;
@@ -163,6 +171,7 @@ impl OverlayRun {
         )?;
         let dir = runs_dir(site.home).join(site.id);
         fs::create_dir_all(&dir).map_err(|e| host_err(&dir, e))?;
+        private(&runs_dir(site.home));
         let mut stack = k.record.stack.clone();
         stack.how = how;
         if stack.how == "kept" || stack.how == "remounted" {

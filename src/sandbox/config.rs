@@ -24,12 +24,8 @@ pub const DEFAULT_READ_ONLY_PATHS: &[&str] = &[
     "/opt",
     "/run/systemd/resolve",
     "~/.cargo/bin",
-    "~/.cargo/registry",
-    "~/.cargo/git",
     "~/.rustup",
     "$CARGO_HOME/bin",
-    "$CARGO_HOME/registry",
-    "$CARGO_HOME/git",
     "$RUSTUP_HOME",
     "~/.gitconfig",
     "~/.config/git",
@@ -37,6 +33,27 @@ pub const DEFAULT_READ_ONLY_PATHS: &[&str] = &[
     "~/.nvm",
     "~/.local/bin",
     "$PATH",
+];
+
+/// Package managers' caches, writable in the sandbox at the tools' default places. Each
+/// is a directory per vault under `$AVFS_HOME/caches/<vault>/`, outside the history
+/// (never checkpointed, diffed or ingested) and removed with the vault; where the host
+/// has the directory, the run sees the host's content below its own (an overlay whose
+/// lower is the host's directory, read-only), so what the host already downloaded is
+/// there and what the run adds stays the vault's.
+pub const DEFAULT_WRITABLE_CACHES: &[&str] = &[
+    "~/.npm",
+    "~/.cache/yarn",
+    "~/.cache/pnpm",
+    "~/.local/share/pnpm",
+    "~/.cache/pip",
+    "~/.cache/uv",
+    "~/.cargo/registry",
+    "~/.cargo/git",
+    "$CARGO_HOME/registry",
+    "$CARGO_HOME/git",
+    "~/go/pkg/mod",
+    "~/.cache/go-build",
 ];
 
 /// Secrets that are hidden (an empty directory, or a file that cannot be opened, in their
@@ -83,13 +100,26 @@ pub const PROC_MASKED: &[&str] = &[
     "/proc/latency_stats",
 ];
 
-/// The capabilities a command run by root keeps in the sandbox (it also runs with
-/// `no_new_privs`, and every mount it sees is `nosuid,nodev`).
+/// The capabilities a command run by root keeps in the sandbox, each because a build or
+/// package manager run as root needs it *inside the run*, where the host is not
+/// writable (every host mount the run sees is read-only, `nosuid,nodev`) and the run
+/// has `no_new_privs`:
+/// - CAP_CHOWN: `tar x`, `cp -a`, npm and pip as root keep the owners of what they
+///   unpack in the workspace, /tmp or a cache;
+/// - CAP_DAC_OVERRIDE: a root build writes files of the history that other users own;
+/// - CAP_FOWNER: `chmod`, `touch -d` and `utimes` on such files (tar keeps times);
+/// - CAP_SETUID, CAP_SETGID: tools that drop to another user for a step (npm's
+///   lifecycle scripts, `su`, `setpriv`) inside the run's own namespaces;
+/// - CAP_KILL: signalling those processes of other users, all inside the run;
+/// - CAP_NET_BIND_SERVICE: a test server on a low port of the run's own loopback.
+///
+/// CAP_FSETID is dropped: without it a write by another user clears setuid/setgid
+/// bits and chmod cannot set setgid for another group (seccomp refuses the rest: see
+/// `confine`); CAP_SETFCAP, CAP_SYS_ADMIN, CAP_MKNOD and every other one go too.
 pub const ROOT_CAPS: &[&str] = &[
     "CAP_CHOWN",
     "CAP_DAC_OVERRIDE",
     "CAP_FOWNER",
-    "CAP_FSETID",
     "CAP_SETUID",
     "CAP_SETGID",
     "CAP_KILL",
@@ -134,6 +164,17 @@ pub struct SandboxFile {
     hidden_paths: Vec<String>,
     #[serde(default)]
     env: Vec<String>,
+    writable_caches: Option<Vec<String>>,
+    #[serde(default)]
+    extra_writable_caches: Vec<String>,
+    /// Processes and threads of a run at most (0: no limit).
+    pids_limit: Option<u64>,
+    /// Size of the run's private /tmp (`1G`, `512M`).
+    tmp_size: Option<String>,
+    /// Size of the run's private /dev/shm.
+    shm_size: Option<String>,
+    /// Memory of a run at most (`4G`; `0`: no limit), where the host lets avfs set it.
+    memory: Option<String>,
 }
 
 /// The effective sandbox settings: built-in values overlaid with every policy file.
@@ -151,6 +192,11 @@ pub struct SandboxConfig {
     pub hidden_paths: Vec<String>,
     /// Extra environment variable names (globs) passed in, besides the built-in ones.
     pub env: Vec<String>,
+    /// Host paths (before `~` and `$NAME` are expanded) where the run finds a writable
+    /// cache of the vault's own (`DEFAULT_WRITABLE_CACHES`).
+    pub writable_caches: Vec<String>,
+    /// The limits of a run (`avfs exec` flags override them).
+    pub limits: super::limits::Limits,
 }
 
 impl Default for SandboxConfig {
@@ -165,6 +211,11 @@ impl Default for SandboxConfig {
                 .collect(),
             hidden_paths: Vec::new(),
             env: Vec::new(),
+            writable_caches: DEFAULT_WRITABLE_CACHES
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            limits: super::limits::Limits::default(),
         }
     }
 }
@@ -211,6 +262,33 @@ impl SandboxConfig {
         for e in &f.hidden_paths {
             check_path_entry(file, "hidden_paths", e, false)?;
         }
+        for e in f.writable_caches.iter().flatten() {
+            check_path_entry(file, "writable_caches", e, false)?;
+        }
+        for e in &f.extra_writable_caches {
+            check_path_entry(file, "extra_writable_caches", e, false)?;
+        }
+        let size = |key: &str, v: &Option<String>| -> Result<Option<u64>> {
+            v.as_deref()
+                .map(|s| {
+                    crate::util::parse_size(s).map_err(|e| {
+                        Error::InvalidArgument(
+                            file.display().to_string(),
+                            format!("[sandbox] {key}: {e}"),
+                        )
+                    })
+                })
+                .transpose()
+        };
+        let tmp = size("tmp_size", &f.tmp_size)?;
+        let shm = size("shm_size", &f.shm_size)?;
+        if tmp == Some(0) || shm == Some(0) {
+            return Err(Error::InvalidArgument(
+                file.display().to_string(),
+                "[sandbox] tmp_size and shm_size take a size above 0 (like 512M)".into(),
+            ));
+        }
+        let memory = size("memory", &f.memory)?;
         for e in &f.env {
             if e.is_empty() || e.contains('=') {
                 return Err(Error::InvalidArgument(
@@ -234,6 +312,22 @@ impl SandboxConfig {
         self.read_only_paths.extend(f.extra_read_only_paths);
         self.hidden_paths.extend(f.hidden_paths);
         self.env.extend(f.env);
+        if let Some(list) = f.writable_caches {
+            self.writable_caches = list;
+        }
+        self.writable_caches.extend(f.extra_writable_caches);
+        if let Some(n) = f.pids_limit {
+            self.limits.pids = (n > 0).then_some(n);
+        }
+        if let Some(b) = tmp {
+            self.limits.tmp_bytes = b;
+        }
+        if let Some(b) = shm {
+            self.limits.shm_bytes = b;
+        }
+        if let Some(b) = memory {
+            self.limits.memory_bytes = (b > 0).then_some(b);
+        }
         Ok(())
     }
 }
@@ -256,6 +350,13 @@ pub struct SandboxInfo {
     pub read_only_paths: Vec<String>,
     /// Paths hidden below them (secrets, the vault).
     pub hidden_paths: Vec<String>,
+    /// The writable package caches of the vault, at the paths the run sees them;
+    /// absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub writable_caches: Vec<String>,
+    /// The limits in force; absent when nothing ran sandboxed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<super::limits::LimitsInfo>,
 }
 
 impl SandboxInfo {
@@ -269,6 +370,8 @@ impl SandboxInfo {
             writable_paths: Vec::new(),
             read_only_paths: Vec::new(),
             hidden_paths: Vec::new(),
+            writable_caches: Vec::new(),
+            limits: None,
         }
     }
 
@@ -282,6 +385,8 @@ impl SandboxInfo {
             writable_paths: vec!["/".into()],
             read_only_paths: Vec::new(),
             hidden_paths: Vec::new(),
+            writable_caches: Vec::new(),
+            limits: None,
         }
     }
 }
@@ -467,6 +572,41 @@ mod tests {
         assert!(c.required, "a later file cannot unset required");
         assert!(c.read_only_paths.contains(&"/srv".to_string()));
         assert!(c.read_only_paths.contains(&"/usr".to_string()));
+    }
+
+    #[test]
+    fn limits_and_caches_come_from_the_policy() {
+        let f = Path::new("p.toml");
+        let mut c = SandboxConfig::default();
+        assert_eq!(c.limits.pids, Some(super::super::limits::DEFAULT_PIDS));
+        assert!(c.writable_caches.contains(&"~/.npm".to_string()));
+        let parse = |t: &str| toml::from_str::<SandboxFile>(t).unwrap();
+        c.merge(
+            f,
+            parse("pids_limit = 0\ntmp_size = \"8M\"\nmemory = \"1G\"\nwritable_caches = [\"~/.m2\"]\n"),
+        )
+        .unwrap();
+        assert_eq!(c.limits.pids, None, "0 is no limit");
+        assert_eq!(c.limits.tmp_bytes, 8 << 20);
+        assert_eq!(c.limits.memory_bytes, Some(1 << 30));
+        assert_eq!(c.writable_caches, ["~/.m2"]);
+        for bad in [
+            "tmp_size = \"0\"",
+            "shm_size = \"lots\"",
+            "writable_caches = [\"relative\"]",
+        ] {
+            assert!(c.merge(f, parse(bad)).is_err(), "{bad}");
+        }
+        let given = crate::boundary::LimitOverrides {
+            pids: Some(64),
+            shm_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        let l = given.apply(c.limits);
+        assert_eq!(
+            (l.pids, l.shm_bytes, l.tmp_bytes),
+            (Some(64), 1 << 20, 8 << 20)
+        );
     }
 
     #[test]

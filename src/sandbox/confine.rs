@@ -2,7 +2,10 @@
 //! capabilities dropped, `no_new_privs`, Landlock (where it may read, write and execute;
 //! no signals or abstract sockets outside the run), and a seccomp filter against the
 //! calls that would change the kernel's view of the run (mounts, new namespaces, modules,
-//! keyrings, device nodes). The same set Codex CLI and container runtimes use on Linux.
+//! keyrings, device nodes) and against setuid/setgid bits: chmod and file creation with
+//! a mode carrying S_ISUID or S_ISGID fail with EPERM, so no such file is ever written
+//! to the host's disk (the workspace's upper, a cache). The same set Codex CLI and
+//! container runtimes use on Linux, plus the last.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -224,9 +227,43 @@ fn seccomp() -> io::Result<()> {
             .map_err(|e| fail(&e))?,
         ])
     };
+    // Setuid/setgid bits in a mode argument (`mode_arg`), with `flags_arg` carrying
+    // one of `creating` when given (open: the mode counts only when it creates).
+    let set_id = |mode_arg: u8, flags: Option<(u8, &[u64])>| -> io::Result<Vec<SeccompRule>> {
+        let mut out = vec![];
+        for bit in [libc::S_ISUID as u64, libc::S_ISGID as u64] {
+            let mode = cond(mode_arg, SeccompCmpOp::MaskedEq(bit), bit)?;
+            match flags {
+                None => out.push(SeccompRule::new(vec![mode]).map_err(|e| fail(&e))?),
+                Some((flags_arg, creating)) => {
+                    for f in creating {
+                        let fl = cond(flags_arg, SeccompCmpOp::MaskedEq(*f), *f)?;
+                        out.push(SeccompRule::new(vec![fl, mode.clone()]).map_err(|e| fail(&e))?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    };
+    let creating: &[u64] = &[libc::O_CREAT as u64, libc::O_TMPFILE as u64];
     #[cfg(target_arch = "x86_64")]
-    rules.insert(libc::SYS_mknod, dev_rules(1)?);
-    rules.insert(libc::SYS_mknodat, dev_rules(2)?);
+    {
+        let mut mknod = dev_rules(1)?;
+        mknod.extend(set_id(1, None)?);
+        rules.insert(libc::SYS_mknod, mknod);
+        rules.insert(libc::SYS_chmod, set_id(1, None)?);
+        rules.insert(libc::SYS_mkdir, set_id(1, None)?);
+        rules.insert(libc::SYS_creat, set_id(1, None)?);
+        rules.insert(libc::SYS_open, set_id(2, Some((1, creating)))?);
+    }
+    let mut mknodat = dev_rules(2)?;
+    mknodat.extend(set_id(2, None)?);
+    rules.insert(libc::SYS_mknodat, mknodat);
+    rules.insert(libc::SYS_fchmod, set_id(1, None)?);
+    rules.insert(libc::SYS_fchmodat, set_id(2, None)?);
+    rules.insert(libc::SYS_fchmodat2, set_id(2, None)?);
+    rules.insert(libc::SYS_mkdirat, set_id(2, None)?);
+    rules.insert(libc::SYS_openat, set_id(3, Some((2, creating)))?);
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -237,32 +274,34 @@ fn seccomp() -> io::Result<()> {
     let mut prog: BpfProgram = filter
         .try_into()
         .map_err(|e: seccompiler::BackendError| fail(&e))?;
-    // clone3's flags live in memory the filter cannot read: ENOSYS makes C libraries use
-    // clone instead. Prepended: the first matching return wins.
-    let clone3 = [
-        seccompiler::sock_filter {
-            code: 0x20, // BPF_LD | BPF_W | BPF_ABS: load the syscall number
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        seccompiler::sock_filter {
+    // clone3's flags and openat2's mode live in memory the filter cannot read: ENOSYS
+    // makes C libraries use clone and openat instead, whose arguments it sees.
+    // Prepended: the first matching return wins.
+    let mut unseen = vec![seccompiler::sock_filter {
+        code: 0x20, // BPF_LD | BPF_W | BPF_ABS: load the syscall number
+        jt: 0,
+        jf: 0,
+        k: 0,
+    }];
+    for nr in [libc::SYS_clone3, libc::SYS_openat2] {
+        unseen.push(seccompiler::sock_filter {
             code: 0x15, // BPF_JMP | BPF_JEQ | BPF_K
             jt: 0,
             jf: 1,
-            k: libc::SYS_clone3 as u32,
-        },
-        seccompiler::sock_filter {
+            k: nr as u32,
+        });
+        unseen.push(seccompiler::sock_filter {
             code: 0x06, // BPF_RET | BPF_K
             jt: 0,
             jf: 0,
             k: 0x0005_0000 | libc::ENOSYS as u32, // SECCOMP_RET_ERRNO
-        },
-    ];
+        });
+    }
     // The compiled program starts by checking the architecture (3 instructions, the
-    // third kills a foreign one); insert after it.
+    // third kills a foreign one); insert after it. seccompiler's own program reloads
+    // the syscall number where it needs it.
     let at = 3.min(prog.len());
-    for (i, ins) in clone3.into_iter().enumerate() {
+    for (i, ins) in unseen.into_iter().enumerate() {
         prog.insert(at + i, ins);
     }
     seccompiler::apply_filter(&prog).map_err(|e| fail(&e))

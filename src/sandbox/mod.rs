@@ -2,16 +2,20 @@
 //! private mount namespace, and (unless `--no-sandbox`) the sandbox around the command.
 //!
 //! The sandbox is the kernel's own mechanisms, no helper binary: namespaces (mount, PID,
-//! IPC, UTS, network; user when not root), Landlock (the command reads only the listed
-//! host paths, writes only the workspace, a private /tmp and /dev/shm, cannot signal or
-//! reach abstract sockets outside the run) and seccomp (no mounts, namespaces, modules,
-//! keyrings, device nodes), with capabilities dropped and `no_new_privs`; every mount it
-//! sees is `nosuid,nodev`. Secrets, `$AVFS_HOME` and the vault file are hidden.
+//! IPC, UTS, network; user when not root), a fresh root holding only the listed host
+//! paths, read-only, `nosuid,nodev` (`root`), Landlock (the command reads only those,
+//! writes only the workspace, a private /tmp and /dev/shm and the vault's package
+//! caches, cannot signal or reach abstract sockets outside the run), seccomp (no mounts,
+//! namespaces, modules, keyrings, device nodes, setuid/setgid bits), capabilities
+//! dropped, `no_new_privs`, and a cgroup per run for its processes and memory
+//! (`limits`). Secrets, `$AVFS_HOME` and the vault file are hidden.
 
 pub mod config;
 pub mod confine;
 pub mod init;
 pub mod keeper;
+pub mod limits;
+pub mod root;
 pub mod setup;
 mod sys;
 
@@ -38,8 +42,60 @@ const DEVICES: &[&str] = &[
 /// Fresh private file systems of a confined run.
 const PRIVATE_DIRS: &[&str] = &["/tmp", "/dev/shm"];
 
-/// Host paths a confined run may read besides the configured ones.
+/// Paths a confined run may read besides the configured ones (its own /proc and /dev,
+/// the host's /sys read-only).
 const ALWAYS_READABLE: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// The directory of a vault's package caches: `$AVFS_HOME/caches/<key>`, named after
+/// the vault file's absolute path (forks share the file, and so the caches); removed
+/// with the vault.
+pub fn caches_dir(avfs_home: &Path, vault_file: &Path) -> PathBuf {
+    let abs = clean(&std::path::absolute(vault_file).unwrap_or(vault_file.into()));
+    let key = blake3::hash(abs.as_os_str().as_encoded_bytes()).to_hex();
+    avfs_home.join("caches").join(&key.as_str()[..16])
+}
+
+/// The caches of a run: their directories made (0700 above them: nothing a run puts
+/// there is reachable by other users of the host).
+fn caches(req: &Request) -> Vec<root::CacheMount> {
+    let dir = caches_dir(req.avfs_home, req.vault_file);
+    let mut out: Vec<root::CacheMount> = vec![];
+    let mut paths: Vec<PathBuf> = req
+        .config
+        .writable_caches
+        .iter()
+        .flat_map(|e| expand(e, req.home, req.host_var))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    for path in paths {
+        // A cache inside another one is part of it.
+        if out.iter().any(|c| under(&path, &c.path)) {
+            continue;
+        }
+        let name: String = path
+            .to_string_lossy()
+            .trim_start_matches('/')
+            .replace('/', "_");
+        let (upper, work) = (dir.join(&name).join("upper"), dir.join(&name).join("work"));
+        if std::fs::create_dir_all(&upper).is_err() || std::fs::create_dir_all(&work).is_err() {
+            continue;
+        }
+        let lower = std::fs::canonicalize(&path).ok().filter(|p| p.is_dir());
+        out.push(root::CacheMount {
+            path,
+            upper,
+            work,
+            lower,
+        });
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(
+        req.avfs_home.join("caches"),
+        std::fs::Permissions::from_mode(0o700),
+    );
+    out
+}
 
 /// What a confined run needs to know about the host.
 pub struct Request<'a> {
@@ -55,6 +111,8 @@ pub struct Request<'a> {
     pub host_var: config::HostVar<'a>,
     /// Root keeps the capabilities a build needs to manage ownership in the workspace.
     pub root: bool,
+    /// The limits of the run (the policy's, with `avfs exec`'s flags applied).
+    pub limits: limits::Limits,
 }
 
 /// The confinement of one run, and how the envelope describes it.
@@ -109,10 +167,9 @@ pub fn confinement(req: &Request) -> (Confinement, SandboxInfo) {
         } else {
             (h, meta.is_dir())
         };
-        // Below /tmp only what a read-only path carries into the run's own /tmp is
-        // there; a path inside another hidden one is hidden.
-        if (under(&h, Path::new("/tmp")) && !shown.iter().any(|s| under(&h, s)))
-            || hidden_dirs.iter().any(|d: &PathBuf| under(&h, d))
+        // Only what a visible path holds exists in the run at all; a path inside
+        // another hidden one is hidden.
+        if !shown.iter().any(|s| under(&h, s)) || hidden_dirs.iter().any(|d: &PathBuf| under(&h, d))
         {
             continue;
         }
@@ -125,8 +182,14 @@ pub fn confinement(req: &Request) -> (Confinement, SandboxInfo) {
     let mut readable = read_only.clone();
     readable.extend(ALWAYS_READABLE.iter().map(PathBuf::from));
     let workspace = clean(req.workspace);
+    let caches = caches(req);
     let mut writable = vec![workspace.clone()];
     writable.extend(PRIVATE_DIRS.iter().map(PathBuf::from));
+    // The envelope lists the caches on their own.
+    let shown_writable = writable.clone();
+    writable.extend(caches.iter().map(|c| c.path.clone()));
+    let mut visible = read_only.clone();
+    visible.push(PathBuf::from("/sys"));
     let c = Confinement {
         network: req.network,
         access: confine::Access {
@@ -135,9 +198,16 @@ pub fn confinement(req: &Request) -> (Confinement, SandboxInfo) {
             devices: DEVICES.iter().map(PathBuf::from).collect(),
             keep_root_caps: req.root,
         },
-        private_dirs: PRIVATE_DIRS.iter().map(PathBuf::from).collect(),
+        root: root::RootPlan {
+            visible,
+            caches: caches.clone(),
+            devices: DEVICES.iter().map(PathBuf::from).collect(),
+            tmp_bytes: req.limits.tmp_bytes,
+            shm_bytes: req.limits.shm_bytes,
+        },
         hidden_dirs: hidden_dirs.clone(),
         hidden_files: hidden_files.clone(),
+        cgroup_procs: vec![],
     };
     let lossy = |p: &Path| p.to_string_lossy().into_owned();
     let info = SandboxInfo {
@@ -152,13 +222,15 @@ pub fn confinement(req: &Request) -> (Confinement, SandboxInfo) {
         } else {
             None
         },
-        writable_paths: writable.iter().map(|p| lossy(p)).collect(),
+        writable_paths: shown_writable.iter().map(|p| lossy(p)).collect(),
         read_only_paths: shown.iter().map(|p| lossy(p)).collect(),
         hidden_paths: hidden_dirs
             .iter()
             .chain(hidden_files.iter())
             .map(|p| lossy(p))
             .collect(),
+        writable_caches: caches.iter().map(|c| lossy(&c.path)).collect(),
+        limits: None,
     };
     (c, info)
 }

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::confine::{self, Access};
-use super::init;
-use super::sys;
+use super::root::{self, RootPlan};
+use super::{init, limits, sys};
 
 /// First argument of avfs's own binary when it sets a run up.
 pub const RUN_INIT_ARG: &str = "__avfs-run";
@@ -54,12 +54,16 @@ pub enum View {
 pub struct Confinement {
     pub network: bool,
     pub access: Access,
-    /// Fresh, empty, private file systems (/tmp, /dev/shm).
-    pub private_dirs: Vec<PathBuf>,
-    /// Directories shown empty and read-only (secrets, `$AVFS_HOME`).
+    /// What the run's fresh root holds.
+    pub root: RootPlan,
+    /// Directories shown empty and read-only (secrets, `$AVFS_HOME`) where a visible
+    /// path holds them.
     pub hidden_dirs: Vec<PathBuf>,
     /// Files shown as an empty, read-only file (secrets, the vault file).
     pub hidden_files: Vec<PathBuf>,
+    /// The `cgroup.procs` files of the run's cgroups (`limits`): the set-up joins them
+    /// before it starts anything.
+    pub cgroup_procs: Vec<PathBuf>,
 }
 
 /// Everything the set-up needs; built by the boundary, read by `run_init_main`.
@@ -118,6 +122,11 @@ pub fn run_init_main() -> ! {
 /// fork of `avfs exec`): namespaces, the workspace, the sandbox's mounts, PID 1. Returns
 /// the run's exit status (PID 1's), or `SETUP_FAILED`.
 pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
+    if let Some(c) = &plan.confine
+        && let Err(e) = limits::join(&c.cgroup_procs)
+    {
+        return failed(e);
+    }
     if let Err(e) = enter_namespaces(plan) {
         return failed(e);
     }
@@ -207,48 +216,19 @@ fn mkdirs(p: &Path) -> io::Result<()> {
 }
 
 fn arrange(plan: &RunPlan, ws: OwnedFd) -> io::Result<()> {
-    let Some(c) = &plan.confine else {
-        mkdirs(&plan.workspace)?;
-        return sys::attach(&ws, &plan.workspace);
-    };
-    // Paths the run may read that lie below a private directory (a home or a project
-    // under /tmp) are carried over into it, read-only: cloned before it is covered.
-    let mut carried = vec![];
-    for p in &c.access.read_only {
-        if c.private_dirs.iter().any(|d| p.starts_with(d) && p != d) && p.exists() {
-            carried.push((p.clone(), sys::clone_tree(p)?));
+    match &plan.confine {
+        None => {
+            mkdirs(&plan.workspace)?;
+            sys::attach(&ws, &plan.workspace)
         }
+        Some(c) => root::enter(
+            &c.root,
+            ws,
+            &plan.workspace,
+            &c.hidden_dirs,
+            &c.hidden_files,
+        ),
     }
-    for d in &c.private_dirs {
-        if d.is_dir() {
-            sys::tmpfs(d, 0o1777)?;
-        }
-    }
-    for (p, fd) in carried {
-        mkdirs(&p)?;
-        sys::set_attrs(&fd, sys::MOUNT_ATTR_RDONLY, 0)?;
-        sys::attach(&fd, &p)?;
-    }
-    // Hidden directories are empty tmpfs, made read-only once the workspace (which may
-    // lie below one of them: $AVFS_HOME/ws/...) is in place.
-    let mut hidden = vec![];
-    for d in &c.hidden_dirs {
-        if d.is_dir() {
-            sys::tmpfs(d, 0o755)?;
-            hidden.push(d);
-        }
-    }
-    for f in &c.hidden_files {
-        if f.exists() {
-            sys::bind_ro(Path::new("/dev/null"), f)?;
-        }
-    }
-    mkdirs(&plan.workspace)?;
-    sys::attach(&ws, &plan.workspace)?;
-    for d in hidden {
-        sys::remount_ro(d)?;
-    }
-    Ok(())
 }
 
 /// PID 1 of the run: a /proc of its own, loopback, confinement, then the command.
@@ -290,6 +270,7 @@ fn prepare_pid1(plan: &RunPlan) -> io::Result<()> {
                 sys::bind_ro(Path::new("/dev/null"), p)?;
             }
         }
+        root::leave_host()?;
         if !c.network {
             sys::loopback_up()?;
         }

@@ -128,6 +128,12 @@ pub fn overlay(lowers: &[&Path], upper: &Path, work: &Path) -> io::Result<OwnedF
 /// A detached copy of the mount tree at `source` (a bind mount not attached anywhere),
 /// made `nosuid,nodev`.
 pub fn clone_tree(source: &Path) -> io::Result<OwnedFd> {
+    clone_tree_with(source, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+}
+
+/// A detached copy of the mount tree at `source` with the mount attributes `attrs` set
+/// on every mount of it.
+pub fn clone_tree_with(source: &Path, attrs: u64) -> io::Result<OwnedFd> {
     let c = cstr(source)?;
     // SAFETY: valid C string; the result is checked.
     let fd = fd_result(
@@ -141,7 +147,7 @@ pub fn clone_tree(source: &Path) -> io::Result<OwnedFd> {
         },
         format!("open_tree({})", source.display()),
     )?;
-    set_attrs(&fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0)?;
+    set_attrs(&fd, attrs, 0)?;
     Ok(fd)
 }
 
@@ -235,6 +241,39 @@ pub fn tmpfs(target: &Path, mode: u32) -> io::Result<()> {
         libc::MS_NOSUID | libc::MS_NODEV,
         Some(&format!("mode={mode:o}")),
     )
+}
+
+/// A fresh tmpfs at `target` of at most `bytes` bytes.
+pub fn tmpfs_sized(target: &Path, mode: u32, bytes: u64) -> io::Result<()> {
+    mount(
+        Some(Path::new("tmpfs")),
+        target,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&format!("mode={mode:o},size={bytes}")),
+    )
+}
+
+/// Makes `new_root` (a mount point) this mount namespace's root; the old root is then
+/// at `put_old` (below `new_root`).
+pub fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
+    let n = cstr(new_root)?;
+    let o = cstr(put_old)?;
+    // SAFETY: valid C strings; pivot_root changes only this mount namespace.
+    if unsafe { libc::syscall(libc::SYS_pivot_root, n.as_ptr(), o.as_ptr()) } < 0 {
+        return Err(err("pivot_root"));
+    }
+    Ok(())
+}
+
+/// Detaches the mount tree at `target` (lazily: it goes when no longer used).
+pub fn umount_detach(target: &Path) -> io::Result<()> {
+    let t = cstr(target)?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) } < 0 {
+        return Err(err(format!("detaching {}", target.display())));
+    }
+    Ok(())
 }
 
 /// Makes the mount at `target` read-only (a bind remount keeps its other flags).
