@@ -14,6 +14,7 @@ pub mod init;
 pub mod keeper;
 pub mod setup;
 mod sys;
+pub mod unpin;
 
 use std::path::{Path, PathBuf};
 
