@@ -311,6 +311,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     fs.audit_start(&mountpoint, opts.readonly)?;
     let batcher = fs.clone();
     let batch_notifier = session.notifier();
+    let audit_every = fs::audit_every();
     spawn_upkeep("avfs-upkeep", move || {
         let (mut reclaimed, mut audited, mut trimmed) =
             (Instant::now(), Instant::now(), Instant::now());
@@ -340,7 +341,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
                 requests = seen;
                 trimmed = Instant::now();
             }
-            if audited.elapsed() >= fs::audit_every() {
+            if audited.elapsed() >= audit_every {
                 if let Err(e) = batcher.audit_changes() {
                     eprintln!("avfs: mount audit: {e}");
                 }
