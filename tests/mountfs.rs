@@ -463,7 +463,7 @@ fn a_chain_5000_directories_deep_leaves_the_mount_up() {
     let Some(m) = Mount::with_env(
         "a_chain_5000_directories_deep_leaves_the_mount_up",
         &[],
-        &[("AVFS_MOUNT_AUDIT_SECS", "0.5")],
+        &[("AVFS_MOUNT_AUDIT_SECS", "3")],
     ) else {
         return;
     };
@@ -484,8 +484,10 @@ fn a_chain_5000_directories_deep_leaves_the_mount_up() {
     let f = Fd(f);
     assert_eq!(f.write(b"bottom"), Ok(6));
     f.close().unwrap();
-    // The background work: an audit of the chain's changes (every 0.5 s here) and the
-    // flush it needs; then another command's sync and checkpoint over the whole chain.
+    // The background work: an audit of the chain's changes and the flush it needs (every
+    // 3 s here; each walks the whole chain under the mount's lock, so at 0.5 s they left
+    // the requests little room: the test took 635 s); then another command's sync and
+    // checkpoint over the whole chain.
     let t0 = Instant::now();
     eventually("the mount audits the chain", || {
         m.avfs_json(&["audit"])["entries"]
