@@ -6,6 +6,8 @@
 //! shows on the host.
 
 mod common;
+#[path = "common/fuse.rs"]
+mod fuse;
 #[path = "common/overlay.rs"]
 mod overlay;
 
@@ -283,4 +285,56 @@ fn without_keeping_every_run_mounts_its_own_overlay() {
         assert!(kept(&env).is_empty());
     }
     assert_eq!(env.cat(Some("t"), "/z"), "z\nz\n");
+}
+
+/// Does the mount namespace of process `pid` show something mounted at `mp`?
+fn namespaces_showing(pid: i64, mp: &Path) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == mp.to_str())
+}
+
+#[test]
+fn a_keeper_does_not_hold_another_homes_mount() {
+    if !overlay_or_skip("a_keeper_does_not_hold_another_homes_mount") {
+        return;
+    }
+    // A workspace mounted in one home, then a kept overlay started in another: the
+    // keeper's namespace starts as a copy of the host's, FUSE mount included.
+    let Some(mut m) = fuse::Mount::new("a_keeper_does_not_hold_another_homes_mount") else {
+        return;
+    };
+    std::fs::write(m.p("f"), "mounted").unwrap();
+    let env = setup_with(POLICY);
+    sh(&env, "echo x > x");
+    let pid = kept(&env)[0].1;
+    assert!(running(pid));
+    assert!(
+        !namespaces_showing(pid, &m.mp),
+        "the keeper {pid} holds the mount at {}",
+        m.mp.display()
+    );
+    let server = m.env.json(&["mounts"])["mounts"][0]["pid"]
+        .as_i64()
+        .unwrap();
+
+    let t0 = Instant::now();
+    m.unmount();
+    let took = t0.elapsed();
+    eprintln!("avfs unmount with a keeper of another home alive: {took:?}");
+    assert!(
+        gone_within(server, Duration::from_secs(5)),
+        "the mount server {server} is still running"
+    );
+    // Generous for a loaded machine; a held mount made `avfs unmount` wait 30 s and fail.
+    assert!(took < Duration::from_secs(10), "unmount took {took:?}");
+    assert_eq!(m.avfs(&["cat", "/f"]), "mounted");
+
+    // The keeper is untouched: the next run uses it.
+    assert!(running(pid));
+    let next = sh(&env, "cat x");
+    assert_eq!(how(&next), "kept", "{}", next["engine"]);
+    assert_eq!(kept(&env)[0].1, pid, "the same keeper");
+    assert_eq!(stdout(&next), "x\n");
 }

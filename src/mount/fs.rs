@@ -32,7 +32,7 @@ mod outside;
 mod state;
 mod upkeep;
 mod xattrs;
-pub use upkeep::{AUDIT_EVERY, RECLAIM_EVERY};
+pub use upkeep::{RECLAIM_EVERY, TRIM_EVERY, audit_every};
 
 use attrs::{attr_of, dummy_dir, file_type, full_attr, kill_suid};
 use dirs::new_node;
@@ -47,8 +47,14 @@ use crate::workspace::{CHUNK_SIZE, Hash, Kind, Store, now_ns};
 const TTL: Duration = Duration::from_secs(30);
 /// Longest time a batch of metadata changes stays uncommitted.
 const MAX_BATCH: Duration = Duration::from_millis(50);
-/// A file's write buffer is flushed to the vault once it holds this much.
-const MAX_DIRTY_PER_FILE: usize = 64 << 20;
+/// A file's write buffer is flushed to the vault once it holds this much. It is also
+/// the largest transaction a write makes, so it bounds how far one commit can take the
+/// WAL past its cap (`wal::CAP_BYTES`).
+const MAX_DIRTY_PER_FILE: usize = 16 << 20;
+/// All write buffers together: past this the largest is flushed, so that many files
+/// written at once (stress-ng's iomix and copy-file) cannot take the server's memory
+/// with them (they took it to 850 MB with a per-file bound alone).
+const MAX_DIRTY_TOTAL: usize = 64 << 20;
 
 /// How a request's transaction ends.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -357,6 +363,18 @@ impl AvfsFs {
     fn count(&self, op: &'static str) {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         *guard.1.counters.entry(op).or_default() += 1;
+    }
+
+    /// Requests served so far, the background work's own (reclaim, audit) left out.
+    pub fn requests(&self) -> u64 {
+        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        guard
+            .1
+            .counters
+            .iter()
+            .filter(|(op, _)| !matches!(**op, "reclaim" | "audit"))
+            .map(|(_, n)| *n)
+            .sum()
     }
 
     /// (requests, busy ns) per operation.

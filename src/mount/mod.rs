@@ -307,12 +307,15 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         mountpoint: mountpoint.clone(),
         record: record.clone(),
     };
-    std::thread::spawn(move || server.serve(listener));
+    spawn_upkeep("avfs-control", move || server.serve(listener))?;
     fs.audit_start(&mountpoint, opts.readonly)?;
     let batcher = fs.clone();
     let batch_notifier = session.notifier();
-    std::thread::spawn(move || {
-        let (mut reclaimed, mut audited) = (Instant::now(), Instant::now());
+    let audit_every = fs::audit_every();
+    spawn_upkeep("avfs-upkeep", move || {
+        let (mut reclaimed, mut audited, mut trimmed) =
+            (Instant::now(), Instant::now(), Instant::now());
+        let (mut requests, mut trimmed_lull) = (0u64, false);
         loop {
             batcher.wait_for_work(std::time::Duration::from_millis(20));
             batcher.commit_if_stale();
@@ -326,14 +329,26 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
                 }
                 reclaimed = Instant::now();
             }
-            if audited.elapsed() >= fs::AUDIT_EVERY {
+            // Memory goes back once no request came for a whole period, once per lull.
+            if trimmed.elapsed() >= fs::TRIM_EVERY {
+                let seen = batcher.requests();
+                if seen == requests && !trimmed_lull {
+                    batcher.trim_memory();
+                    trimmed_lull = true;
+                } else if seen != requests {
+                    trimmed_lull = false;
+                }
+                requests = seen;
+                trimmed = Instant::now();
+            }
+            if audited.elapsed() >= audit_every {
                 if let Err(e) = batcher.audit_changes() {
                     eprintln!("avfs: mount audit: {e}");
                 }
                 audited = Instant::now();
             }
         }
-    });
+    })?;
     catch_signals(move || {
         let _ = unmounter.unmount();
         let _ = force_unmount(&unmount_mp);
@@ -367,6 +382,22 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
         let _ = std::fs::remove_dir(&mountpoint);
     }
     result.map_err(|e| Error::host("fuse session", e))
+}
+
+/// Stack of the threads that flush, audit and answer the control socket. Their work
+/// walks trees whose depth a user chooses; the walks loop over explicit stacks where they
+/// can, and this bounds what is left (the audit's tree diff descends one call per
+/// directory level): 5 000 levels need about 20 MiB in a debug build. Untouched stack
+/// costs address space, not memory.
+const UPKEEP_STACK: usize = 256 << 20;
+
+fn spawn_upkeep(name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(UPKEEP_STACK)
+        .spawn(f)
+        .map(|_| ())
+        .map_err(|e| Error::host(format!("starting the thread {name}"), e))
 }
 
 /// fuser takes the filesystem by value; the control socket needs it too.

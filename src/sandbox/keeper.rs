@@ -9,7 +9,9 @@
 //!
 //! The keeper mounts nothing on the host: its namespace is a copy of the host's (a slave,
 //! so host mounts made later still reach it), and when it exits the kernel unmounts the
-//! overlay with it. It exits when its record (`kept.json`) names another keeper, names none
+//! overlay with it. It holds nothing else: the FUSE mounts it copied (or that propagate
+//! into it later) are detached (`unpin`), so that a keeper never keeps another workspace's
+//! mount server, or anyone's FUSE file system, from ending when it is unmounted. It exits when its record (`kept.json`) names another keeper, names none
 //! 10 s after it started (the exec that started it died before recording it) or is gone,
 //! when the record has not been used for `idle_secs`, when its vault file is gone, or on
 //! SIGTERM/SIGKILL.
@@ -108,10 +110,38 @@ fn set_up(plan: &KeepPlan) -> io::Result<()> {
         libc::MS_REC | libc::MS_SLAVE,
         None,
     )?;
+    super::unpin::detach_pinning_mounts(&plan.needed());
     let lowers: Vec<&Path> = plan.lowers.iter().map(PathBuf::as_path).collect();
     let fd = sys::overlay(&lowers, &plan.upper, &plan.work)?;
     sys::attach(&fd, &plan.merged)?;
     Ok(())
+}
+
+impl KeepPlan {
+    /// The paths the keeper and the runs in its namespace cannot do without: the mounts
+    /// they lie on stay.
+    fn needed(&self) -> Vec<&Path> {
+        let mut out: Vec<&Path> = self.lowers.iter().map(PathBuf::as_path).collect();
+        out.extend([
+            self.upper.as_path(),
+            self.work.as_path(),
+            self.merged.as_path(),
+            self.record.as_path(),
+            self.vault.as_path(),
+        ]);
+        out
+    }
+}
+
+/// Has this namespace's mount table changed since `last` (its text)? Cheap enough to ask
+/// every tick: a few dozen lines.
+fn mounts_changed(last: &mut String) -> bool {
+    let now = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    if now == *last {
+        return false;
+    }
+    *last = now;
+    true
 }
 
 /// Does the record name this process? `None`: it names no keeper yet (the exec that
@@ -142,8 +172,14 @@ fn watch(plan: &KeepPlan) {
         .record
         .parent()
         .and_then(|d| std::fs::File::open(d).ok());
+    let mut mounts = String::new();
     loop {
         std::thread::sleep(Duration::from_millis(500));
+        // A FUSE mount made on a host whose `/` is shared propagates in here: let it go.
+        if mounts_changed(&mut mounts) {
+            super::unpin::detach_pinning_mounts(&plan.needed());
+            mounts_changed(&mut mounts);
+        }
         let Ok(meta) = std::fs::metadata(&plan.record) else {
             return;
         };

@@ -18,6 +18,7 @@ pub mod limits;
 pub mod root;
 pub mod setup;
 mod sys;
+pub mod unpin;
 
 use std::path::{Path, PathBuf};
 

@@ -36,6 +36,24 @@ fn entry_of(
     }
 }
 
+/// A directory being hashed by `flush_dir`: the entries made so far, the children still
+/// to look at, and the child directory whose hash it waits for.
+struct OpenDir {
+    dir: Inode,
+    children: std::vec::IntoIter<(Vec<u8>, Inode)>,
+    xattrs: HashMap<u64, Xattrs>,
+    entries: Vec<Entry>,
+    any_links: bool,
+    waiting: Option<(Vec<u8>, Inode, Xattrs)>,
+}
+
+impl OpenDir {
+    fn push(&mut self, entry: Entry) {
+        self.any_links |= entry.link_group != 0 || entry.has_links;
+        self.entries.push(entry);
+    }
+}
+
 /// Link groups given to hard-linked inodes during one flush.
 #[derive(Default)]
 struct Groups {
@@ -82,7 +100,49 @@ impl Workspace<'_> {
         })
     }
 
+    /// Hashes `dir` and every dirty directory below it, deepest first. A loop over an
+    /// explicit stack, not recursion: a chain of thousands of directories (stress-ng's
+    /// dirdeep goes past 5 000 through a mount) must not overflow a thread's stack.
     fn flush_dir(&self, dir: Inode, groups: &mut Groups) -> Result<(Hash, bool)> {
+        let mut stack = vec![self.open_dir(dir)?];
+        // The hash of the directory just finished, for the entry its parent waits on.
+        let mut finished: Option<(Hash, bool)> = None;
+        loop {
+            let top = stack.last_mut().expect("a directory is open");
+            if let Some((h, links)) = finished.take() {
+                let (name, child, x) = top.waiting.take().expect("a parent waits");
+                top.push(entry_of(name, &child, Some(h), 0, links, x));
+            }
+            let mut descend = None;
+            while let Some((name, child)) = top.children.next() {
+                let x = top.xattrs.get(&child.ino).cloned().unwrap_or_default();
+                if child.kind == Kind::Dir {
+                    if let (false, Some(h)) = (child.dirty, child.hash) {
+                        top.push(entry_of(name, &child, Some(h), 0, child.has_links, x));
+                        continue;
+                    }
+                    top.waiting = Some((name, child.clone(), x));
+                    descend = Some(child);
+                    break;
+                }
+                let group = self.link_group_of(&child, groups)?;
+                top.push(entry_of(name, &child, child.hash, group, false, x));
+            }
+            if let Some(child) = descend {
+                stack.push(self.open_dir(child)?);
+                continue;
+            }
+            let done = stack.pop().expect("a directory is open");
+            let r = self.store_dir(done, groups)?;
+            if stack.is_empty() {
+                return Ok(r);
+            }
+            finished = Some(r);
+        }
+    }
+
+    /// A directory about to be hashed: its children and their extended attributes.
+    fn open_dir(&self, dir: Inode) -> Result<OpenDir> {
         let children = self.children(dir.ino)?;
         let mut xattrs: HashMap<u64, Xattrs> = HashMap::new();
         let lo = children.iter().map(|(_, c)| c.ino).min();
@@ -100,61 +160,56 @@ impl Workspace<'_> {
                     .push((r.get(1)?, r.get(2)?));
             }
         }
-        let mut entries = Vec::with_capacity(children.len());
-        let mut any_links = false;
-        for (name, child) in children {
-            let x = xattrs.get(&child.ino).cloned().unwrap_or_default();
-            let entry = match child.kind {
-                Kind::Dir => {
-                    let (h, links) = match (child.dirty, child.hash) {
-                        (false, Some(h)) => (h, child.has_links),
-                        _ => self.flush_dir(child.clone(), groups)?,
-                    };
-                    entry_of(name, &child, Some(h), 0, links, x)
-                }
-                _ => {
-                    let group = if child.nlink > 1 {
-                        match groups.of.get(&child.ino) {
-                            Some(g) => *g,
-                            None => {
-                                let g = if child.link_group != 0 {
-                                    child.link_group
-                                } else if groups.dry {
-                                    // The numbers a flush would take, not taken.
-                                    let next = crate::store::meta_get(self.db, "next_link_group")?
-                                        .unwrap_or(1)
-                                        as u64;
-                                    groups.provisional += 1;
-                                    next + groups.provisional - 1
-                                } else {
-                                    let g = counter_take(self.db, "next_link_group", 1)? as u64;
-                                    self.db
-                                        .prepare_cached("UPDATE inode SET link_group = ?3 WHERE layer = ?1 AND ino = ?2")?
-                                        .execute(params![self.layer(), child.ino as i64, g as i64])?;
-                                    self.db
-                                        .prepare_cached("INSERT OR REPLACE INTO linkgroup (layer, grp, ino) VALUES (?1, ?2, ?3)")?
-                                        .execute(params![self.layer(), g as i64, child.ino as i64])?;
-                                    g
-                                };
-                                groups.of.insert(child.ino, g);
-                                g
-                            }
-                        }
-                    } else {
-                        0
-                    };
-                    entry_of(name, &child, child.hash, group, false, x)
-                }
-            };
-            any_links |= entry.link_group != 0 || entry.has_links;
-            entries.push(entry);
+        Ok(OpenDir {
+            entries: Vec::with_capacity(children.len()),
+            children: children.into_iter(),
+            dir,
+            xattrs,
+            any_links: false,
+            waiting: None,
+        })
+    }
+
+    /// The link group of a file entry: 0 for a single link, else the group its inode has
+    /// or gets (numbered once per flush, or provisionally in a dry run).
+    fn link_group_of(&self, child: &Inode, groups: &mut Groups) -> Result<u64> {
+        if child.nlink <= 1 {
+            return Ok(0);
         }
-        let root_attrs = if dir.ino == ROOT_INO {
+        if let Some(g) = groups.of.get(&child.ino) {
+            return Ok(*g);
+        }
+        let g = if child.link_group != 0 {
+            child.link_group
+        } else if groups.dry {
+            // The numbers a flush would take, not taken.
+            let next = crate::store::meta_get(self.db, "next_link_group")?.unwrap_or(1) as u64;
+            groups.provisional += 1;
+            next + groups.provisional - 1
+        } else {
+            let g = counter_take(self.db, "next_link_group", 1)? as u64;
+            self.db
+                .prepare_cached("UPDATE inode SET link_group = ?3 WHERE layer = ?1 AND ino = ?2")?
+                .execute(params![self.layer(), child.ino as i64, g as i64])?;
+            self.db
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO linkgroup (layer, grp, ino) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![self.layer(), g as i64, child.ino as i64])?;
+            g
+        };
+        groups.of.insert(child.ino, g);
+        Ok(g)
+    }
+
+    /// Stores the tree of a directory whose entries are all known, and marks it clean.
+    fn store_dir(&self, d: OpenDir, groups: &Groups) -> Result<(Hash, bool)> {
+        let root_attrs = if d.dir.ino == ROOT_INO {
             Some(DirAttrs {
-                mode: dir.mode,
-                uid: dir.uid,
-                gid: dir.gid,
-                mtime_ns: dir.mtime_ns,
+                mode: d.dir.mode,
+                uid: d.dir.uid,
+                gid: d.dir.gid,
+                mtime_ns: d.dir.mtime_ns,
                 xattrs: self.xattrs(ROOT_INO)?,
             })
         } else {
@@ -162,16 +217,16 @@ impl Workspace<'_> {
         };
         let tree = Tree {
             root_attrs,
-            entries,
+            entries: d.entries,
         };
         if groups.dry {
-            return Ok((put_tree_scratch(self.db, &tree)?, any_links));
+            return Ok((put_tree_scratch(self.db, &tree)?, d.any_links));
         }
         let hash = put_tree(self.db, &tree)?;
         self.db
             .prepare_cached("UPDATE inode SET hash = ?3, dirty = 0, has_links = ?4 WHERE layer = ?1 AND ino = ?2")?
-            .execute(params![self.layer(), dir.ino as i64, &hash.0[..], any_links])?;
-        Ok((hash, any_links))
+            .execute(params![self.layer(), d.dir.ino as i64, &hash.0[..], d.any_links])?;
+        Ok((hash, d.any_links))
     }
 
     /// Inserts a stored tree entry under `parent` as `name` (import, copy, per-path

@@ -48,6 +48,8 @@ pub struct Mount {
     pub native: PathBuf,
     pub vault: String,
     pub args: Vec<String>,
+    /// Environment variables of `avfs mount` (and so of its server).
+    pub envs: Vec<(String, String)>,
     mounted: bool,
 }
 
@@ -58,6 +60,11 @@ impl Mount {
     }
 
     pub fn with_args(test: &str, args: &[&str]) -> Option<Mount> {
+        Mount::with_env(test, args, &[])
+    }
+
+    /// A mount whose server runs with `envs` in its environment.
+    pub fn with_env(test: &str, args: &[&str], envs: &[(&str, &str)]) -> Option<Mount> {
         if !fuse_or_skip(test) {
             return None;
         }
@@ -73,6 +80,10 @@ impl Mount {
             native,
             vault: "t".into(),
             args: args.iter().map(|s| s.to_string()).collect(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             mounted: false,
         };
         m.mount();
@@ -83,7 +94,17 @@ impl Mount {
         let mp = self.mp.to_str().unwrap().to_string();
         let mut a: Vec<&str> = vec!["mount", &self.vault, &mp];
         a.extend(self.args.iter().map(|s| s.as_str()));
-        self.env.ok(&a);
+        let out = self
+            .env
+            .cmd(&a)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "avfs {a:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         self.mounted = true;
         assert!(
             is_mountpoint(&self.mp),

@@ -97,6 +97,7 @@ impl AvfsFs {
                 if d.bytes() > MAX_DIRTY_PER_FILE {
                     st.flush_file(db, ino.0)?;
                 }
+                st.bound_buffers(db, ino.0)?;
                 Ok(data.len() as u32)
             })
         });

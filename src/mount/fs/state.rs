@@ -136,6 +136,31 @@ impl State {
         Ok(())
     }
 
+    /// Keeps all write buffers together under `MAX_DIRTY_TOTAL` by flushing the largest
+    /// ones. Only a failure to store `writing` (the file the caller writes) is the
+    /// caller's error; another file's refused buffer stays for its own close() to report.
+    pub(super) fn bound_buffers(&mut self, db: &Connection, writing: u64) -> Result<()> {
+        let mut total: usize = self.dirty.values().map(|d| d.bytes()).sum();
+        while total > MAX_DIRTY_TOTAL {
+            let Some((ino, bytes)) = self
+                .dirty
+                .iter()
+                .map(|(i, d)| (*i, d.bytes()))
+                .max_by_key(|(_, b)| *b)
+            else {
+                break;
+            };
+            match self.flush_file(db, ino) {
+                Ok(()) => {}
+                Err(e) if ino == writing => return Err(e),
+                // Refused and kept: stop rather than retry it on every write.
+                Err(_) => break,
+            }
+            total -= bytes;
+        }
+        Ok(())
+    }
+
     /// Counts the times the writer emptied the WAL itself (`wal::cap`): what the bound
     /// costs the mount's writes shows in the counters.
     pub(super) fn count_wal_cap(&mut self, capped: Result<bool>) {

@@ -16,6 +16,18 @@ use crate::store::audit;
 
 /// How often the mount writes a `mount.changes` row while changes come in.
 pub const AUDIT_EVERY: Duration = Duration::from_secs(60);
+
+/// `AUDIT_EVERY`, or `AVFS_MOUNT_AUDIT_SECS` seconds when set (tests make the
+/// background work run soon after a change).
+pub fn audit_every() -> Duration {
+    std::env::var("AVFS_MOUNT_AUDIT_SECS")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(AUDIT_EVERY, Duration::from_secs_f64)
+}
+/// How often the mount gives idle memory back (`trim_memory`).
+pub const TRIM_EVERY: Duration = Duration::from_secs(5);
 /// How often the mount checks whether a space reclaim is due (two queries).
 pub const RECLAIM_EVERY: Duration = Duration::from_millis(250);
 /// At most this many paths are listed in one `mount.changes` row; the counts cover all.
@@ -86,6 +98,36 @@ impl AvfsFs {
             }
             Ok(())
         })
+    }
+
+    /// Gives memory back while the mount is idle (no write buffers): the maps of what
+    /// the kernel was told shrink to what they hold, SQLite drops the page cache it is
+    /// not using, and the allocator returns freed pages to the system (glibc keeps them
+    /// otherwise: a server that once buffered hundreds of MB kept that RSS for good).
+    pub fn trim_memory(&self) {
+        {
+            let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let (store, st) = &mut *guard;
+            if !st.dirty.is_empty() {
+                return;
+            }
+            st.dirty.shrink_to_fit();
+            st.listings.shrink_to_fit();
+            st.known.shrink_to_fit();
+            st.lookups.shrink_to_fit();
+            st.files.shrink_to_fit();
+            st.gens.shrink_to_fit();
+            st.open.shrink_to_fit();
+            st.open_set.shrink_to_fit();
+            st.writers.shrink_to_fit();
+            st.forgotten.shrink_to_fit();
+            let _ = store.conn.release_memory();
+        }
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only returns free heap memory to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
 
     /// Collects young garbage when enough was stored since the last collection
