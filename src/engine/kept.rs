@@ -348,13 +348,19 @@ impl Kept {
         ))
     }
 
-    /// After a run whose changes the vault took in: keeps the overlay for the next run
-    /// at `head` (the workspace's head now), or retires it when the upper grew past what
-    /// an ingest should read again, or when `head` is not what the overlay shows.
-    pub fn after_run(mut self, home: &Path, shown: &Hash, head: &Hash, files: u64, bytes: u64) {
-        if shown == head && files <= KEEP_FILES && bytes <= KEEP_BYTES {
+    /// After a run whose changes the vault took in (`ingested`, which the upper shows):
+    /// keeps the overlay for the next run at `head` (the workspace's head now), with a
+    /// record of its files as read (the next ingest reads only those that changed); or
+    /// retires it when the upper grew past what an ingest should go through again, or
+    /// when `head` is not what the overlay shows. The bytes that count are those read
+    /// (new data): an unchanged file, however large, is not read again.
+    pub fn after_run(mut self, home: &Path, head: &Hash, ingested: &ingest::Ingested) {
+        let shown = &ingested.root;
+        let files = ingested.files_read + ingested.files_unchanged;
+        if shown == head && files <= KEEP_FILES && ingested.bytes_read <= KEEP_BYTES {
             self.record.root = head.to_hex();
             if write_record(&self.dir, &self.record).is_ok() {
+                ingested.memo.save(&self.dir);
                 return;
             }
         }
