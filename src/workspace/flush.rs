@@ -82,8 +82,42 @@ impl Workspace<'_> {
         })
     }
 
+    /// Stores the trees of `dir` and of every dirty directory below it, deepest first;
+    /// returns `dir`'s tree hash and whether anything below holds hard links. The dirty
+    /// directories are listed first (parents before children, each listed once), so that
+    /// depth costs memory, never the thread's stack.
     fn flush_dir(&self, dir: Inode, groups: &mut Groups) -> Result<(Hash, bool)> {
-        let children = self.children(dir.ino)?;
+        let top = dir.ino;
+        let mut order = vec![];
+        let mut next = vec![dir];
+        while let Some(d) = next.pop() {
+            let children = self.children(d.ino)?;
+            for (_, c) in &children {
+                if c.kind == Kind::Dir && !matches!((c.dirty, c.hash), (false, Some(_))) {
+                    next.push(c.clone());
+                }
+            }
+            order.push((d, children));
+        }
+        let mut done: HashMap<u64, (Hash, bool)> = HashMap::new();
+        for (d, children) in order.into_iter().rev() {
+            let ino = d.ino;
+            let r = self.flush_one(d, children, groups, &done)?;
+            done.insert(ino, r);
+        }
+        done.remove(&top)
+            .ok_or_else(|| Error::Internal("flush: the top directory was not stored".into()))
+    }
+
+    /// Stores the tree of `dir` (its `children` listed), the dirty directories below it
+    /// stored already (`done`).
+    fn flush_one(
+        &self,
+        dir: Inode,
+        children: Vec<(Vec<u8>, Inode)>,
+        groups: &mut Groups,
+        done: &HashMap<u64, (Hash, bool)>,
+    ) -> Result<(Hash, bool)> {
         let mut xattrs: HashMap<u64, Xattrs> = HashMap::new();
         let lo = children.iter().map(|(_, c)| c.ino).min();
         let hi = children.iter().map(|(_, c)| c.ino).max();
@@ -108,7 +142,9 @@ impl Workspace<'_> {
                 Kind::Dir => {
                     let (h, links) = match (child.dirty, child.hash) {
                         (false, Some(h)) => (h, child.has_links),
-                        _ => self.flush_dir(child.clone(), groups)?,
+                        _ => *done.get(&child.ino).ok_or_else(|| {
+                            Error::Internal("flush: a directory was not stored".into())
+                        })?,
                     };
                     entry_of(name, &child, Some(h), 0, links, x)
                 }
