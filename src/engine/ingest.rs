@@ -10,7 +10,10 @@
 //! File contents are read and hashed on worker threads (from the page cache: the run just
 //! wrote them) while the calling thread stores the chunks, all in the caller's one
 //! transaction. A file copied up but left unchanged yields the base's entry again, so it
-//! is not a change.
+//! is not a change. Only a file's data is read (`SEEK_DATA`: a sparse file costs what it
+//! holds), and in a kept overlay only the files changed since its last ingest (`memo`).
+//! The upper is walked relative to open directories and the tree built without
+//! recursion, so a run may make a tree of any depth (`upper`).
 
 use std::collections::HashMap;
 use std::fs;
@@ -75,6 +78,8 @@ struct FileContent {
     chunks: Vec<(u64, Hash)>,
     size: u64,
     known: Option<Hash>,
+    /// Bytes read (blocks of zeros included, holes skipped with `SEEK_DATA` not).
+    read: u64,
 }
 
 /// A file as a worker read it: its content, and the chunks it holds for the storing
@@ -148,6 +153,7 @@ fn hash_file(file: &FoundFile, shown: &dyn Fn() -> String, tx: &SyncSender<Msg>)
         (&f).take(want as u64).read_to_end(&mut buf).map_err(fail)?;
         // A file cut meanwhile (by a service of the workspace) ends where it ends.
         let short = buf.len() < want;
+        out.read += buf.len() as u64;
         if short {
             out.size = start + buf.len() as u64;
             if buf.is_empty() {
@@ -208,6 +214,7 @@ fn store_files(
                     chunks: vec![],
                     size: meta.size,
                     known: Some(*content),
+                    read: 0,
                 }))
             }
             None => to_read.push(i),
@@ -282,14 +289,13 @@ fn read_files(
             }
             match msg {
                 Msg::Chunk(h, data) => {
-                    *bytes += data.len() as u64;
                     if let Err(e) = store(h, data) {
                         failed = Some(e);
                     }
                 }
                 Msg::Done(i, Ok((content, held))) => {
+                    *bytes += content.read;
                     for (h, data) in held {
-                        *bytes += data.len() as u64;
                         if let Err(e) = store(h, data) {
                             failed = Some(e);
                             break;
