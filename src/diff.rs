@@ -197,8 +197,20 @@ pub fn diff_roots_with(
                 out.push(c);
             }
         }
-        let mut w = Walk { db, opts, out };
-        w.entries(&mut Vec::new(), &ta.entries, &tb.entries)?;
+        let mut w = Walk {
+            db,
+            opts,
+            out,
+            frames: vec![],
+        };
+        w.frames.push(Frame::Pair {
+            a: ta.entries,
+            b: tb.entries,
+            i: 0,
+            j: 0,
+            pops: false,
+        });
+        w.run(&mut Vec::new())?;
         out = w.out;
     }
     Ok(out)
@@ -217,6 +229,7 @@ pub fn diff_entry(
         db,
         opts,
         out: Vec::new(),
+        frames: vec![],
     };
     let mut prefix = parent.to_vec();
     match (a, b) {
@@ -225,6 +238,7 @@ pub fn diff_entry(
         (None, Some(b)) => w.whole(&mut prefix, b, ChangeKind::Added)?,
         (None, None) => {}
     }
+    w.run(&mut prefix)?;
     Ok(w.out)
 }
 
@@ -232,6 +246,29 @@ struct Walk<'a> {
     db: &'a Connection,
     opts: DiffOptions,
     out: Vec<Change>,
+    /// The directories being compared, innermost last: an explicit stack instead of
+    /// recursion, so that depth costs memory, never the thread's stack.
+    frames: Vec<Frame>,
+}
+
+/// A directory listing being gone through; `pops`: its name was pushed on the prefix
+/// when it was entered, and is taken off when it is done.
+enum Frame {
+    /// Two listings merged by name.
+    Pair {
+        a: Vec<Entry>,
+        b: Vec<Entry>,
+        i: usize,
+        j: usize,
+        pops: bool,
+    },
+    /// A listing added or deleted whole.
+    Whole {
+        entries: Vec<Entry>,
+        i: usize,
+        kind: ChangeKind,
+        pops: bool,
+    },
 }
 
 fn path_of(prefix: &[Vec<u8>], name: &[u8]) -> Vec<Vec<u8>> {
@@ -242,28 +279,69 @@ fn path_of(prefix: &[Vec<u8>], name: &[u8]) -> Vec<Vec<u8>> {
 }
 
 impl Walk<'_> {
-    fn entries(&mut self, prefix: &mut Vec<Vec<u8>>, a: &[Entry], b: &[Entry]) -> Result<()> {
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() || j < b.len() {
-            let order = match (a.get(i), b.get(j)) {
-                (Some(x), Some(y)) => x.name.cmp(&y.name),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                _ => std::cmp::Ordering::Greater,
+    /// Goes through the frames until none is left, in the order a recursive walk would:
+    /// each entry's change, then what is below it.
+    fn run(&mut self, prefix: &mut Vec<Vec<u8>>) -> Result<()> {
+        while let Some(top) = self.frames.last_mut() {
+            let step = match top {
+                Frame::Pair { a, b, i, j, pops } => {
+                    let order = match (a.get(*i), b.get(*j)) {
+                        (Some(x), Some(y)) => x.name.cmp(&y.name),
+                        (Some(_), None) => std::cmp::Ordering::Less,
+                        (None, Some(_)) => std::cmp::Ordering::Greater,
+                        (None, None) => {
+                            let pops = *pops;
+                            self.frames.pop();
+                            if pops {
+                                prefix.pop();
+                            }
+                            continue;
+                        }
+                    };
+                    match order {
+                        std::cmp::Ordering::Less => {
+                            *i += 1;
+                            (Some(a[*i - 1].clone()), None)
+                        }
+                        std::cmp::Ordering::Greater => {
+                            *j += 1;
+                            (None, Some(b[*j - 1].clone()))
+                        }
+                        std::cmp::Ordering::Equal => {
+                            *i += 1;
+                            *j += 1;
+                            (Some(a[*i - 1].clone()), Some(b[*j - 1].clone()))
+                        }
+                    }
+                }
+                Frame::Whole {
+                    entries,
+                    i,
+                    kind,
+                    pops,
+                } => match entries.get(*i) {
+                    Some(e) => {
+                        *i += 1;
+                        match kind {
+                            ChangeKind::Deleted => (Some(e.clone()), None),
+                            _ => (None, Some(e.clone())),
+                        }
+                    }
+                    None => {
+                        let pops = *pops;
+                        self.frames.pop();
+                        if pops {
+                            prefix.pop();
+                        }
+                        continue;
+                    }
+                },
             };
-            match order {
-                std::cmp::Ordering::Less => {
-                    self.whole(prefix, &a[i], ChangeKind::Deleted)?;
-                    i += 1;
-                }
-                std::cmp::Ordering::Greater => {
-                    self.whole(prefix, &b[j], ChangeKind::Added)?;
-                    j += 1;
-                }
-                std::cmp::Ordering::Equal => {
-                    self.pair(prefix, &a[i], &b[j])?;
-                    i += 1;
-                    j += 1;
-                }
+            match step {
+                (Some(a), Some(b)) => self.pair(prefix, &a, &b)?,
+                (Some(a), None) => self.whole(prefix, &a, ChangeKind::Deleted)?,
+                (None, Some(b)) => self.whole(prefix, &b, ChangeKind::Added)?,
+                (None, None) => {}
             }
         }
         Ok(())
@@ -279,10 +357,12 @@ impl Walk<'_> {
         if e.kind == Kind::Dir {
             let tree = get_tree(self.db, e.hash.as_ref().unwrap())?;
             prefix.push(e.name.clone());
-            for c in &tree.entries {
-                self.whole(prefix, c, kind)?;
-            }
-            prefix.pop();
+            self.frames.push(Frame::Whole {
+                entries: tree.entries,
+                i: 0,
+                kind,
+                pops: true,
+            });
         }
         Ok(())
     }
@@ -300,15 +380,24 @@ impl Walk<'_> {
         if a.kind != b.kind {
             self.out
                 .push(change(p, ChangeKind::TypeChanged, Some(a), Some(b)));
+            // What was below the old entry (deleted), then what is below the new one
+            // (added): the frame run first is pushed last; the first pushed pops the name.
             prefix.push(a.name.clone());
-            for (e, kind) in [(a, ChangeKind::Deleted), (b, ChangeKind::Added)] {
-                if e.kind == Kind::Dir {
-                    for c in &get_tree(self.db, e.hash.as_ref().unwrap())?.entries {
-                        self.whole(prefix, c, kind)?;
-                    }
-                }
+            let mut pops = true;
+            for (e, kind) in [(b, ChangeKind::Added), (a, ChangeKind::Deleted)] {
+                let entries = if e.kind == Kind::Dir {
+                    get_tree(self.db, e.hash.as_ref().unwrap())?.entries
+                } else {
+                    vec![]
+                };
+                self.frames.push(Frame::Whole {
+                    entries,
+                    i: 0,
+                    kind,
+                    pops,
+                });
+                pops = false;
             }
-            prefix.pop();
             return Ok(());
         }
         if a.kind == Kind::Dir {
@@ -323,8 +412,13 @@ impl Walk<'_> {
                 let ta = get_tree(self.db, a.hash.as_ref().unwrap())?;
                 let tb = get_tree(self.db, b.hash.as_ref().unwrap())?;
                 prefix.push(a.name.clone());
-                self.entries(prefix, &ta.entries, &tb.entries)?;
-                prefix.pop();
+                self.frames.push(Frame::Pair {
+                    a: ta.entries,
+                    b: tb.entries,
+                    i: 0,
+                    j: 0,
+                    pops: true,
+                });
             }
             return Ok(());
         }

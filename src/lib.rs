@@ -18,6 +18,7 @@ pub mod pidfd;
 pub mod reclaim;
 pub mod recover;
 pub mod registry;
+pub mod relpath;
 pub mod remote;
 pub mod sandbox;
 pub mod schema;

@@ -36,38 +36,45 @@ pub fn walk(
         return Ok(false);
     };
     let mut comps = start.to_vec();
-    visit_entry(db, &mut comps, &e, 0, max_depth, visit)?;
-    Ok(true)
-}
-
-fn visit_entry(
-    db: &Connection,
-    comps: &mut Vec<Vec<u8>>,
-    e: &Entry,
-    depth: usize,
-    max_depth: Option<usize>,
-    visit: &mut Visitor,
-) -> Result<Next> {
-    match visit(comps, e, depth)? {
-        Next::Stop => return Ok(Next::Stop),
-        Next::Skip => return Ok(Next::Descend),
-        Next::Descend => {}
-    }
-    if e.kind != Kind::Dir || max_depth.is_some_and(|m| depth >= m) {
-        return Ok(Next::Descend);
-    }
-    let Some(h) = e.hash else {
-        return Ok(Next::Descend);
-    };
-    for c in get_tree(db, &h)?.entries {
-        comps.push(c.name.clone());
-        let r = visit_entry(db, comps, &c, depth + 1, max_depth, visit)?;
-        comps.pop();
-        if r == Next::Stop {
-            return Ok(Next::Stop);
+    // Depth first with an explicit stack of the directories being listed (their entries
+    // and the next one to visit): no recursion, however deep the tree.
+    let mut stack: Vec<(Vec<Entry>, usize)> = vec![];
+    let mut next = Some(e);
+    loop {
+        if let Some(e) = next.take() {
+            let depth = stack.len();
+            match visit(&comps, &e, depth)? {
+                Next::Stop => return Ok(true),
+                Next::Skip => {}
+                Next::Descend => {
+                    if e.kind == Kind::Dir
+                        && max_depth.is_none_or(|m| depth < m)
+                        && let Some(h) = e.hash
+                    {
+                        stack.push((get_tree(db, &h)?.entries, 0));
+                        // `comps` names the directory being listed, then its entry.
+                        comps.push(vec![]);
+                    }
+                }
+            }
+        }
+        let Some((entries, i)) = stack.last_mut() else {
+            return Ok(true);
+        };
+        match entries.get(*i) {
+            Some(c) => {
+                *i += 1;
+                *comps
+                    .last_mut()
+                    .expect("one component per listed directory") = c.name.clone();
+                next = Some(c.clone());
+            }
+            None => {
+                stack.pop();
+                comps.pop();
+            }
         }
     }
-    Ok(Next::Descend)
 }
 
 /// True when `data` looks binary: a NUL byte in its first 8 KiB (as grep and ripgrep judge).

@@ -434,6 +434,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                     engine_info.ingest = Some(IngestInfo {
                         files_read: ing.files_read,
                         bytes_read: ing.bytes_read,
+                        files_unchanged: ing.files_unchanged,
                         ms: started.elapsed().as_millis() as u64,
                         skipped: ing.skipped.clone(),
                     });
@@ -468,7 +469,33 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                     }
                     store.read(|db| report::layer(db, vec![], &req.report))?
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // Nothing was taken in. The run's files are set aside (a kept overlay
+                    // is retired with them), so that the next run starts from the
+                    // workspace's head instead of failing on the same upper; the audit
+                    // records the run and where its files are.
+                    let kept = orun.keep_for_inspection().display().to_string();
+                    let detail = json!({"exec": envelope.id, "command": envelope.request.command,
+                        "checkpoint": envelope.checkpoint, "error": e.to_string(), "files_kept_in": kept});
+                    store.write(|db| {
+                        audit::append(
+                            db,
+                            Some(&v.workspace),
+                            "exec",
+                            "exec.ingest_failed",
+                            &detail,
+                        )
+                    })?;
+                    return Err(match e {
+                        Error::Host { what, message } => Error::Host {
+                            what,
+                            message: format!(
+                                "{message}; none of the run's changes were taken in (its files are kept in {kept})"
+                            ),
+                        },
+                        other => other,
+                    });
+                }
             }
         }
         Prepared::Fuse(mount) => {

@@ -10,27 +10,31 @@
 //! File contents are read and hashed on worker threads (from the page cache: the run just
 //! wrote them) while the calling thread stores the chunks, all in the caller's one
 //! transaction. A file copied up but left unchanged yields the base's entry again, so it
-//! is not a change.
+//! is not a change. Only a file's data is read (`SEEK_DATA`: a sparse file costs what it
+//! holds), and in a kept overlay only the files changed since its last ingest (`memo`).
+//! The upper is walked relative to open directories and the tree built without
+//! recursion, so a run may make a tree of any depth (`upper`).
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use rusqlite::Connection;
 
+use super::memo::Memo;
 pub use super::scan::OPAQUE_XATTR;
-use super::scan::{self, Meta, OpenDir, user_xattrs_fd};
+use super::scan::{Meta, user_xattrs_fd};
+use super::upper::{Found, FoundFile, FoundKind, Walk, walk};
 use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::store::counter_take;
 use crate::store::objects::{
-    self, CHUNK_SIZE, DirAttrs, Entry, HOLE, Hash, Kind, Tree, Xattrs, get_tree, put_tree,
+    self, CHUNK_SIZE, DirAttrs, Entry, Hash, Kind, Tree, Xattrs, get_tree, put_tree,
 };
 
 /// How to read the upper.
@@ -54,150 +58,37 @@ pub struct Ingested {
     /// Regular files read and hashed.
     pub files_read: u64,
     pub bytes_read: u64,
+    /// Regular files of a kept upper not read again: the last ingest read them, and
+    /// they have not changed since.
+    pub files_unchanged: u64,
+    /// Every regular file of the upper as taken in, for the next ingest of a kept upper.
+    pub memo: Memo,
     /// Entries that could not be taken in, with the reason (the run's report names them).
     pub skipped: Vec<String>,
 }
 
-/// One entry of an upper directory, as found. The metadata and attributes of files and
-/// directories are read where they are opened: in `Walk::dirs` and the hashed files.
-struct Found {
-    name: Vec<u8>,
-    what: FoundKind,
-}
-
-enum FoundKind {
-    Whiteout,
-    /// Index into `Walk::dirs`.
-    Dir(usize),
-    /// Index into `Walk::files`.
-    File(usize),
-    Symlink(Vec<u8>, Meta),
-    Special(Kind, Meta),
-}
-
-struct FoundDir {
-    /// Path components below the upper's root.
-    comps: Vec<Vec<u8>>,
-    meta: Meta,
-    xattrs: Xattrs,
-    opaque: bool,
-    entries: Vec<Found>,
-}
-
-struct Walk {
-    dirs: Vec<FoundDir>,
-    files: Vec<PathBuf>,
-    skipped: Vec<String>,
-}
-
 /// A file as read by a hashing worker: its metadata and attributes (from the descriptor
-/// it read through), and its stored content (chunk hashes and size).
+/// it read through), and its stored content: the chunks that hold data (block number,
+/// hash; holes are left out), or the content itself when the last ingest of a kept
+/// overlay read this very file.
 #[derive(Clone, Default)]
 struct FileContent {
     meta: Meta,
     xattrs: Xattrs,
-    chunks: Vec<Hash>,
+    chunks: Vec<(u64, Hash)>,
     size: u64,
-}
-
-fn host_err(p: &Path, e: std::io::Error) -> Error {
-    Error::host(p.display(), e)
-}
-
-fn display(comps: &[Vec<u8>]) -> String {
-    crate::workspace::path::display(comps)
-}
-
-/// Lists the upper, depth first. Each directory is opened once: its listing, metadata
-/// and attributes come through that descriptor, and entries that are neither files nor
-/// directories are `lstat`ed relative to it. Regular files are only named here; the
-/// hashing workers open them.
-fn walk(upper: &Path) -> Result<Walk> {
-    let mut w = Walk {
-        dirs: vec![],
-        files: vec![],
-        skipped: vec![],
-    };
-    w.dirs.push(FoundDir {
-        comps: vec![],
-        meta: Meta::default(),
-        xattrs: vec![],
-        opaque: false,
-        entries: vec![],
-    });
-    let mut stack = vec![(0usize, upper.to_path_buf())];
-    while let Some((idx, dir)) = stack.pop() {
-        let mut od = OpenDir::open(&dir).map_err(|e| host_err(&dir, e))?;
-        let meta = od.file.metadata().map_err(|e| host_err(&dir, e))?;
-        let (xattrs, opaque) = user_xattrs_fd(od.file.as_raw_fd());
-        let d = &mut w.dirs[idx];
-        (d.meta, d.xattrs, d.opaque) = (Meta::of(&meta), xattrs, opaque);
-        let mut entries = Vec::new();
-        while let Some(de) = od.next_entry().map_err(|e| host_err(&dir, e))? {
-            let path = dir.join(std::ffi::OsStr::from_bytes(&de.name));
-            let mut comps = w.dirs[idx].comps.clone();
-            comps.push(de.name.clone());
-            // Files and directories are read when opened; anything else (or an entry
-            // whose type the listing does not give) is looked at here.
-            let stat = match de.d_type {
-                libc::DT_REG | libc::DT_DIR => None,
-                _ => {
-                    let c = CString::new(de.name.clone()).expect("names have no NUL");
-                    Some(scan::lstat_at(&od.file, &c).map_err(|e| host_err(&path, e))?)
-                }
-            };
-            let is_dir = stat.map_or(de.d_type == libc::DT_DIR, |m| m.is_dir());
-            let is_file = stat.map_or(de.d_type == libc::DT_REG, |m| m.is_file());
-            let what = if is_dir {
-                w.dirs.push(FoundDir {
-                    comps,
-                    meta: Meta::default(),
-                    xattrs: vec![],
-                    opaque: false,
-                    entries: vec![],
-                });
-                stack.push((w.dirs.len() - 1, path));
-                FoundKind::Dir(w.dirs.len() - 1)
-            } else if is_file {
-                w.files.push(path);
-                FoundKind::File(w.files.len() - 1)
-            } else {
-                let m = stat.expect("looked at above");
-                // Only files and directories can carry `user.*` attributes (the kernel
-                // refuses them elsewhere), so there are none to read here.
-                if m.is_char_device() && m.rdev == 0 {
-                    FoundKind::Whiteout
-                } else if m.is_symlink() {
-                    let t = fs::read_link(&path).map_err(|e| host_err(&path, e))?;
-                    FoundKind::Symlink(t.as_os_str().as_bytes().to_vec(), m)
-                } else if m.is_fifo() {
-                    FoundKind::Special(Kind::Fifo, m)
-                } else if m.is_socket() {
-                    FoundKind::Special(Kind::Socket, m)
-                } else if m.is_char_device() {
-                    FoundKind::Special(Kind::CharDev, m)
-                } else if m.is_block_device() {
-                    FoundKind::Special(Kind::BlockDev, m)
-                } else {
-                    w.skipped
-                        .push(format!("{}: unknown file type", display(&comps)));
-                    continue;
-                }
-            };
-            entries.push(Found {
-                name: de.name,
-                what,
-            });
-        }
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        w.dirs[idx].entries = entries;
-    }
-    Ok(w)
+    known: Option<Hash>,
+    /// Bytes read (blocks of zeros included, holes skipped with `SEEK_DATA` not).
+    read: u64,
 }
 
 /// A file as a worker read it: its content, and the chunks it holds for the storing
 /// thread (those of a small file; a big file's went on their own), or why it failed.
 type FileRead = std::result::Result<(FileContent, Vec<(Hash, Vec<u8>)>), String>;
+
+fn host_err(p: &Path, e: std::io::Error) -> Error {
+    Error::host(p.display(), e)
+}
 
 /// A message from a hashing worker to the storing thread.
 enum Msg {
@@ -212,43 +103,66 @@ enum Msg {
 /// Files up to this size go to the storing thread in one message.
 const BATCH_BYTES: u64 = 16 * CHUNK_SIZE as u64;
 
-/// Reads one file chunk by chunk, sending each stored chunk (holes are not sent), with
-/// its metadata and attributes read through the same descriptor. It reads the size the
-/// file has when opened: the run's processes are gone, nothing writes to the upper.
-fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> FileRead {
-    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
-    let mut f = scan::open_file(path).map_err(fail)?;
+/// Reads one file block by block, sending each stored chunk, with its metadata and
+/// attributes read through the same descriptor. Only the file's data is read: holes are
+/// skipped with `SEEK_DATA` (a 64 GiB file holding one byte costs one block), and blocks
+/// that read as zeros are holes too. It reads the size the file has when opened: the
+/// run's processes are gone, nothing writes to the upper.
+fn hash_file(file: &FoundFile, shown: &dyn Fn() -> String, tx: &SyncSender<Msg>) -> FileRead {
+    use std::io::{Seek, SeekFrom};
+    let fail = |e: std::io::Error| format!("{}: {e}", shown());
+    let f = file.rel.open_file().map_err(fail)?;
     let meta = Meta::of(&f.metadata().map_err(fail)?);
     if !meta.is_file() {
-        return Err(format!("{}: no longer a regular file", path.display()));
+        return Err(format!("{}: no longer a regular file", shown()));
     }
     let mut out = FileContent {
         meta,
         xattrs: user_xattrs_fd(f.as_raw_fd()).0,
+        size: meta.size,
         ..FileContent::default()
     };
     let zero = crate::store::content::zero_block_hash();
-    let mut left = meta.size;
     let mut held = Vec::new();
     let hold = meta.size <= BATCH_BYTES;
-    loop {
+    let cs = CHUNK_SIZE as u64;
+    let mut block = 0u64;
+    while block * cs < meta.size {
+        // The next block holding data (a file system without SEEK_DATA says all of it;
+        // a file of one block is just read).
+        let data = match if meta.size <= cs {
+            Ok(Some(0))
+        } else {
+            seek_data(&f, block * cs)
+        } {
+            Ok(Some(at)) => at,
+            Ok(None) => break,
+            Err(_) => block * cs,
+        };
+        if data >= meta.size {
+            break;
+        }
+        block = data / cs;
+        let start = block * cs;
+        let want = (meta.size - start).min(cs) as usize;
         // A buffer of the bytes expected, not a whole chunk (most files are much smaller
         // than a chunk), read into without zeroing it first: zeroing cost more than the
         // read for small files, and is one more pass over every byte of a big one.
-        let want = left.min(CHUNK_SIZE as u64);
-        let mut buf = Vec::with_capacity(want as usize);
-        (&mut f).take(want).read_to_end(&mut buf).map_err(fail)?;
-        let got = buf.len();
-        if got == 0 && !out.chunks.is_empty() {
-            break;
+        let mut buf = Vec::with_capacity(want);
+        (&f).seek(SeekFrom::Start(start)).map_err(fail)?;
+        (&f).take(want as u64).read_to_end(&mut buf).map_err(fail)?;
+        // A file cut meanwhile (by a service of the workspace) ends where it ends.
+        let short = buf.len() < want;
+        out.read += buf.len() as u64;
+        if short {
+            out.size = start + buf.len() as u64;
+            if buf.is_empty() {
+                break;
+            }
         }
-        out.size += got as u64;
-        left = left.saturating_sub(got as u64);
         let h = Hash::of(&buf);
-        if h == zero {
-            out.chunks.push(HOLE);
-        } else {
-            out.chunks.push(h);
+        if h != zero {
+            out.chunks.push((block, h));
             if hold {
                 held.push((h, buf));
             } else {
@@ -256,44 +170,111 @@ fn hash_file(path: &Path, tx: &SyncSender<Msg>) -> FileRead {
                     .map_err(|_| "the storing thread stopped".to_string())?;
             }
         }
-        if got < CHUNK_SIZE || left == 0 {
+        if short {
             break;
         }
+        block += 1;
     }
     Ok((out, held))
 }
 
+/// `lseek(SEEK_DATA)`: the first offset at or after `from` that holds data, `None` when
+/// only a hole follows.
+fn seek_data(f: &fs::File, from: u64) -> std::io::Result<Option<u64>> {
+    // SAFETY: lseek on a valid descriptor.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), from as libc::off_t, libc::SEEK_DATA) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::ENXIO) {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(Some(r as u64))
+}
+
 /// Hashes every file on worker threads while this thread hands their chunks to `store`.
+/// Files the last ingest of a kept overlay read unchanged are not read; returns the
+/// files' contents and the bytes read.
 fn store_files(
-    files: &[PathBuf],
+    walk: &Walk,
     store: &mut dyn FnMut(Hash, Vec<u8>) -> Result<()>,
 ) -> Result<(Vec<FileContent>, u64)> {
-    // Most runs write no file (`true`, `git status`, a failed build): no worker threads
-    // then, nor the cgroup reads `available_parallelism` makes.
-    if files.is_empty() {
-        return Ok((vec![], 0));
-    }
+    let files = &walk.files;
     let mut results: Vec<Option<std::result::Result<FileContent, String>>> =
         vec![None; files.len()];
+    let mut to_read = Vec::new();
+    for (i, f) in files.iter().enumerate() {
+        match &f.known {
+            Some((meta, xattrs, content)) => {
+                results[i] = Some(Ok(FileContent {
+                    meta: *meta,
+                    xattrs: xattrs.clone(),
+                    chunks: vec![],
+                    size: meta.size,
+                    known: Some(*content),
+                    read: 0,
+                }))
+            }
+            None => to_read.push(i),
+        }
+    }
+    let mut bytes = 0u64;
+    // Most runs write no file (`true`, `git status`, a failed build): no worker threads
+    // then, nor the cgroup reads `available_parallelism` makes.
+    if !to_read.is_empty() {
+        read_files(walk, &to_read, &mut results, &mut bytes, store)?;
+    }
+    let mut out = Vec::with_capacity(files.len());
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Some(Ok(c)) => out.push(c),
+            Some(Err(msg)) => {
+                return Err(Error::Host {
+                    what: format!(
+                        "upper /{}",
+                        walk.display(files[i].dir, Some(&files[i].name))
+                    ),
+                    message: msg,
+                });
+            }
+            None => return Err(Error::Internal("a file was never hashed".into())),
+        }
+    }
+    Ok((out, bytes))
+}
+
+type Results = Vec<Option<std::result::Result<FileContent, String>>>;
+
+/// Reads the files `to_read` (indexes into `walk.files`) on worker threads into `results`.
+fn read_files(
+    walk: &Walk,
+    to_read: &[usize],
+    results: &mut Results,
+    bytes: &mut u64,
+    store: &mut dyn FnMut(Hash, Vec<u8>) -> Result<()>,
+) -> Result<()> {
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 8)
-        .min(files.len().max(1));
+        .min(to_read.len().max(1));
     let next = AtomicUsize::new(0);
-    let mut bytes = 0u64;
-    let stored: Result<()> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let (tx, rx): (SyncSender<Msg>, Receiver<Msg>) = sync_channel(64);
         for _ in 0..workers {
             let tx = tx.clone();
             let next = &next;
             s.spawn(move || {
                 loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= files.len() {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = to_read.get(k) else {
                         break;
-                    }
-                    let r = hash_file(&files[i], &tx);
+                    };
+                    let f = &walk.files[i];
+                    let shown = || format!("upper /{}", walk.display(f.dir, Some(&f.name)));
+                    let r = hash_file(f, &shown, &tx);
                     if tx.send(Msg::Done(i, r)).is_err() {
                         break;
                     }
@@ -308,14 +289,13 @@ fn store_files(
             }
             match msg {
                 Msg::Chunk(h, data) => {
-                    bytes += data.len() as u64;
                     if let Err(e) = store(h, data) {
                         failed = Some(e);
                     }
                 }
                 Msg::Done(i, Ok((content, held))) => {
+                    *bytes += content.read;
                     for (h, data) in held {
-                        bytes += data.len() as u64;
                         if let Err(e) = store(h, data) {
                             failed = Some(e);
                             break;
@@ -327,42 +307,24 @@ fn store_files(
             }
         }
         failed.map_or(Ok(()), Err)
-    });
-    stored?;
-    let mut out = Vec::with_capacity(files.len());
-    for (i, r) in results.into_iter().enumerate() {
-        match r {
-            Some(Ok(c)) => out.push(c),
-            Some(Err(msg)) => {
-                return Err(Error::Host {
-                    what: files[i].display().to_string(),
-                    message: msg,
-                });
-            }
-            None => return Err(Error::Internal("a file was never hashed".into())),
-        }
-    }
-    Ok((out, bytes))
+    })
 }
 
 /// The content hash of stored chunks (the chunk list is recorded when there are several).
 fn content_of(db: &Connection, c: &FileContent) -> Result<Hash> {
+    if let Some(h) = c.known {
+        return Ok(h);
+    }
     if c.size as usize <= CHUNK_SIZE {
         // One chunk or none: the content is addressed by that chunk.
         return match c.chunks.first() {
-            Some(h) if *h != HOLE => Ok(*h),
+            Some((_, h)) => Ok(*h),
             // A file of zeros shorter than a chunk: its one chunk holds exactly its bytes.
-            _ => objects::put_chunk(db, &vec![0u8; c.size as usize]),
+            None => objects::put_chunk(db, &vec![0u8; c.size as usize]),
         };
     }
     // Blocks of zeros are holes (store::content canonicalises zero chunks too).
-    let list = c
-        .chunks
-        .iter()
-        .enumerate()
-        .filter(|(_, h)| **h != HOLE)
-        .map(|(i, h)| (i as u64, *h))
-        .collect();
+    let list = c.chunks.clone();
     crate::store::content::store_extents(db, crate::store::content::Extents { size: c.size, list })
 }
 
@@ -379,6 +341,9 @@ struct Builder<'a> {
     /// How many names each hard-linked upper file has in the upper.
     link_names: HashMap<(u64, u64), u32>,
     exact: bool,
+    /// Directories of the walk built so far (deepest first): their tree and whether
+    /// anything below holds hard links.
+    built: Vec<Option<(Hash, bool)>>,
 }
 
 impl Builder<'_> {
@@ -414,9 +379,48 @@ impl Builder<'_> {
         Ok(g)
     }
 
+    /// Builds the new root tree (not stored yet): every directory of the walk on top of
+    /// its tree in `base_root`, the deepest first, so that no step recurses however deep
+    /// the upper is.
+    fn build(&mut self, base_root: &Hash) -> Result<Tree> {
+        let walk = self.walk;
+        let n = walk.dirs.len();
+        // Each directory's tree in the base, parents first (the walk lists a directory
+        // before the ones inside it). An opaque directory's entries have no base.
+        let mut bases: Vec<Option<Hash>> = vec![None; n];
+        bases[0] = Some(*base_root);
+        for idx in 0..n {
+            let dir = &walk.dirs[idx];
+            let Some(h) = bases[idx] else { continue };
+            if dir.opaque
+                || !dir
+                    .entries
+                    .iter()
+                    .any(|f| matches!(f.what, FoundKind::Dir(_)))
+            {
+                continue;
+            }
+            let tree = get_tree(self.db, &h)?;
+            for f in &dir.entries {
+                if let FoundKind::Dir(i) = f.what
+                    && let Ok(at) = tree.entries.binary_search_by(|e| e.name.cmp(&f.name))
+                    && tree.entries[at].kind == Kind::Dir
+                {
+                    bases[i] = tree.entries[at].hash;
+                }
+            }
+        }
+        self.built = vec![None; n];
+        for idx in (1..n).rev() {
+            let (tree, links) = self.build_dir(idx, bases[idx].as_ref())?;
+            self.built[idx] = Some((put_tree(self.db, &tree)?, links));
+        }
+        Ok(self.build_dir(0, Some(base_root))?.0)
+    }
+
     /// Builds directory `idx` of the walk on top of `base` (its tree in the base root,
-    /// if it was a directory there and is not opaque); returns its tree hash and whether
-    /// anything below holds hard links.
+    /// if it was a directory there and is not opaque), the directories inside it built
+    /// already; returns its tree and whether anything below holds hard links.
     fn build_dir(&mut self, idx: usize, base: Option<&Hash>) -> Result<(Tree, bool)> {
         let dir = &self.walk.dirs[idx];
         let base_tree = match base {
@@ -506,9 +510,9 @@ impl Builder<'_> {
         match &f.what {
             FoundKind::Whiteout => unreachable!(),
             FoundKind::Dir(i) => {
-                let sub_base = base.filter(|b| b.kind == Kind::Dir).and_then(|b| b.hash);
-                let (tree, links) = self.build_dir(*i, sub_base.as_ref())?;
-                e.hash = Some(put_tree(self.db, &tree)?);
+                let (tree, links) = self.built[*i]
+                    .ok_or_else(|| Error::Internal("a directory was built out of order".into()))?;
+                e.hash = Some(tree);
                 e.has_links = links;
             }
             FoundKind::File(i) => {
@@ -557,8 +561,8 @@ pub fn ingest(
     upper: &Path,
     opts: IngestOptions,
 ) -> Result<Ingested> {
-    let walk = walk(upper)?;
-    let (contents, bytes_read) = store_files(&walk.files, &mut |h, data| {
+    let walk = walk(upper, None)?;
+    let (contents, bytes_read) = store_files(&walk, &mut |h, data| {
         objects::put_chunk_hashed(db, &h, &data)
     })?;
     ingest_stored(
@@ -596,8 +600,28 @@ const COMMIT_BYTES: usize = 8 << 20;
 /// the ingest's own transaction references them, committed chunks are kept from space
 /// reclaim by a pin named `pin` (`store::pins`) on a tree that lists them, which that
 /// transaction removes; the caller removes it when the ingest fails.
-pub fn store_upper(store: &mut Store, upper: &Path, pin: &str) -> Result<Stored> {
-    let walk = walk(upper)?;
+///
+/// `memo`: what the last ingest of this (kept) upper read; files it names unchanged are
+/// not read again, as long as the vault still holds their content.
+pub fn store_upper(
+    store: &mut Store,
+    upper: &Path,
+    pin: &str,
+    memo: Option<&Memo>,
+) -> Result<Stored> {
+    let mut walk = walk(upper, memo)?;
+    if walk.files.iter().any(|f| f.known.is_some()) {
+        store.read(|db| {
+            for f in &mut walk.files {
+                if let Some((m, _, h)) = &f.known
+                    && !crate::store::content::exists(db, h, m.size)?
+                {
+                    f.known = None;
+                }
+            }
+            Ok(())
+        })?;
+    }
     let mut pending: Vec<(Hash, Vec<u8>)> = vec![];
     let mut pending_bytes = 0usize;
     // Trees of committed batches, each listing its chunks; the pin names a tree of them.
@@ -637,7 +661,7 @@ pub fn store_upper(store: &mut Store, upper: &Path, pin: &str) -> Result<Stored>
             crate::store::pins::pin(db, pin, &root)
         })
     };
-    let (contents, bytes_read) = store_files(&walk.files, &mut |h, data| {
+    let (contents, bytes_read) = store_files(&walk, &mut |h, data| {
         pending_bytes += data.len();
         pending.push((h, data));
         if pending_bytes >= COMMIT_BYTES {
@@ -721,10 +745,11 @@ pub fn ingest_stored(
         groups: HashMap::new(),
         link_names,
         exact: walk.skipped.is_empty(),
+        built: vec![],
     };
     let base_tree = get_tree(db, base_root)?;
     let base_attrs = base_tree.root_attrs.clone();
-    let (mut tree, _) = b.build_dir(0, Some(base_root))?;
+    let mut tree = b.build(base_root)?;
     let rm = walk.dirs[0].meta;
     let (ruid, rgid) = match (&base_attrs, opts.keep_owners) {
         (_, true) => (rm.uid, rm.gid),
@@ -738,21 +763,23 @@ pub fn ingest_stored(
         mtime_ns: rm.mtime_ns,
         xattrs: walk.dirs[0].xattrs.clone(),
     });
-    if tree == base_tree {
-        return Ok(Ingested {
-            root: *base_root,
-            exact: b.exact,
-            files_read: walk.files.len() as u64,
-            bytes_read,
-            skipped: walk.skipped,
-        });
+    let root = if tree == base_tree {
+        *base_root
+    } else {
+        put_tree(db, &tree)?
+    };
+    let mut memo = Memo::default();
+    for (c, h) in b.files.iter().zip(&b.contents) {
+        memo.add(&c.meta, &c.xattrs, h);
     }
-    let root = put_tree(db, &tree)?;
+    let files_unchanged = b.files.iter().filter(|c| c.known.is_some()).count() as u64;
     Ok(Ingested {
         root,
         exact: b.exact,
-        files_read: walk.files.len() as u64,
+        files_read: walk.files.len() as u64 - files_unchanged,
         bytes_read,
+        files_unchanged,
+        memo,
         skipped: walk.skipped,
     })
 }

@@ -35,7 +35,7 @@ fn content_stored_ahead_survives_collections_until_the_ingest() {
     for i in 0..50 {
         fs::write(upper.join(format!("f{i:02}")), format!("{i}\n")).unwrap();
     }
-    let stored = store_upper(&mut store, &upper, "test.ingest").unwrap();
+    let stored = store_upper(&mut store, &upper, "test.ingest", None).unwrap();
     assert!(
         stored.pending.len() < (COMMIT_BYTES / CHUNK_SIZE) + 1,
         "all but the last partial batch is committed"

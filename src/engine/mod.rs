@@ -15,8 +15,10 @@ pub mod ingest;
 pub mod kept;
 pub mod layers;
 pub mod materialize;
+pub mod memo;
 pub mod overlay;
-mod scan;
+pub(crate) mod scan;
+mod upper;
 
 use std::path::Path;
 
@@ -65,8 +67,14 @@ pub struct LayersInfo {
 
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct IngestInfo {
+    /// Regular files read and hashed, and the bytes read from them (only their data: the
+    /// holes of sparse files are skipped).
     pub files_read: u64,
     pub bytes_read: u64,
+    /// Regular files of the workspace's kept overlay not read again: an earlier run's
+    /// ingest read them, and they have not changed since.
+    #[serde(default)]
+    pub files_unchanged: u64,
     pub ms: u64,
     /// Entries of the upper that could not be taken in.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -18,6 +18,7 @@ use super::ingest::{self, IngestOptions, Ingested};
 use super::kept::{self, Kept};
 use super::layers::{LayerCache, Stack};
 use super::materialize::remove_tree;
+use super::memo::Memo;
 use crate::error::{Error, Result};
 use crate::sandbox::View;
 use crate::store::objects::{Hash, get_tree};
@@ -265,8 +266,11 @@ impl OverlayRun {
 
     /// Reads the upper and stores its content ahead of `ingest`, in transactions of its
     /// own (see `ingest::store_upper`), pinned under [`OverlayRun::ingest_pin`].
+    /// A kept overlay's upper is read as the last ingest left it (`memo`): files unchanged
+    /// since are not read again.
     pub fn store_upper(&self, store: &mut crate::store::Store) -> Result<ingest::Stored> {
-        ingest::store_upper(store, &self.upper, &self.ingest_pin())
+        let memo = self.kept.as_ref().and_then(|k| Memo::load(&k.dir));
+        ingest::store_upper(store, &self.upper, &self.ingest_pin(), memo.as_ref())
     }
 
     /// The pin that keeps content stored ahead of the ingest until it is referenced.
@@ -281,9 +285,7 @@ impl OverlayRun {
     pub fn finish(self, home: &Path, ingested: Option<&Ingested>, head: Option<&Hash>) {
         if let Some(k) = self.kept {
             match (ingested, head) {
-                (Some(i), Some(h)) if i.exact => {
-                    k.after_run(home, &i.root, h, i.files_read, i.bytes_read)
-                }
+                (Some(i), Some(h)) if i.exact => k.after_run(home, h, i),
                 (Some(i), None) if i.exact => k.retire_in_background(home, Some(&i.root)),
                 _ => k.retire_in_background(home, None),
             }

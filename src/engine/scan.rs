@@ -10,8 +10,7 @@ use std::ffi::{CStr, CString};
 use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
 
 use crate::store::objects::Xattrs;
 
@@ -33,6 +32,9 @@ pub struct Meta {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
+    /// Changes with anything that changes the inode (content, attributes, links): with
+    /// the inode number, size and mtime, how a kept upper's unchanged file is recognized.
+    pub ctime_ns: i64,
 }
 
 impl Meta {
@@ -47,6 +49,7 @@ impl Meta {
             dev: m.dev(),
             ino: m.ino(),
             size: m.size(),
+            ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
         }
     }
 
@@ -61,6 +64,7 @@ impl Meta {
             dev: st.st_dev,
             ino: st.st_ino,
             size: st.st_size as u64,
+            ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
         }
     }
 
@@ -90,6 +94,8 @@ impl Meta {
     }
 }
 
+pub use crate::relpath::{Rel, readlink_at};
+
 /// `lstat` of `name` in the directory open as `dir` (no lookup of the directory's path).
 pub fn lstat_at(dir: &File, name: &CStr) -> io::Result<Meta> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -110,14 +116,6 @@ pub fn lstat_at(dir: &File, name: &CStr) -> io::Result<Meta> {
     Ok(Meta::of_stat(&st))
 }
 
-/// Opens a regular file for reading, never through a symlink.
-pub fn open_file(path: &Path) -> io::Result<File> {
-    fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-}
-
 /// A directory open for listing: its descriptor (for metadata, attributes and `*at`
 /// calls) and its entries.
 pub struct OpenDir {
@@ -133,11 +131,12 @@ pub struct DirEntry {
 }
 
 impl OpenDir {
-    pub fn open(path: &Path) -> io::Result<OpenDir> {
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-            .open(path)?;
+    /// Opens the directory `at` names for listing, never through a symlink.
+    pub fn open_at(at: &Rel) -> io::Result<OpenDir> {
+        OpenDir::from_file(at.open(libc::O_DIRECTORY)?)
+    }
+
+    pub fn from_file(file: File) -> io::Result<OpenDir> {
         // The stream owns (and closes) a duplicate; `file` stays usable.
         // SAFETY: a valid descriptor.
         let dup = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };

@@ -1,0 +1,231 @@
+//! Trees deeper than PATH_MAX (4 096 bytes of path): a chain of 5 000 directories, made
+//! on the host and imported, or made by a run, goes through every command that walks a
+//! tree (import, ls, find, checkpoint, diff, export, verify, gc, exec and the layers a
+//! later run stands on), and nothing needs a path that long on the host side.
+
+mod common;
+#[path = "common/overlay.rs"]
+mod overlay;
+
+use std::ffi::CString;
+use std::path::Path;
+
+use common::Env;
+use overlay::{ok_in, overlay_or_skip, setup_with};
+
+const DEPTH: usize = 5_000;
+
+const POLICY: &str = r#"
+[[rule]]
+name = "test-sh"
+program = "sh"
+category = "mutating"
+decision = "allow"
+"#;
+
+fn c(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+/// Opens `name` in the directory `dir` (a descriptor), never through a symlink.
+fn open_at(dir: i32, name: &str, flags: i32) -> i32 {
+    // SAFETY: a valid descriptor and C string.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            c(name).as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    assert!(
+        fd >= 0,
+        "openat {name}: {}",
+        std::io::Error::last_os_error()
+    );
+    fd
+}
+
+/// Makes `top/d/d/.../d/f` (`depth` directories named `d`, the file holding `text`),
+/// one directory at a time relative to the last: no path is ever longer than a name.
+fn make_chain(top: &Path, depth: usize, text: &str) {
+    std::fs::create_dir_all(top).unwrap();
+    let mut fd = open_at(libc::AT_FDCWD, top.to_str().unwrap(), libc::O_DIRECTORY);
+    for _ in 0..depth {
+        // SAFETY: valid descriptor and C string.
+        assert_eq!(unsafe { libc::mkdirat(fd, c("d").as_ptr(), 0o755) }, 0);
+        let next = open_at(fd, "d", libc::O_DIRECTORY);
+        // SAFETY: ours to close.
+        unsafe { libc::close(fd) };
+        fd = next;
+    }
+    let f = open_at(fd, "f", libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL);
+    // SAFETY: a valid descriptor and buffer.
+    let n = unsafe { libc::write(f, text.as_ptr().cast(), text.len()) };
+    assert_eq!(n, text.len() as isize);
+    // SAFETY: ours to close.
+    unsafe {
+        libc::close(f);
+        libc::close(fd);
+    }
+}
+
+/// Walks `top/d/d/...` down as far as it goes; returns the depth and what `f` holds there.
+fn read_chain(top: &Path) -> (usize, String) {
+    let mut fd = open_at(libc::AT_FDCWD, top.to_str().unwrap(), libc::O_DIRECTORY);
+    let mut depth = 0;
+    loop {
+        // SAFETY: a valid descriptor and C string.
+        let next = unsafe {
+            libc::openat(
+                fd,
+                c("d").as_ptr(),
+                libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if next < 0 {
+            break;
+        }
+        // SAFETY: ours to close.
+        unsafe { libc::close(fd) };
+        fd = next;
+        depth += 1;
+    }
+    // SAFETY: a valid descriptor and C string.
+    let f = unsafe { libc::openat(fd, c("f").as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let mut text = String::new();
+    if f >= 0 {
+        let mut buf = [0u8; 256];
+        // SAFETY: a valid descriptor and buffer.
+        let n = unsafe { libc::read(f, buf.as_mut_ptr().cast(), buf.len()) };
+        text = String::from_utf8_lossy(&buf[..n.max(0) as usize]).into_owned();
+        // SAFETY: ours to close.
+        unsafe { libc::close(f) };
+    }
+    // SAFETY: ours to close.
+    unsafe { libc::close(fd) };
+    (depth, text)
+}
+
+/// The workspace path of the chain's file: `/d/d/.../d/f` below `under`.
+fn chain_path(under: &str, depth: usize) -> String {
+    let mut p = under.trim_end_matches('/').to_string();
+    for _ in 0..depth {
+        p.push_str("/d");
+    }
+    p.push_str("/f");
+    p
+}
+
+#[test]
+fn a_tree_deeper_than_path_max_goes_through_the_cli() {
+    let env = Env::new();
+    env.ok(&["vault", "create", "t"]);
+    let host = env.path("host");
+    make_chain(&host, DEPTH, "bottom\n");
+    let deep = chain_path("/", DEPTH);
+    assert!(deep.len() > 4096 * 2, "the chain is deeper than PATH_MAX");
+
+    env.ok(&["--vault", "t", "import", host.to_str().unwrap(), "/"]);
+    assert_eq!(env.cat(Some("t"), &deep), "bottom\n");
+    let found = env.json(&["--vault", "t", "find", "/", "--name", "f"]);
+    assert!(
+        found.to_string().contains("/d/d/d"),
+        "find reaches the bottom: {found}"
+    );
+    let ls = env.ok(&[
+        "--vault",
+        "t",
+        "ls",
+        chain_path("/", DEPTH).trim_end_matches("/f"),
+    ]);
+    assert!(
+        ls.stdout.contains('f'),
+        "ls at depth {}: {}",
+        DEPTH - 1,
+        ls.stdout
+    );
+
+    env.ok(&["--vault", "t", "checkpoint", "save", "imported"]);
+    // A change at the bottom, then the diff between the two checkpoints names it.
+    env.run_stdin(&["--vault", "t", "write", &deep], b"changed\n");
+    env.ok(&["--vault", "t", "checkpoint", "save", "edited"]);
+    let diff = env.json(&["--vault", "t", "diff", "imported", "edited"]);
+    let text = diff.to_string();
+    assert!(
+        text.contains(&format!("\"{deep}\"")),
+        "the diff names the deep file: {}",
+        &text[..text.len().min(400)]
+    );
+
+    let out = env.path("out");
+    env.ok(&["--vault", "t", "export", "/", out.to_str().unwrap()]);
+    assert_eq!(read_chain(&out), (DEPTH, "changed\n".to_string()));
+
+    let v = env.json(&["vault", "verify", "t"]);
+    assert_eq!(v["report"]["ok"], true, "verify: {v}");
+    env.ok(&["--vault", "t", "checkpoint", "restore", "imported"]);
+    env.ok(&["gc"]);
+    assert_eq!(env.cat(Some("t"), &deep), "bottom\n");
+    let v = env.json(&["vault", "verify", "t"]);
+    assert_eq!(v["report"]["ok"], true, "verify after gc: {v}");
+}
+
+#[test]
+fn a_run_that_makes_a_chain_deeper_than_path_max_is_taken_in_and_later_runs_work() {
+    if !overlay_or_skip("a_run_that_makes_a_chain_deeper_than_path_max") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    // `mkdir -p` and `cd -P` 500 levels at a time: a shell's `cd` to a directory deeper
+    // than PATH_MAX must be physical (`-P`), and each one walks back up to learn where it
+    // is, which is slow in an overlay at this depth.
+    let step = vec!["d"; 500].join("/");
+    let script = format!(
+        "i=0; while [ $i -lt {} ]; do mkdir -p {step} && cd -P {step} || exit 1; i=$((i+1)); done; echo bottom > f",
+        DEPTH / 500
+    );
+    let v = ok_in(&env, "t", &["--shell", &script]);
+    assert_eq!(
+        v["change_summary"]["added"].as_u64(),
+        Some(DEPTH as u64 + 1),
+        "{}",
+        v["change_summary"]
+    );
+    let deep = chain_path("/", DEPTH);
+    assert_eq!(env.cat(Some("t"), &deep), "bottom\n");
+
+    // The next run, in the kept overlay and after it is retired (`avfs gc`: its upper
+    // becomes a layer), sees the chain; a restore makes the next run's layer a diff
+    // that removes it, and going back writes it as a layer again.
+    ok_in(&env, "t", &["--", "true"]);
+    env.ok(&["--vault", "t", "checkpoint", "save", "deep"]);
+    env.ok(&["gc"]);
+    let v = ok_in(&env, "t", &["--shell", "cd -P d/d/d && ls"]);
+    assert_eq!(overlay::stdout(&v), "d\n");
+    let list = env.json(&["--vault", "t", "checkpoint", "list"]);
+    let before = list["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("mkdir -p"))
+        })
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .expect("the checkpoint before the deep run");
+    env.ok(&["--vault", "t", "checkpoint", "restore", &before]);
+    let v = ok_in(&env, "t", &["--shell", "test ! -e d"]);
+    assert_eq!(v["exit_code"], 0);
+    env.ok(&["--vault", "t", "checkpoint", "restore", "deep"]);
+    env.ok(&["gc"]);
+    let script = format!(
+        "i=0; while [ $i -lt {} ]; do cd -P {step} || exit 1; i=$((i+1)); done; cat f",
+        DEPTH / 500
+    );
+    let v = ok_in(&env, "t", &["--shell", &script]);
+    assert_eq!(overlay::stdout(&v), "bottom\n");
+    let out = env.path("out");
+    env.ok(&["--vault", "t", "export", "/", out.to_str().unwrap()]);
+    assert_eq!(read_chain(&out), (DEPTH, "bottom\n".to_string()));
+}
