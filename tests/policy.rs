@@ -574,6 +574,11 @@ fn run_attacks(env: &Env, t: &Target, extra: &[&str], must_not_run: bool) -> (Ve
         let code = out.status.code().unwrap_or(-1);
         if !v["result"].is_null() {
             ran += 1;
+        } else if !must_not_run {
+            eprintln!(
+                "line {n}: did not run ({}: {}): {cmd}",
+                v["decision"]["action"], v["decision"]["reason"]
+            );
         }
         if must_not_run && (!v["result"].is_null() || !(code == 126 || code == 75)) {
             violations.push(format!(

@@ -379,7 +379,8 @@ impl Classifier<'_> {
         if let Some(f) = self.out.last_mut()
             && f.rule == "path-outside"
         {
-            f.action = super::Action::RequireApproval;
+            // A person is asked for a secret unless the policy says less.
+            f.action = f.action.min(super::Action::RequireApproval);
             f.rule = "secret".into();
             f.reason = format!("{}: a secret the sandbox hides; a person decides", f.reason);
         }
@@ -561,7 +562,8 @@ impl Classifier<'_> {
                 format!("{cand}: names a secret"),
             );
             if let Some(f) = self.out.last_mut() {
-                f.action = super::Action::RequireApproval;
+                // A person is asked for a secret unless the policy says less.
+                f.action = f.action.min(super::Action::RequireApproval);
                 f.rule = "secret".into();
             }
         }

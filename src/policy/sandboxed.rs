@@ -173,12 +173,14 @@ impl Protected {
         }
         let b = text.as_bytes();
         for (i, _) in text.match_indices(".avfs") {
+            // `t.avfs`, `*.avfs`, `t.avfs-wal`, not `user.avfs.tag` or `.avfsignore`.
             let next = b.get(i + 5).copied();
             let ends = match next {
                 None => true,
-                Some(c) => !(c.is_ascii_alphanumeric() || c == b'_') || c == b'-',
+                Some(c) => c.is_ascii_whitespace() || b"'\"-/;)|&<>?,`".contains(&c),
             };
-            let before_ok = i > 0 && !matches!(b[i - 1], b'/' | b' ' | b'\'' | b'"' | b'=');
+            let before_ok =
+                i > 0 && (b[i - 1].is_ascii_alphanumeric() || b"_*}".contains(&b[i - 1]));
             if ends && before_ok {
                 return Some("the line names a vault file (*.avfs)".into());
             }
@@ -251,6 +253,7 @@ mod tests {
         assert!(p.named_in("cat /h/.avfs/ws/t/a.txt").is_none());
         assert!(p.named_in("cat .avfsignore").is_none());
         assert!(p.named_in("echo x >> .avfsignore").is_none());
+        assert!(p.named_in("setfattr -n user.avfs.tag.x a").is_none());
         assert!(p.named_in("cat /h/.avfs/policies/t.toml").is_some());
     }
 }
