@@ -57,6 +57,7 @@ impl Classifier<'_> {
             rule: rule.to_string(),
             reason,
             network: false,
+            explicit: false,
         });
     }
 

@@ -177,6 +177,7 @@ impl Policy {
             rule: rule.name.to_string(),
             reason: rule.reason.to_string(),
             network: rule.network,
+            explicit: rule.decision.is_some(),
         }
     }
 
@@ -221,6 +222,7 @@ impl Policy {
             rule: "unknown-program".into(),
             reason: format!("no rule knows {program:?}"),
             network: false,
+            explicit: false,
         }
     }
 
@@ -276,6 +278,7 @@ impl Policy {
                     "the line holds more than the policy reads of one line: not read to its end"
                         .into(),
                 network: false,
+                explicit: false,
             });
         }
         let mut findings = c.out;
@@ -292,6 +295,7 @@ impl Policy {
                 rule: "empty".into(),
                 reason: "nothing to run".into(),
                 network: false,
+                explicit: false,
             });
         }
         combine(findings)

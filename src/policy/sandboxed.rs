@@ -48,6 +48,9 @@ pub fn trust(f: &mut Finding, unknown_default: Action) {
         f.reason = format!("{} (contained by the sandbox)", f.reason);
         return;
     }
+    if f.explicit {
+        return;
+    }
     if f.category == Category::Unknown
         && f.action == unknown_default
         && f.action > Action::AllowWithCheckpoint
