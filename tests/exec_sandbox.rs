@@ -474,10 +474,10 @@ fn loopback_is_unreachable_without_network_and_reachable_when_approved() {
         x.env["sandbox"]["network_granted_by"],
         format!("approval {id}")
     );
-    // Approved, but not networked (an unknown program): no network.
+    // Approved, but not networked (an unknown program a rule asks for): no network.
     policy(
         &env,
-        "[[rule]]\nname = \"net-script\"\nprogram = \"python3\"\nargs = [\"net.py\", \"**\"]\ncategory = \"unknown\"\n",
+        "[[rule]]\nname = \"net-script\"\nprogram = \"python3\"\nargs = [\"net.py\", \"**\"]\ncategory = \"unknown\"\ndecision = \"require_approval\"\n",
     );
     let x = exec(&env, &["--sandbox", "--", "python3", "net.py", &port]);
     assert_eq!(x.code, 75, "{}", x.env);
@@ -812,7 +812,7 @@ fn a_run_that_cannot_be_set_up_is_an_error() {
 fn policy_settings_make_the_sandbox_the_default() {
     let env = setup();
     // Denied commands need no sandbox: the envelope still has `sandbox`.
-    let x = exec(&env, &["--sandbox", "--shell", "cat /etc/passwd"]);
+    let x = exec(&env, &["--sandbox", "--shell", "sudo cat /etc/passwd"]);
     assert_eq!(x.code, 126);
     assert_eq!(
         x.env["sandbox"],

@@ -301,6 +301,7 @@ fn policy_check_and_corpus() {
             "p",
             "policy",
             "check",
+            "--no-sandbox",
             "--shell",
             "cat a; cat /etc/passwd",
         ],
@@ -331,7 +332,11 @@ fn policy_check_and_corpus() {
         ],
     );
     let f = env.path("corpus.txt");
-    std::fs::write(&f, "allow read_only ls\ndeny read_only cat /etc/passwd\n").unwrap();
+    std::fs::write(
+        &f,
+        "% no-sandbox\nallow read_only ls\ndeny read_only cat /etc/passwd\n",
+    )
+    .unwrap();
     let mut a = vec!["--json", "--vault", "p", "policy", "test", "--corpus"];
     a.push(f.to_str().unwrap());
     let r = env.run(&a);

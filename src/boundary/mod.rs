@@ -307,6 +307,9 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         d.reason = "an interactive shell: a person at the terminal decides".into();
         d
     } else {
+        // avfs's own files: a line naming them is denied, sandboxed or not.
+        let protected =
+            crate::policy::sandboxed::protected(&target.home, Some(&base.path), Some(&ws_path));
         let policy_request = crate::policy::Request {
             command: match &req.command {
                 Command::Shell(s) => crate::policy::CommandLine::Shell(s),
@@ -316,6 +319,8 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
             env: &req.env,
             workspace: Some(&ws_path),
             links: None,
+            sandboxed,
+            protected: Some(&protected),
         };
         if sandboxed {
             policy.decide(&policy_request)

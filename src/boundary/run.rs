@@ -55,6 +55,23 @@ pub struct IngestRequest {
     pub keep_setuid: bool,
 }
 
+/// Where `--shell` lines run: bash, the language the policy reads.
+const BASH: &[&str] = &["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"];
+
+/// The bash `--shell` runs, or a clear error when there is none.
+fn shell() -> Result<&'static str> {
+    BASH.iter()
+        .copied()
+        .find(|p| Path::new(p).is_file())
+        .ok_or_else(|| {
+            Error::Refused(format!(
+                "--shell runs bash (the language the policy reads) and none was found at {}; \
+                 install bash or give the command as -- ARGV",
+                BASH.join(", ")
+            ))
+        })
+}
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -342,13 +359,17 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
             let mut e: Vec<(String, String)> = std::env::vars()
                 .filter(|(k, _)| !fixed.iter().any(|(f, _)| f == k))
                 .filter(|(k, _)| k != sandbox::setup::PLAN_VAR)
+                // bash runs the file these name before the line: code the policy never saw.
+                .filter(|(k, _)| k != "BASH_ENV" && k != "ENV")
                 .collect();
             e.extend(fixed.iter().cloned());
             e
         }
     };
     let argv: Vec<OsString> = match &req.command {
-        Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.into()],
+        // The policy reads bash: the line runs in bash, never in a shell that reads it
+        // otherwise (dash runs `echo $'\'; CMD #\''` as two commands).
+        Command::Shell(s) => vec![shell()?.into(), "-c".into(), s.into()],
         Command::Argv(a) => a.iter().map(OsString::from).collect(),
     };
     let mut cwd_path = ws_path.clone();

@@ -151,14 +151,25 @@ pub enum PolicyCmd {
         env: Vec<String>,
         #[arg(long, conflicts_with = "argv")]
         shell: Option<String>,
+        /// Decide as for `exec --no-sandbox` (the strict reading) instead of a default,
+        /// sandboxed run.
+        #[arg(long)]
+        no_sandbox: bool,
         #[arg(last = true)]
         argv: Vec<String>,
     },
     /// Run every rule's inline examples and counter-examples, or a decision corpus.
     Test {
         /// A corpus file: `DECISION CATEGORY COMMAND` per line (docs/exec.md).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "everyday")]
         corpus: Option<std::path::PathBuf>,
+        /// An everyday corpus: `KIND<TAB>SOURCE<TAB>COMMAND` per line; prints how many
+        /// lines of each kind run unattended, ask or are denied.
+        #[arg(long, value_name = "FILE")]
+        everyday: Option<std::path::PathBuf>,
+        /// Decide the everyday corpus as for `exec --no-sandbox`.
+        #[arg(long, requires = "everyday")]
+        no_sandbox: bool,
     },
 }
 
@@ -396,6 +407,7 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
             cwd,
             env,
             shell,
+            no_sandbox,
             argv,
         } => {
             let cwd = cwd_components(&cwd)?;
@@ -416,13 +428,18 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                     st.read(|db| boundary::path::workspace_path(db, &ctx.home, &reg, &v))
                 })
                 .ok();
+            let protected =
+                crate::policy::sandboxed::protected(&ctx.lib().home, Some(&v.path), ws.as_deref());
             let d = p.decide(&PolicyRequest {
                 command,
                 cwd: &cwd,
                 env: &env,
                 workspace: ws.as_deref(),
-                // As a sandboxed run sees it (the default): the line alone.
+                // The line alone (an unsandboxed exec also follows the workspace's
+                // symlinks).
                 links: None,
+                sandboxed: !no_sandbox && (p.sandbox.default || p.sandbox.required),
+                protected: Some(&protected),
             });
             ctx.out.emit(&d, || {
                 println!("{} ({}): {}", d.action.name(), d.matched_rule, d.reason);
@@ -437,8 +454,15 @@ pub fn policy(ctx: &Ctx, cmd: PolicyCmd) -> Result<i32> {
                 }
             });
         }
-        PolicyCmd::Test { corpus: Some(file) } => return corpus_test(ctx, &p, &file),
-        PolicyCmd::Test { corpus: None } => {
+        PolicyCmd::Test {
+            corpus: Some(file), ..
+        } => return corpus_test(ctx, &p, &file),
+        PolicyCmd::Test {
+            everyday: Some(file),
+            no_sandbox,
+            ..
+        } => return everyday_test(ctx, &p, &file, !no_sandbox),
+        PolicyCmd::Test { .. } => {
             let results = p.test_examples();
             let ok = results.iter().all(|r| r.ok);
             ctx.out.emit(&json!({"ok": ok, "results": results}), || {
@@ -501,6 +525,38 @@ fn corpus_test(ctx: &Ctx, p: &Policy, file: &std::path::Path) -> Result<i32> {
         },
     );
     Ok(if ok { 0 } else { 1 })
+}
+
+fn everyday_test(ctx: &Ctx, p: &Policy, file: &std::path::Path, sandboxed: bool) -> Result<i32> {
+    let text = std::fs::read_to_string(file).map_err(|e| Error::host(file.display(), e))?;
+    let lines = corpus::parse_everyday(&text)
+        .map_err(|e| Error::InvalidArgument(file.display().to_string(), e))?;
+    let report = corpus::run_everyday(p, &lines, sandboxed);
+    ctx.out.emit(&report, || {
+        for r in &report.not_unattended {
+            println!(
+                "{:<8} {} line {}: {} ({}: {})\n         {}",
+                r.kind,
+                r.action.name(),
+                r.line,
+                r.source,
+                r.rule,
+                r.reason,
+                r.command.replace('\n', "↵")
+            );
+        }
+        for (kind, k) in &report.kinds {
+            println!(
+                "{kind:<8} {} lines: {} unattended ({:.1} %), {} ask, {} denied",
+                k.lines,
+                k.unattended,
+                100.0 * k.unattended as f64 / k.lines.max(1) as f64,
+                k.approval,
+                k.denied
+            );
+        }
+    });
+    Ok(0)
 }
 
 fn finish(ctx: &Ctx, env: &Envelope, ephemeral: Option<&str>, keep: bool) -> Result<i32> {

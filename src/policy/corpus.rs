@@ -7,7 +7,10 @@
 //! ! deny                 host_escape_risk  cat /proc/self/root$HOME/.ssh/id_canary
 //! ```
 //!
-//! `↵` stands for a newline (here-documents). A leading `!` marks an attack line: the end-to-end test runs it through `avfs exec`
+//! `↵` stands for a newline (here-documents). A line `% sandbox` or `% no-sandbox`
+//! says how the lines after it are decided: as for a default, sandboxed `avfs exec`
+//! (the default) or for `avfs exec --no-sandbox` (the strict reading).
+//! `@AVFS_HOME@` and `@VAULT@` stand for avfs's home and the vault file. A leading `!` marks an attack line: the end-to-end test runs it through `avfs exec`
 //! against a canary directory (`@CANARY@`), a fake secret (`~/.ssh/id_canary`) and a
 //! loopback listener (`@PORT@`).
 
@@ -24,6 +27,8 @@ pub struct CorpusLine {
     pub action: Action,
     pub category: Category,
     pub command: String,
+    /// Decided as for a sandboxed run.
+    pub sandboxed: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -46,12 +51,40 @@ pub fn substitute(command: &str, canary: &str, port: u16) -> String {
         .replace("@PORT@", &port.to_string())
 }
 
+/// avfs's home, vault file and workspace path the decision corpus is decided with.
+pub const HOME: &str = "/srv/avfs-home";
+pub const VAULT: &str = "/srv/avfs-home/vaults/t.avfs";
+pub const WORKSPACE: &str = "/srv/avfs-home/ws/t";
+/// Where the decision corpus puts the canary (a host directory no sandbox shows).
+pub const CANARY: &str = "/srv/avfs-canary";
+
+/// Substitutes avfs's home and vault file.
+pub fn substitute_home(command: &str, home: &str, vault: &str) -> String {
+    command
+        .replace("@AVFS_HOME@", home)
+        .replace("@VAULT@", vault)
+}
+
 /// Parses a corpus file. Errors name the line.
 pub fn parse(text: &str) -> Result<Vec<CorpusLine>, String> {
     let mut out = Vec::new();
+    let mut sandboxed = true;
     for (n, raw) in text.lines().enumerate() {
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(mode) = line.strip_prefix('%') {
+            sandboxed = match mode.trim() {
+                "sandbox" => true,
+                "no-sandbox" => false,
+                m => {
+                    return Err(format!(
+                        "line {}: {m:?} is not sandbox or no-sandbox",
+                        n + 1
+                    ));
+                }
+            };
             continue;
         }
         let (attack, rest) = match line.strip_prefix('!') {
@@ -74,6 +107,7 @@ pub fn parse(text: &str) -> Result<Vec<CorpusLine>, String> {
             action,
             category,
             command: command.trim().replace('↵', "\n"),
+            sandboxed,
         });
     }
     Ok(out)
@@ -90,11 +124,26 @@ pub fn deciding_category(d: &Decision) -> Category {
 
 /// Decides every line (placeholders substituted) and compares.
 pub fn run(policy: &Policy, lines: &[CorpusLine], workspace: Option<&Path>) -> Vec<CorpusResult> {
+    let protected = super::sandboxed::protected(
+        Path::new(HOME),
+        Some(Path::new(VAULT)),
+        Some(Path::new(WORKSPACE)),
+    );
     lines
         .iter()
         .map(|l| {
-            let cmd = substitute(&l.command, "/tmp/avfs-canary", 9);
-            let d = policy.decide_shell(&cmd, &[], workspace);
+            let cmd = substitute_home(&substitute(&l.command, CANARY, 9), HOME, VAULT);
+            let d = policy.decide(&super::Request {
+                command: super::CommandLine::Shell(&cmd),
+                cwd: &[],
+                env: &[],
+                // A sandboxed line is judged where its workspace is (`..` climbs into
+                // avfs's home there).
+                workspace: workspace.or(l.sandboxed.then(|| Path::new(WORKSPACE))),
+                links: None,
+                sandboxed: l.sandboxed,
+                protected: Some(&protected),
+            });
             let category = deciding_category(&d);
             CorpusResult {
                 line: l.line,
@@ -109,6 +158,131 @@ pub fn run(policy: &Policy, lines: &[CorpusLine], workspace: Option<&Path>) -> V
             }
         })
         .collect()
+}
+
+/// One line of the everyday corpus: what kind of step it is (`build`, `fetch`,
+/// `publish`, `host`), where it comes from (`owner/repo:path`) and the command.
+#[derive(Debug, Clone, Serialize)]
+pub struct EverydayLine {
+    pub line: usize,
+    pub kind: String,
+    pub source: String,
+    pub command: String,
+}
+
+/// Parses the everyday corpus: `KIND<TAB>SOURCE<TAB>COMMAND` per line, `#` comments.
+pub fn parse_everyday(text: &str) -> Result<Vec<EverydayLine>, String> {
+    let mut out = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        if raw.trim().is_empty() || raw.starts_with('#') {
+            continue;
+        }
+        let mut it = raw.splitn(3, '\t');
+        let (Some(kind), Some(source), Some(command)) = (it.next(), it.next(), it.next()) else {
+            return Err(format!(
+                "line {}: expected KIND<TAB>SOURCE<TAB>COMMAND",
+                n + 1
+            ));
+        };
+        if !matches!(kind, "build" | "fetch" | "publish" | "host") {
+            return Err(format!(
+                "line {}: {kind:?} is not build, fetch, publish or host",
+                n + 1
+            ));
+        }
+        out.push(EverydayLine {
+            line: n + 1,
+            kind: kind.into(),
+            source: source.into(),
+            command: command.replace('↵', "\n"),
+        });
+    }
+    Ok(out)
+}
+
+/// How one kind of everyday line was decided.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct KindCount {
+    pub lines: usize,
+    /// `allow` or `allow_with_checkpoint`: ran without a person.
+    pub unattended: usize,
+    pub approval: usize,
+    pub denied: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EverydayResult {
+    pub line: usize,
+    pub kind: String,
+    pub source: String,
+    pub command: String,
+    pub action: Action,
+    pub category: Category,
+    pub rule: String,
+    pub reason: String,
+}
+
+/// The everyday corpus decided as a default run decides it (sandboxed, or not when
+/// `sandboxed` is false): counts per kind, and every line that did not run unattended.
+#[derive(Debug, Clone, Serialize)]
+pub struct EverydayReport {
+    pub sandboxed: bool,
+    pub kinds: std::collections::BTreeMap<String, KindCount>,
+    pub not_unattended: Vec<EverydayResult>,
+}
+
+pub fn run_everyday(policy: &Policy, lines: &[EverydayLine], sandboxed: bool) -> EverydayReport {
+    let protected = super::sandboxed::protected(
+        Path::new(HOME),
+        Some(Path::new(VAULT)),
+        Some(Path::new(WORKSPACE)),
+    );
+    let mut kinds: std::collections::BTreeMap<String, KindCount> = Default::default();
+    let mut not_unattended = Vec::new();
+    for l in lines {
+        // A package.json script or a Makefile recipe runs in the file's directory.
+        let file = l.source.split_once(':').map_or("", |(_, p)| p);
+        let cwd: Vec<String> = if file.starts_with(".github/") {
+            Vec::new()
+        } else {
+            let mut c: Vec<String> = file.split('/').map(str::to_string).collect();
+            c.pop();
+            c
+        };
+        let d = policy.decide(&super::Request {
+            command: super::CommandLine::Shell(&l.command),
+            cwd: &cwd,
+            env: &[],
+            workspace: Some(Path::new(WORKSPACE)),
+            links: None,
+            sandboxed,
+            protected: Some(&protected),
+        });
+        let k = kinds.entry(l.kind.clone()).or_default();
+        k.lines += 1;
+        match d.action {
+            Action::Allow | Action::AllowWithCheckpoint => k.unattended += 1,
+            Action::RequireApproval => k.approval += 1,
+            Action::Deny => k.denied += 1,
+        }
+        if d.action > Action::AllowWithCheckpoint {
+            not_unattended.push(EverydayResult {
+                line: l.line,
+                kind: l.kind.clone(),
+                source: l.source.clone(),
+                command: l.command.clone(),
+                action: d.action,
+                category: deciding_category(&d),
+                rule: d.matched_rule.clone(),
+                reason: d.reason.clone(),
+            });
+        }
+    }
+    EverydayReport {
+        sandboxed,
+        kinds,
+        not_unattended,
+    }
 }
 
 #[cfg(test)]

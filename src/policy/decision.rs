@@ -105,6 +105,9 @@ pub struct Finding {
     /// envelope's `sandbox.network_granted_by` names the rule).
     #[serde(skip)]
     pub network: bool,
+    /// A policy file's rule set the decision outright: a sandboxed run keeps it.
+    #[serde(skip)]
+    pub explicit: bool,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]

@@ -190,7 +190,16 @@ fn home_toolchain(dir: &str) -> bool {
 }
 
 /// What setting `name=value` for a command running in `dir` can do.
-pub fn classify(name: &str, value: &str, dir: &Where, ws: Option<&Path>) -> Vec<Effect> {
+///
+/// `contained` says whether a sandboxed run's sandbox holds a host path (always false
+/// without the sandbox): a value naming one is harmless there.
+pub fn classify(
+    name: &str,
+    value: &str,
+    dir: &Where,
+    ws: Option<&Path>,
+    contained: &dyn Fn(&str) -> bool,
+) -> Vec<Effect> {
     let mut out = Vec::new();
     let upper = name.to_ascii_uppercase();
     if upper.starts_with("LD_") || upper.starts_with("DYLD_") {
@@ -206,6 +215,7 @@ pub fn classify(name: &str, value: &str, dir: &Where, ws: Option<&Path>) -> Vec<
                 || d == "${PATH}"
                 || SYSTEM_BIN.contains(&d)
                 || home_toolchain(d)
+                || contained(d)
             {
                 continue;
             }
@@ -259,6 +269,9 @@ pub fn classify(name: &str, value: &str, dir: &Where, ws: Option<&Path>) -> Vec<
             .split(':')
             .filter(|d| !d.is_empty() && !d.starts_with("$"))
         {
+            if contained(d) {
+                continue;
+            }
             if let Verdict::Outside(why) = paths::judge(d, dir, ws) {
                 out.push(effect(
                     Category::HostEscapeRisk,
@@ -273,6 +286,7 @@ pub fn classify(name: &str, value: &str, dir: &Where, ws: Option<&Path>) -> Vec<
     if (value.starts_with('/') || paths::names_home(value)) && name != "PATH" {
         let first = value.split(':').next().unwrap_or(value);
         match paths::judge(first, dir, ws) {
+            Verdict::Outside(_) if contained(first) => {}
             Verdict::Outside(why) => out.push(effect(
                 Category::HostEscapeRisk,
                 "env-host-path",
@@ -294,7 +308,7 @@ mod tests {
     use super::*;
 
     fn cats(n: &str, v: &str) -> Vec<Category> {
-        classify(n, v, &Where::In(vec![]), None)
+        classify(n, v, &Where::In(vec![]), None, &|_| false)
             .into_iter()
             .map(|e| e.category)
             .collect()

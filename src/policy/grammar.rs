@@ -84,10 +84,170 @@ pub fn parse(line: &str) -> Result<Lowered, ParseError> {
 pub fn parse_at(line: &str, depth: usize) -> Result<Lowered, ParseError> {
     let mut l = Lower::new(depth);
     l.text(line, depth, &[])?;
+    if l.out.is_empty()
+        && l.arithmetic_commands == 0
+        && line.chars().any(|c| c.is_alphanumeric())
+        && !only_comments(line)
+    {
+        // Words but no command: a construct the walk does not know hid them.
+        l.problem("the line has words but no command was found in it".into());
+    }
     Ok(Lowered {
         commands: l.out,
         problems: l.problems,
     })
+}
+
+/// True if every line of `text` is blank or a comment.
+fn only_comments(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .all(|l| l.is_empty() || l.starts_with('#'))
+}
+
+/// Most words one brace expansion may produce before the line is not read.
+const MAX_BRACE_WORDS: usize = 256;
+
+/// Bash's brace expansion of one raw word (`a{b,c}d`, `{1..3}`, `{a..c}`, nested):
+/// the words it becomes, in order, with quotes kept for the word parser. Quoted text,
+/// `${...}` and `$(...)` are left alone. `Err` when it would make too many words.
+pub fn brace_expand(word: &str) -> Result<Vec<String>, ParseError> {
+    let b = word.as_bytes();
+    // Find the first unquoted `{` with a matching `}` that holds a top-level `,` or `..`.
+    let (mut i, mut quote) = (0usize, 0u8);
+    while i < b.len() {
+        let c = b[i];
+        match (quote, c) {
+            (0, b'\\') => {
+                i += 2;
+                continue;
+            }
+            (0, b'\'' | b'"') => quote = c,
+            (q, _) if q != 0 && c == q => quote = 0,
+            (b'"', b'\\') => {
+                i += 2;
+                continue;
+            }
+            (0, b'$') if b.get(i + 1).is_some_and(|n| *n == b'{' || *n == b'(') => {
+                // Skip the whole `${...}` / `$(...)`.
+                let (open, close) = if b[i + 1] == b'{' {
+                    (b'{', b'}')
+                } else {
+                    (b'(', b')')
+                };
+                let mut depth = 0;
+                let mut j = i + 1;
+                while j < b.len() {
+                    if b[j] == open {
+                        depth += 1;
+                    } else if b[j] == close {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    j += 1;
+                }
+                i = j + 1;
+                continue;
+            }
+            (0, b'{') => {
+                if let Some((end, parts)) = brace_parts(word, i) {
+                    let (pre, post) = (&word[..i], &word[end + 1..]);
+                    let mut out = Vec::new();
+                    for p in parts {
+                        for tail in brace_expand(&format!("{p}{post}"))? {
+                            out.push(format!("{pre}{tail}"));
+                            if out.len() > MAX_BRACE_WORDS {
+                                return Err(ParseError(format!(
+                                    "a brace expansion makes more than {MAX_BRACE_WORDS} words"
+                                )));
+                            }
+                        }
+                    }
+                    return Ok(out);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(vec![word.to_string()])
+}
+
+/// The alternatives of the brace group opening at `open`, and where it closes; `None`
+/// when it is not a brace expansion (`{}`, `{a}`, unmatched).
+fn brace_parts(word: &str, open: usize) -> Option<(usize, Vec<String>)> {
+    let b = word.as_bytes();
+    let (mut depth, mut quote, mut j) = (0usize, 0u8, open);
+    let mut commas = Vec::new();
+    while j < b.len() {
+        let c = b[j];
+        match (quote, c) {
+            (0, b'\\') => j += 1,
+            (0, b'\'' | b'"') => quote = c,
+            (q, _) if q != 0 && c == q => quote = 0,
+            (0, b'{') => depth += 1,
+            (0, b'}') => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            (0, b',') if depth == 1 => commas.push(j),
+            _ => {}
+        }
+        j += 1;
+    }
+    if j >= b.len() {
+        return None;
+    }
+    let inner = &word[open + 1..j];
+    if !commas.is_empty() {
+        let mut parts = Vec::new();
+        let mut from = open + 1;
+        for c in commas {
+            parts.push(word[from..c].to_string());
+            from = c + 1;
+        }
+        parts.push(word[from..j].to_string());
+        return Some((j, parts));
+    }
+    // A sequence: `{1..5}`, `{a..e}`, `{1..10..2}`.
+    let seq: Vec<&str> = inner.split("..").collect();
+    if seq.len() == 2 || seq.len() == 3 {
+        if let (Ok(a), Ok(z)) = (seq[0].parse::<i64>(), seq[1].parse::<i64>()) {
+            let step = seq
+                .get(2)
+                .and_then(|s| s.parse::<i64>().ok())
+                .unwrap_or(1)
+                .abs()
+                .max(1);
+            let n = ((a - z).abs() / step + 1) as usize;
+            if n > MAX_BRACE_WORDS {
+                return Some((j, vec!["${?}".into()]));
+            }
+            let dir = if z >= a { step } else { -step };
+            return Some((
+                j,
+                (0..n as i64).map(|k| (a + k * dir).to_string()).collect(),
+            ));
+        }
+        let (ca, cz) = (
+            seq[0].chars().collect::<Vec<_>>(),
+            seq[1].chars().collect::<Vec<_>>(),
+        );
+        if ca.len() == 1 && cz.len() == 1 && ca[0].is_ascii() && cz[0].is_ascii() {
+            let (a, z) = (ca[0] as u8, cz[0] as u8);
+            let r: Vec<String> = if a <= z {
+                (a..=z).map(|c| (c as char).to_string()).collect()
+            } else {
+                (z..=a).rev().map(|c| (c as char).to_string()).collect()
+            };
+            return Some((j, r));
+        }
+    }
+    None
 }
 
 /// Rejects what would make the parser recurse without bound, before it runs.
@@ -151,6 +311,10 @@ struct Lower {
     /// Variables the line set: `Some(value)` when known.
     vars: HashMap<String, Option<String>>,
     base_depth: usize,
+    /// The texts being lowered, innermost last (source positions index into them).
+    sources: Vec<Vec<char>>,
+    /// `((...))` commands seen (they start no program).
+    arithmetic_commands: usize,
 }
 
 /// The marker a value the line does not give becomes.
@@ -167,6 +331,8 @@ impl Lower {
             functions: HashSet::new(),
             vars: HashMap::new(),
             base_depth: depth,
+            sources: Vec::new(),
+            arithmetic_commands: 0,
         }
     }
 
@@ -192,10 +358,16 @@ impl Lower {
                 .map_err(|e| ParseError(e.to_string()))
         })?;
         let mut cds = cds.to_vec();
+        self.sources.push(text.chars().collect());
+        let mut result = Ok(());
         for cc in &program.complete_commands {
-            self.list(cc, depth, &mut cds)?;
+            result = self.list(cc, depth, &mut cds);
+            if result.is_err() {
+                break;
+            }
         }
-        Ok(())
+        self.sources.pop();
+        result
     }
 
     fn list(
@@ -325,7 +497,27 @@ impl Lower {
         cds: &mut Vec<String>,
     ) -> Result<(), ParseError> {
         match cc {
-            CompoundCommand::Arithmetic(a) => self.arithmetic(&a.expr.value, depth, cds),
+            CompoundCommand::Arithmetic(a) => {
+                // The parser reads `( (cmd) )` as `((...))`; bash reads subshells unless the
+                // two parentheses touch. The text between the outer ones is lowered again.
+                let span = self.sources.last().and_then(|src| {
+                    let (from, to) = (a.loc.start.index, a.loc.end.index);
+                    (to <= src.len() && from + 2 <= to).then(|| src[from..to].to_vec())
+                });
+                match span {
+                    Some(t) if !t.starts_with(&['(', '(']) => {
+                        let inner: String = t[1..t.len() - 1].iter().collect();
+                        self.text(&inner, depth + 1, cds)
+                    }
+                    Some(_) => {
+                        self.arithmetic_commands += 1;
+                        self.arithmetic(&a.expr.value, depth, cds)
+                    }
+                    None => Err(ParseError(
+                        "an arithmetic command whose text cannot be found".into(),
+                    )),
+                }
+            }
             CompoundCommand::ArithmeticForClause(f) => {
                 for e in [&f.initializer, &f.condition, &f.updater]
                     .into_iter()
@@ -386,9 +578,11 @@ impl Lower {
         let mut values = Vec::new();
         let mut fixed = f.values.is_some();
         for w in f.values.iter().flatten() {
-            let v = self.word(&w.value, depth, cds)?;
-            fixed &= !v.contains('$');
-            values.push(v);
+            for raw in brace_expand(&w.value)? {
+                let v = self.word(&raw, depth, cds)?;
+                fixed &= !v.contains('$');
+                values.push(v);
+            }
         }
         let saved = self.vars.get(&f.variable_name).cloned();
         if fixed && !values.is_empty() && values.len() <= MAX_UNROLL {
@@ -455,8 +649,10 @@ impl Lower {
             if i == prog_at
                 && let Some(w) = &s.word_or_name
             {
-                let v = self.word(&w.value, depth, cds)?;
-                argv_items.push(v);
+                for raw in brace_expand(&w.value)? {
+                    let v = self.word(&raw, depth, cds)?;
+                    argv_items.push(v);
+                }
             }
             match item {
                 Item::IoRedirect(io) => {
@@ -472,8 +668,14 @@ impl Lower {
                     cmd.redirects.extend(rs);
                 }
                 Item::Word(w) => {
-                    let v = self.word(&w.value, depth, cds)?;
-                    argv_items.push(v);
+                    for raw in brace_expand(&w.value)? {
+                        let v = self.word(&raw, depth, cds)?;
+                        // An unquoted expansion that is empty is no word at all.
+                        if v.is_empty() && raw.starts_with('$') && !raw.contains(['"', '\'']) {
+                            continue;
+                        }
+                        argv_items.push(v);
+                    }
                 }
                 Item::AssignmentWord(a, w) => {
                     let name = match &a.name {
@@ -508,8 +710,10 @@ impl Lower {
         if prog_at == items.len()
             && let Some(w) = &s.word_or_name
         {
-            let v = self.word(&w.value, depth, cds)?;
-            argv_items.push(v);
+            for raw in brace_expand(&w.value)? {
+                let v = self.word(&raw, depth, cds)?;
+                argv_items.push(v);
+            }
         }
         cmd.argv = argv_items;
         // What the shell itself remembers for the rest of the line.
@@ -528,10 +732,36 @@ impl Lower {
                     .find(|a| !a.starts_with('-') || a.as_str() == "-")
                     .cloned()
                     .unwrap_or_else(|| "~".into());
-                cds.push(target);
+                // With CDPATH set, `cd name` may go to any directory CDPATH lists.
+                let searched = !(target.starts_with('/')
+                    || target.starts_with("./")
+                    || target.starts_with("../")
+                    || target == "."
+                    || target == "..");
+                if searched && self.vars.contains_key("CDPATH") {
+                    cds.push(unknown("CDPATH"));
+                } else {
+                    cds.push(target);
+                }
+            }
+            Some("printf") if cmd.argv.iter().skip(1).any(|a| a.starts_with("-v")) => {
+                self.problem(
+                    "printf -v sets a variable from a format: its value is not followed".into(),
+                );
             }
             Some("popd") => cds.push(unknown("OLDPWD")),
             Some("export" | "local" | "declare" | "typeset" | "readonly") => {
+                if cmd
+                    .argv
+                    .iter()
+                    .skip(1)
+                    .any(|a| a.starts_with('-') && a.contains('n'))
+                {
+                    self.problem(format!(
+                        "{} -n makes a name stand for another variable: not followed",
+                        cmd.argv[0]
+                    ));
+                }
                 for a in cmd.argv.iter().skip(1) {
                     if let Some((n, v)) = a.split_once('=') {
                         let known = (!v.contains('$')).then(|| v.to_string());
@@ -681,7 +911,8 @@ impl Lower {
                 }
                 WordPiece::ArithmeticExpression(e) => {
                     self.arithmetic(&e.value, depth, cds)?;
-                    s.push('0');
+                    // A number the line computes: not known here (`chmod 0$((4755))`).
+                    s.push_str(&unknown("?"));
                 }
             }
         }
@@ -701,6 +932,12 @@ impl Lower {
                 ("PWD", None) => ".".into(),
                 _ => unknown(name),
             };
+        }
+        if let ParameterExpr::Parameter { indirect: true, .. } = e {
+            self.problem(format!(
+                "an indirect expansion ({e:?}) names a variable by the value of another: not followed"
+            ));
+            return unknown("?");
         }
         let dbg = format!("{e:?}");
         if dbg.contains("$(") || dbg.contains('`') || dbg.contains("<(") {

@@ -14,7 +14,9 @@ mod envvars;
 mod git;
 pub mod grammar;
 pub mod paths;
+mod payloads;
 mod rules;
+pub mod sandboxed;
 mod scripts;
 mod tools;
 mod wrappers;
@@ -60,6 +62,12 @@ pub struct Request<'a> {
     /// (`--no-sandbox`): a path the line names inside the workspace is then judged where
     /// its symlinks really lead (`hostroot/etc/x` with `hostroot -> /` is a host path).
     pub links: Option<&'a dyn Links>,
+    /// The command runs in the sandbox: what it contains runs unattended (unknown
+    /// programs, reads of the system directories it shows, its private `/tmp`). Without
+    /// it the strict reading holds.
+    pub sandboxed: bool,
+    /// avfs's own files (its home, the vault file): a line naming them is denied.
+    pub protected: Option<&'a sandboxed::Protected>,
 }
 
 /// Follows the symlinks of the workspace's tree along a path the line names.
@@ -169,6 +177,7 @@ impl Policy {
             rule: rule.name.to_string(),
             reason: rule.reason.to_string(),
             network: rule.network,
+            explicit: rule.decision.is_some(),
         }
     }
 
@@ -213,21 +222,37 @@ impl Policy {
             rule: "unknown-program".into(),
             reason: format!("no rule knows {program:?}"),
             network: false,
+            explicit: false,
         }
     }
 
     /// The decision for one request: the one entry point the boundary calls.
     pub fn decide(&self, req: &Request) -> Decision {
+        let view = req.sandboxed.then(|| sandboxed::View::new(&self.sandbox));
         let mut c = Classifier {
             policy: self,
             ws: req.workspace,
             links: req.links,
+            view: view.as_ref(),
+            protected: req.protected,
             out: Vec::new(),
+            truncated: false,
         };
         let dir = Where::In(req.cwd.to_vec());
         for (k, v) in req.env {
-            for e in envvars::classify(k, v, &dir, req.workspace) {
-                c.add(&format!("--env {k}"), e.category, e.rule, e.reason);
+            c.env(&format!("--env {k}"), k, v, &dir);
+        }
+        if let Some(p) = req.protected {
+            let mut texts: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            match req.command {
+                CommandLine::Shell(line) => texts.push(line.to_string()),
+                CommandLine::Argv(argv) => texts.extend(argv.iter().cloned()),
+            }
+            for t in &texts {
+                if let Some(why) = p.named_in(t) {
+                    c.add("", Category::HostEscapeRisk, "avfs-own-files", why);
+                    break;
+                }
             }
         }
         match req.command {
@@ -243,7 +268,25 @@ impl Policy {
                 &dir,
             ),
         }
+        if c.truncated {
+            c.out.push(Finding {
+                program: String::new(),
+                category: Category::Unknown,
+                action: self.action_for(Category::Unknown),
+                rule: "too-many-findings".into(),
+                reason:
+                    "the line holds more than the policy reads of one line: not read to its end"
+                        .into(),
+                network: false,
+                explicit: false,
+            });
+        }
         let mut findings = c.out;
+        if req.sandboxed {
+            for f in findings.iter_mut() {
+                sandboxed::trust(f, self.action_for(Category::Unknown));
+            }
+        }
         if findings.is_empty() {
             findings.push(Finding {
                 program: String::new(),
@@ -252,6 +295,7 @@ impl Policy {
                 rule: "empty".into(),
                 reason: "nothing to run".into(),
                 network: false,
+                explicit: false,
             });
         }
         combine(findings)
@@ -265,6 +309,8 @@ impl Policy {
             env: &[],
             workspace,
             links: None,
+            sandboxed: false,
+            protected: None,
         })
     }
 
@@ -281,6 +327,8 @@ impl Policy {
             env: &[],
             workspace,
             links: None,
+            sandboxed: false,
+            protected: None,
         })
     }
 }

@@ -124,10 +124,54 @@ fn contains_var(word: &str, name: &str) -> bool {
     })
 }
 
+/// True if the component is a glob that can match `..` (`.[.]`, `.?`, `?.`, `*`): the
+/// shell may turn it into `..` (with `shopt -u globskipdots`), so it climbs.
+pub fn may_climb(part: &str) -> bool {
+    // `.` and `..` are only ever matched by a pattern that starts with them spelled out
+    // or in a bracket: `*` and `?` never match them.
+    part.contains(['*', '?', '['])
+        && !part.starts_with(['*', '?'])
+        && glob_matches(part.as_bytes(), b"..")
+}
+
+/// A shell glob (`*`, `?`, `[...]`) against a name.
+fn glob_matches(p: &[u8], t: &[u8]) -> bool {
+    match p.first() {
+        None => t.is_empty(),
+        Some(b'*') => (0..=t.len()).any(|k| glob_matches(&p[1..], &t[k..])),
+        Some(b'?') => !t.is_empty() && glob_matches(&p[1..], &t[1..]),
+        Some(b'[') => {
+            let Some(close) = p.iter().skip(2).position(|c| *c == b']').map(|k| k + 2) else {
+                return t.first() == Some(&b'[') && glob_matches(&p[1..], &t[1..]);
+            };
+            let Some(&c) = t.first() else { return false };
+            let set = &p[1..close];
+            let (negate, set) = match set.first() {
+                Some(b'!' | b'^') => (true, &set[1..]),
+                _ => (false, set),
+            };
+            let mut hit = false;
+            let mut k = 0;
+            while k < set.len() {
+                if k + 2 < set.len() && set[k + 1] == b'-' {
+                    hit |= set[k] <= c && c <= set[k + 2];
+                    k += 3;
+                } else {
+                    hit |= set[k] == c;
+                    k += 1;
+                }
+            }
+            hit != negate && glob_matches(&p[close + 1..], &t[1..])
+        }
+        Some(&c) => t.first() == Some(&c) && glob_matches(&p[1..], &t[1..]),
+    }
+}
+
 /// Lexically normalized components of an absolute path (`..` above `/` stays at `/`).
 fn normalize_abs(path: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for part in path.split('/') {
+        let part = if may_climb(part) { ".." } else { part };
         match part {
             "" | "." => {}
             ".." => {
@@ -228,6 +272,7 @@ pub fn judge(word: &str, dir: &Where, ws: Option<&Path>) -> Verdict {
     };
     let mut depth = base.len();
     for part in word.split('/') {
+        let part = if may_climb(part) { ".." } else { part };
         match part {
             "" | "." => {}
             ".." => {
@@ -303,6 +348,26 @@ pub fn change_dir(dir: &Where, target: &str, ws: Option<&Path>) -> Where {
         }
     }
     Where::In(d)
+}
+
+/// The absolute host path a word leads to, normalized (`..`, `/proc/*/root`), for an
+/// absolute word, or a relative one in a known directory with the workspace's host path
+/// known. `None` when the line does not give it (variables, the home, an unknown `cd`).
+pub fn host_path(word: &str, dir: &Where, ws: Option<&Path>) -> Option<String> {
+    if names_home(word) || word.starts_with('$') {
+        return None;
+    }
+    let comps = if word.starts_with('/') {
+        through_proc(normalize_abs(word)).ok()?
+    } else {
+        let Where::In(base) = dir else {
+            return None;
+        };
+        let mut full = normalize_abs(&ws?.to_string_lossy());
+        full.extend(base.iter().cloned());
+        normalize_abs(&format!("/{}/{word}", full.join("/")))
+    };
+    Some(format!("/{}", comps.join("/")))
 }
 
 /// True if the word could name a file: it has a `/`, is `..`, or names the home.

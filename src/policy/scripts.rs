@@ -359,6 +359,8 @@ fn string_literals(code: &str) -> Vec<String> {
 fn path_literals(code: &str) -> Vec<String> {
     string_literals(code)
         .into_iter()
+        // perl's and ruby's `open(F, ">/x")`: the mode is not part of the path.
+        .map(|s| s.trim_start_matches(['>', '<', '+', '|', ' ']).to_string())
         .filter(|s| {
             (s.starts_with('/')
                 && s.len() > 1
@@ -471,6 +473,11 @@ pub fn awk(argv: &[String]) -> Analysis {
 
 const NETWORK_MARKERS: &[&str] = &[
     "socket",
+    "Socket",
+    "Net::HTTP",
+    "open-uri",
+    "LWP::",
+    "HTTP::Tiny",
     "urllib",
     "requests.",
     "import requests",
@@ -589,6 +596,16 @@ pub fn code(text: &str, interpreter: &str) -> Analysis {
             Category::HostEscapeRisk,
             "code-home",
             format!("the inline code reaches the home directory on the host ({m})"),
+        );
+    }
+    let id_bits = [
+        "0o4", "0o2", "0o6", "04755", "02755", "06755", "S_ISUID", "S_ISGID", "u+s",
+    ];
+    if text.contains("chmod") && id_bits.iter().any(|m| text.contains(m)) {
+        a.effect(
+            Category::Unknown,
+            "setuid",
+            "the inline code may set the setuid or setgid bit",
         );
     }
     a.reads.extend(path_literals(text));

@@ -7,7 +7,7 @@ use super::analysis::{Analysis, option_value};
 use super::decision::Category;
 use super::grammar::Stdin;
 use super::rules::basename;
-use super::{git, scripts, wrappers};
+use super::{git, payloads, scripts, wrappers};
 
 /// Every analysis that applies to `argv`.
 pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
@@ -21,7 +21,7 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
         "awk" | "gawk" | "mawk" | "nawk" | "busybox-awk" => scripts::awk(argv),
         "find" => find(argv),
         "jq" | "yq" | "gojq" | "jaq" => json_query(argv),
-        "sqlite3" => sqlite(argv),
+        "sqlite3" => payloads::sqlite(argv),
         "vim" | "vi" | "nvim" | "view" | "ex" | "vimdiff" => vim(argv),
         "echo" | "printf" | "expr" | "test" | "[" | "[[" | "seq" | "yes" | "export" | "local"
         | "declare" | "typeset" | "readonly" | "read" | "let" | "getopts" => {
@@ -102,32 +102,7 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
             }
             a
         }
-        "tar" | "bsdtar" => {
-            let mut a = Analysis::default();
-            for w in &argv[1..] {
-                if [
-                    "--to-command",
-                    "--use-compress-program",
-                    "--info-script",
-                    "--new-volume-script",
-                    "--checkpoint-action",
-                    "--rsh-command",
-                    "--rmt-command",
-                ]
-                .iter()
-                .any(|o| w.starts_with(o))
-                    || w == "-I"
-                    || w == "-F"
-                {
-                    a.effect(
-                        Category::Unknown,
-                        "runs-program",
-                        format!("tar {w} runs a program"),
-                    );
-                }
-            }
-            a
-        }
+        "tar" | "bsdtar" => payloads::tar(argv),
         "zip" | "unzip" => {
             let mut a = Analysis::default();
             if argv
@@ -211,7 +186,7 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
             if let Some(mode) = argv[1..]
                 .iter()
                 .find(|w| !w.starts_with('-') || w.starts_with("-s") || w.contains('+'))
-                && sets_id_bits(mode)
+                && (sets_id_bits(mode) || mode.contains('$'))
             {
                 a.effect(
                     Category::Unknown,
@@ -257,17 +232,21 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
         }
         "npm" | "yarn" | "pnpm" | "bun" | "pip" | "pip3" | "uv" | "poetry" | "cargo" | "go"
         | "gem" | "bundle" | "apt" | "apt-get" | "brew" => package_manager(argv),
-        "make" | "gmake" => {
-            // `make -C dir`, `make -f file`: paths; `make SHELL=...`: a program.
+        "make" | "gmake" => payloads::make(argv, stdin),
+        "install" | "ginstall" => {
             let mut a = Analysis::default();
-            for w in &argv[1..] {
-                if let Some((k, _)) = w.split_once('=')
-                    && matches!(k, "SHELL" | "MAKESHELL" | ".SHELLFLAGS")
+            for (i, w) in argv.iter().enumerate() {
+                let mode = match option_value(w, &['m'], &["mode"]) {
+                    Some("") => argv.get(i + 1).map(String::as_str),
+                    v => v,
+                };
+                if let Some(m) = mode
+                    && (sets_id_bits(m) || m.contains('$'))
                 {
                     a.effect(
                         Category::Unknown,
-                        "runs-program",
-                        format!("make {w} changes the shell that runs recipes"),
+                        "setuid",
+                        format!("install -m {m} may set the setuid or setgid bit"),
                     );
                 }
             }
@@ -278,7 +257,7 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Analysis {
 }
 
 /// True if a chmod mode sets the setuid or setgid bit (`u+s`, `4755`, `g=s`, ...).
-fn sets_id_bits(mode: &str) -> bool {
+pub(super) fn sets_id_bits(mode: &str) -> bool {
     if mode.bytes().all(|b| b.is_ascii_digit()) {
         return mode.len() >= 4
             && mode
@@ -564,80 +543,6 @@ fn json_query(argv: &[String]) -> Analysis {
             _ => {}
         }
         i += 1;
-    }
-    a
-}
-
-/// `sqlite3 [OPTIONS] DB [SQL...]`: dot-commands and SQL functions of the shell that run
-/// programs (`.shell`, `.system`), load code (`.load`, `load_extension`) or read and write
-/// host files (`.output`, `.read`, `writefile()`, ...) through words the policy cannot
-/// judge as paths.
-fn sqlite(argv: &[String]) -> Analysis {
-    const RUNS: &[&str] = &[".shell", ".system", ".load", "load_extension(", "edit("];
-    const FILES: &[&str] = &[
-        ".output",
-        ".once",
-        ".read",
-        ".import",
-        ".backup",
-        ".save",
-        ".restore",
-        ".open",
-        ".clone",
-        ".excel",
-        ".log",
-        ".trace",
-        "writefile(",
-        "readfile(",
-    ];
-    let mut a = Analysis::default();
-    let mut db_seen = false;
-    for (i, w) in argv.iter().enumerate().skip(1) {
-        if w == "-init" || w == "-cmd" {
-            a.effect(
-                Category::Unknown,
-                "sqlite-commands",
-                format!("sqlite3 {w} runs commands the policy does not read"),
-            );
-            continue;
-        }
-        if w.starts_with('-') {
-            continue;
-        }
-        if !db_seen {
-            db_seen = true;
-            continue;
-        }
-        // SQL and dot-commands after the database: not paths.
-        a.not_paths.push(i);
-        let lower = w.to_ascii_lowercase();
-        // Dot-commands start a line (or a `;`-separated statement); functions are
-        // called anywhere in SQL (`select a.login` is neither).
-        let starts = |d: &str| {
-            lower
-                .split(['\n', ';'])
-                .any(|l| l.split_whitespace().next() == Some(d))
-        };
-        let names = |n: &&&str| {
-            if n.starts_with('.') {
-                starts(n)
-            } else {
-                lower.contains(**n)
-            }
-        };
-        if let Some(r) = RUNS.iter().find(names) {
-            a.effect(
-                Category::Unknown,
-                "runs-program",
-                format!("sqlite3 {r} runs a program or loads code"),
-            );
-        } else if let Some(f) = FILES.iter().find(names) {
-            a.effect(
-                Category::Unknown,
-                "sqlite-files",
-                format!("sqlite3 {f} reads or writes files the policy cannot judge"),
-            );
-        }
     }
     a
 }

@@ -464,7 +464,17 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
     let rest = &argv[1..];
     let a = match base {
         "env" => env(rest),
-        "xargs" => xargs(rest),
+        "xargs" => {
+            // Words fed on standard input by the line become arguments.
+            let mut a = xargs(rest);
+            if let Stdin::Text(t) = stdin {
+                let words: Vec<String> = t.split_whitespace().map(str::to_string).collect();
+                for inner in a.inner.iter_mut() {
+                    inner.extend(words.iter().cloned());
+                }
+            }
+            a
+        }
         "nohup" | "setsid" | "chronic" | "unbuffer" | "catchsegv" => {
             let mut a = Analysis::transparent();
             let start = skip_options(
@@ -475,6 +485,14 @@ pub fn analyze(argv: &[String], stdin: &Stdin) -> Option<Analysis> {
                 &["fork", "wait", "ctty"],
             );
             unwrap_after(&mut a, rest, start, base);
+            if base == "setsid" {
+                // A new session: the process is out of the run's process group.
+                a.effect(
+                    Category::Unknown,
+                    "detaches",
+                    "setsid starts a process that can outlive the command",
+                );
+            }
             a
         }
         "nice" => {

@@ -163,7 +163,7 @@ def test_exec_results_are_compact_and_match_the_schema(home: str) -> None:
             assert env["result"]["exit_code"] == 1
             jsonschema.validate(env, schema)
             # A denied run matches the schema too, and says nothing ran.
-            env = await call(s, "exec", argv=["kill", "1"])
+            env = await call(s, "exec", argv=["sudo", "kill", "1"])
             assert env["decision"]["action"] == "deny" and env["result"] is None
             jsonschema.validate(env, schema)
 

@@ -181,7 +181,7 @@ def test_every_tool_round_trip(home: str) -> None:
             pending = await call(s, "approvals_list")
             assert [a["id"] for a in pending["approvals"]] == [env["approval"]["id"]]
 
-            env = await call(s, "exec", command="cat /etc/passwd")
+            env = await call(s, "exec", command="sudo cat /etc/passwd")
             assert env["decision"]["action"] == "deny" and env["result"] is None
 
             audit = await call(s, "audit")
