@@ -487,10 +487,10 @@ impl Builder<'_> {
         {
             // The bits dropped from the history go from the upper too, before it is kept
             // or becomes a layer: no setuid file stays on the host's disk.
-            let _ = {
-                use std::os::unix::fs::PermissionsExt;
-                fs::set_permissions(&walk.files[*i], fs::Permissions::from_mode(mode))
-            };
+            let at = &walk.files[*i].rel;
+            // SAFETY: a valid descriptor and C string; the result is ignored as before
+            // (an upper file that cannot be changed keeps its bits until it is removed).
+            let _ = unsafe { libc::fchmodat(at.fd(), at.path.as_ptr(), mode as libc::mode_t, 0) };
         }
         let mut e = Entry {
             name: f.name.clone(),
