@@ -7,7 +7,9 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::human_size;
-use crate::diff::{Change, ChangeSummary, PATCH_LIMIT, add_patches, diff_roots, filter, renames};
+use crate::diff::{
+    Change, ChangeSummary, WHOLE_PATCH_LIMIT, add_patches, diff_roots, filter, renames,
+};
 use crate::documents::CheckpointDoc;
 use crate::documents::files::{FileLog, Version};
 use crate::documents::history::{
@@ -294,7 +296,7 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
             .take(a.limit.unwrap_or(usize::MAX))
             .collect();
         if a.patch {
-            add_patches(ws.db, &mut changes, PATCH_LIMIT)?;
+            add_patches(ws.db, &mut changes, WHOLE_PATCH_LIMIT)?;
         }
         let stat = if a.stat {
             Some(crate::diff::stat::stats(ws.db, &changes)?)

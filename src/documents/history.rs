@@ -117,8 +117,12 @@ pub struct MergeReport {
     pub clean: bool,
     /// Unresolved conflicts left the merge pending (`--continue` or `--abort`).
     pub pending: bool,
-    /// The fork's changes brought into the target, sorted by path.
+    /// Conflicts without `--conflicts=markers`: nothing was changed (exit 1).
+    pub refused: bool,
+    /// The fork's changes brought into the target (or that would be), sorted by path.
     pub taken: Vec<Change>,
+    /// Files both sides edited without overlap: they hold both sides' edits.
+    pub line_merged: Vec<String>,
     /// Paths both sides changed differently, sorted by path.
     pub conflicts: Vec<Conflict>,
     pub summary: MergeSummary,
@@ -129,9 +133,11 @@ pub struct MergeReport {
 pub struct MergeSummary {
     /// Length of `taken`.
     pub taken: usize,
+    /// Length of `line_merged`.
+    pub line_merged: usize,
     /// Length of `conflicts`.
     pub conflicts: usize,
-    /// Conflicts whose resolution is not `merged`.
+    /// Conflicts left for a person: all of them (kept for older readers).
     pub unresolved: usize,
 }
 

@@ -538,8 +538,9 @@ impl AvfsServer {
 
     #[tool(
         description = "Three-way merge of a fork back into the vault it was forked from (or \
-        `into`): what only the fork changed is taken, what both changed is a conflict. The \
-        result is a new checkpoint of the target. Use dry_run first to see what would happen.",
+        `into`): what only the fork changed is taken, text files both edited are merged line \
+        by line, renames are followed. A merge with conflicts changes nothing (refused) \
+        unless `markers`. The result is a new checkpoint of the target.",
         output_schema = output::doc_schema("vault-merge"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]

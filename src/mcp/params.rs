@@ -292,8 +292,8 @@ pub(super) struct MergeParams {
     /// Work out and report the merge, change nothing.
     #[serde(default)]
     pub(super) dry_run: bool,
-    /// Write conflict markers into text files both sides changed (default: keep the
-    /// target's version and report the conflict).
+    /// Apply a merge with conflicts: markers where text edits overlap, the fork's copy of
+    /// a binary file beside the target's (default: change nothing, list the conflicts).
     #[serde(default)]
     pub(super) markers: bool,
 }
