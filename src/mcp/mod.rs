@@ -51,10 +51,12 @@ pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
     } else {
         None
     };
+    let mut tool_router = AvfsServer::tool_router();
+    output::trim_input_schemas(&mut tool_router);
     let server = AvfsServer {
         exe,
         vault,
-        tool_router: AvfsServer::tool_router(),
+        tool_router,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -655,8 +657,9 @@ impl ServerHandler for AvfsServer {
             "agentvfs: a versioned, forkable workspace. Run commands with `exec` (the policy \
                  decides; the envelope lists exactly which files changed), take checkpoints \
                  before risky work, restore them to roll back, fork to try things in isolation. \
-                 Results are the JSON documents of `avfs --json` (each tool's outputSchema \
-                 says which); exec's envelope leaves out the options left at their default. \
+                 Results are the JSON documents of `avfs --json` (docs/json.md; each tool's \
+                 outputSchema lists the fields, schemas/NAME.schema.json has them whole); \
+                 exec's envelope leaves out the options left at their default. \
                  A bad argument is a tool error naming the argument and the fix. Resources: \
                  avfs://checkpoints, avfs://files/PATH, avfs://checkpoints/NAME/files/PATH.",
         )
