@@ -475,3 +475,46 @@ fn a_one_line_edit_of_a_large_text_file_is_a_one_line_hunk() {
         "{stat}"
     );
 }
+
+#[test]
+fn checkpoint_list_and_diff_return_a_page_by_default() {
+    let env = Env::new();
+    env.ok(&["write", "/f", "0"]);
+    env.json(&["checkpoint", "save", "start"]);
+    for i in 1..=104 {
+        env.ok(&["write", &format!("/f{i}"), "x"]);
+        env.json(&["checkpoint", "save", &format!("c{i:03}")]);
+    }
+    // The newest 100, oldest first, and the way to the older ones.
+    let l = env.json(&["checkpoint", "list"]);
+    let names: Vec<&str> = l["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 100);
+    assert_eq!((names[0], names[99]), ("c005", "c104"));
+    assert_eq!(l["total"], 105);
+    assert_eq!(l["next_cursor"], "100");
+    let older = env.json(&["checkpoint", "list", "--cursor", "100"]);
+    let names: Vec<&str> = older["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["start", "c001", "c002", "c003", "c004"]);
+    assert!(older["next_cursor"].is_null());
+    let two = env.json(&["checkpoint", "list", "--limit", "2", "--cursor", "1"]);
+    assert_eq!(two["checkpoints"][0]["name"], "c102");
+    assert_eq!(two["checkpoints"][1]["name"], "c103");
+    assert_eq!(two["next_cursor"], "3");
+    let e = env.json_err(&["checkpoint", "list", "--cursor", "x"], 1);
+    assert_eq!(e["kind"], "invalid_argument");
+    // diff: 104 changes, the first 100 listed, the summary counts all.
+    let d = env.json(&["diff", "start"]);
+    assert_eq!(d["changes"].as_array().unwrap().len(), 100);
+    assert_eq!((&d["total"], &d["next_offset"]), (&104.into(), &100.into()));
+    assert_eq!(d["summary"]["added"], 104);
+}

@@ -25,10 +25,15 @@ pub struct CheckpointSaved {
 /// `checkpoint list --json`.
 #[derive(Serialize, JsonSchema, Debug)]
 pub struct CheckpointList {
-    /// This workspace's checkpoints, oldest first.
+    /// This workspace's checkpoints, oldest first: the newest `--limit` (default 100)
+    /// before `--cursor`.
     pub checkpoints: Vec<CheckpointDoc>,
     /// The head checkpoint (in a fork, possibly one of the parent's, not in the list).
     pub head: Option<String>,
+    /// How many checkpoints the workspace has in all.
+    pub total: usize,
+    /// Pass as `--cursor` for the page of older ones; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// `checkpoint restore --json`.
