@@ -287,15 +287,18 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "List the workspace's checkpoints, oldest first, and the head.",
+        description = "The workspace's newest checkpoints (a page), oldest first, and the head.",
         output_schema = output::doc_schema("checkpoint-list"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn checkpoint_list(
         &self,
-        Parameters(p): Parameters<VaultSel>,
+        Parameters(p): Parameters<CheckpointListParams>,
     ) -> Result<CallToolResult, McpError> {
-        self.call(p.vault, Line::new(&["checkpoint", "list"])).await
+        let line = Line::new(&["checkpoint", "list"])
+            .opt("limit", p.limit)
+            .opt("cursor", p.cursor);
+        self.call(p.vault, line).await
     }
 
     #[tool(

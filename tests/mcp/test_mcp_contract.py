@@ -139,6 +139,9 @@ def test_every_document_tool_declares_its_generated_schema_and_its_results_match
             await checked("write_file", path="/src/a.py", content="more\n", append=True)
             await checked("diff", **{"from": "c1"}, patch=True)
             await checked("checkpoint_list")
+            page = await checked("checkpoint_list", limit=1)
+            assert [c["name"] for c in page["checkpoints"]] == ["c1"], page
+            assert page["total"] == 1 and page["next_cursor"] is None, page
             await checked("log", path="/src/a.py")
             await checked("grep", pattern="print")
             await checked("find", tag=["todo"])
