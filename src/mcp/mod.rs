@@ -46,13 +46,15 @@ use session::SessionMount;
 pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
     check_vault(home, vault.as_deref())?;
     let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
+    // The tools are built before the session's mount: a host's SIGTERM that comes once
+    // the mount is there should find the signal handlers as soon as possible.
+    let mut tool_router = AvfsServer::tool_router();
+    output::trim_input_schemas(&mut tool_router);
     let session_mount = if mount {
         SessionMount::start(&exe, home, vault.as_deref())
     } else {
         None
     };
-    let mut tool_router = AvfsServer::tool_router();
-    output::trim_input_schemas(&mut tool_router);
     let server = AvfsServer {
         exe,
         vault,
