@@ -60,7 +60,9 @@ pub struct Change {
     pub mode_before: Option<String>,
     /// Permission bits after, 4 octal digits; null on the missing side.
     pub mode_after: Option<String>,
-    /// Unified diff of a text file (only with `--patch`, both sides text up to 1 MiB).
+    /// Unified diff of a text file (only with `--patch`): 3 lines of context around each
+    /// change, whatever the file's size (an edit of a text file up to 64 MiB; an added or
+    /// deleted file up to 1 MiB, as its patch is its whole text).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,
     /// A rename's old path (only on `renamed` changes).
@@ -436,8 +438,17 @@ impl Walk<'_> {
     }
 }
 
-/// Largest file (either side) that gets a unified text diff.
-pub const PATCH_LIMIT: u64 = 1024 * 1024;
+/// Largest file (either side) that gets a line diff: a patch is sized by the change, but
+/// reading and diffing a file costs its size, and beyond this it costs too much for a
+/// report. Binary files are told apart by their first `SNIFF_BYTES`, before any full read.
+pub const PATCH_LIMIT: u64 = 64 * 1024 * 1024;
+/// Largest added or deleted file that `avfs diff --patch` shows whole.
+pub const WHOLE_PATCH_LIMIT: u64 = 1024 * 1024;
+/// A NUL in this many first bytes makes a file binary (git looks at 8000).
+const SNIFF_BYTES: usize = 8000;
+/// A line diff stops refining after this long (a file rewritten from end to end): its
+/// patch is still correct, only coarser.
+pub(crate) const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn text_of(db: &Connection, e: Option<&Entry>) -> Result<Option<String>> {
     let Some(e) = e else {
@@ -446,17 +457,26 @@ fn text_of(db: &Connection, e: Option<&Entry>) -> Result<Option<String>> {
     if e.kind != Kind::File || e.size > PATCH_LIMIT {
         return Ok(None);
     }
-    let data = crate::store::content::read_all(db, e.hash.as_ref().unwrap(), e.size)?;
+    let hash = e.hash.as_ref().unwrap();
+    if e.size > SNIFF_BYTES as u64 {
+        let ext = crate::store::content::extents(db, hash, e.size)?;
+        if crate::store::content::read_at(db, &ext, 0, SNIFF_BYTES)?.contains(&0) {
+            return Ok(None);
+        }
+    }
+    let data = crate::store::content::read_all(db, hash, e.size)?;
     if data.contains(&0) {
         return Ok(None);
     }
     Ok(String::from_utf8(data).ok())
 }
 
-/// Adds a unified diff to every change of a text file no larger than `limit` bytes.
+/// Adds a unified diff to every change of a text file: an edit (modified, or a renamed
+/// file that changed) of files up to `PATCH_LIMIT`, since its patch is as long as the
+/// change; an added or deleted file (whose patch is its whole text) up to `whole_limit`.
 /// Contents are read here (the connection is this thread's); the line diffs run on a
 /// second thread as they arrive, so reading and diffing overlap.
-pub fn add_patches(db: &Connection, changes: &mut [Change], limit: u64) -> Result<()> {
+pub fn add_patches(db: &Connection, changes: &mut [Change], whole_limit: u64) -> Result<()> {
     let (tx, rx) = std::sync::mpsc::channel::<(usize, String, String, String, String)>();
     std::thread::scope(|scope| {
         let differ = scope.spawn(move || {
@@ -466,21 +486,20 @@ pub fn add_patches(db: &Connection, changes: &mut [Change], limit: u64) -> Resul
         });
         let read: Result<()> = (|| {
             for (i, c) in changes.iter().enumerate() {
+                // An exact rename has no patch: its content did not change.
+                let edited_rename = c.kind == ChangeKind::Renamed
+                    && c.before.as_ref().map(|e| e.hash) != c.after.as_ref().map(|e| e.hash);
+                let limit = match c.kind {
+                    ChangeKind::Modified => PATCH_LIMIT,
+                    ChangeKind::Renamed if edited_rename => PATCH_LIMIT,
+                    ChangeKind::Added | ChangeKind::Deleted => whole_limit.min(PATCH_LIMIT),
+                    _ => continue,
+                };
                 let sized = |e: &Option<Entry>| {
                     e.as_ref()
                         .is_none_or(|e| e.kind == Kind::File && e.size <= limit)
                 };
-                // An exact rename has no patch: its content did not change.
-                let edited_rename = c.kind == ChangeKind::Renamed
-                    && c.before.as_ref().map(|e| e.hash) != c.after.as_ref().map(|e| e.hash);
-                if !(edited_rename
-                    || matches!(
-                        c.kind,
-                        ChangeKind::Added | ChangeKind::Modified | ChangeKind::Deleted
-                    ))
-                    || !sized(&c.before)
-                    || !sized(&c.after)
-                {
+                if !sized(&c.before) || !sized(&c.after) {
                     continue;
                 }
                 let (Some(old), Some(new)) = (
@@ -519,7 +538,10 @@ pub fn add_patches(db: &Connection, changes: &mut [Change], limit: u64) -> Resul
 }
 
 fn unified(old: &str, new: &str, from: &str, to: &str) -> String {
-    similar::TextDiff::from_lines(old, new)
+    similar::TextDiff::configure()
+        .algorithm(similar::Algorithm::Myers)
+        .deadline(std::time::Instant::now() + DIFF_DEADLINE)
+        .diff_lines(old, new)
         .unified_diff()
         .context_radius(3)
         .header(from, to)

@@ -12,8 +12,16 @@
 //!   attribute), and the path is a conflict only when the two sides changed the same part
 //!   differently, or one deleted what the other changed, or they disagree on its type.
 //!
-//! Conflicts keep the target's version, or with `markers` a text file gets a three-way
-//! line merge (`textmerge`), with conflict markers where the changes overlap.
+//! A text file both sides edited gets a three-way line merge (`textmerge`), as
+//! `git merge-file` does: edits that do not overlap merge cleanly (`merged`). What is left
+//! (overlapping edits, delete against edit, type or mode disagreements) is a conflict; the
+//! plan keeps the target's version there, and the caller refuses to apply a plan with
+//! conflicts unless asked for `markers`: then an overlapping text edit is written with
+//! conflict markers and a binary file keeps both versions (the fork's beside the target's,
+//! as `NAME.FORK`).
+//!
+//! Renames are followed (as `git diff -M` finds them, `diff::renames`): a file one side
+//! renamed and the other edited ends up at the new name with both sides' edits.
 
 use rusqlite::Connection;
 use serde::Serialize;
@@ -25,8 +33,8 @@ use crate::workspace::flush::entry_at;
 use crate::workspace::path::display;
 use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace};
 
-/// Largest text file (on any side) that gets a line merge with `--conflicts=markers`.
-pub const TEXT_LIMIT: u64 = 1024 * 1024;
+/// Largest text file (on any side) that gets a line merge: the same cap as a patch.
+pub const TEXT_LIMIT: u64 = crate::diff::PATCH_LIMIT;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -52,8 +60,9 @@ pub enum Resolution {
     KeptTarget,
     /// The file now holds a line merge with conflict markers.
     Markers,
-    /// The line merge found no overlapping changes: the file holds both sides' changes.
-    Merged,
+    /// A binary (or too large) file both sides changed: the target's version stays at the
+    /// path and the fork's is written beside it, at `kept_as`.
+    BothKept,
 }
 
 #[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
@@ -68,6 +77,9 @@ pub struct Conflict {
     pub type_fork: Option<&'static str>,
     pub type_target: Option<&'static str>,
     pub resolution: Resolution,
+    /// With `both_kept`: where the fork's version was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_as: Option<String>,
     #[serde(skip)]
     pub comps: Vec<Vec<u8>>,
 }
@@ -96,10 +108,20 @@ pub enum Action {
     Write { comps: Vec<Vec<u8>>, data: Vec<u8> },
 }
 
+/// A file one side renamed while the other edited it at its old path.
+#[derive(Clone, Debug)]
+struct RenamedFile {
+    from: Vec<Vec<u8>>,
+    to: Vec<Vec<u8>>,
+    /// The file in the base, at `from`.
+    base: Entry,
+}
+
 pub struct Options<'a> {
     /// Only these paths (and what is below them); empty means everything.
     pub paths: &'a [Vec<Vec<u8>>],
-    /// Line-merge text conflicts, with conflict markers where the changes overlap.
+    /// Write conflicts out: markers where text edits overlap, both versions of a binary
+    /// file. Without it a conflict keeps the target's version in the plan.
     pub markers: bool,
     pub target_label: &'a str,
     pub fork_label: &'a str,
@@ -110,16 +132,15 @@ pub struct Plan {
     pub actions: Vec<Action>,
     /// The fork's changes (base → fork) that the merge takes, sorted by path.
     pub taken: Vec<Change>,
+    /// Paths both sides edited whose edits did not overlap: their line merge holds both.
+    pub line_merged: Vec<String>,
     pub conflicts: Vec<Conflict>,
 }
 
 impl Plan {
-    /// Conflicts that still need a person: all but clean line merges.
+    /// Conflicts that still need a person (every conflict: clean line merges are none).
     pub fn unresolved(&self) -> usize {
-        self.conflicts
-            .iter()
-            .filter(|c| c.resolution != Resolution::Merged)
-            .count()
+        self.conflicts.len()
     }
 }
 
@@ -149,6 +170,10 @@ fn same_opt(a: Option<&Entry>, b: Option<&Entry>) -> bool {
 
 fn is_dir(e: Option<&Entry>) -> bool {
     e.is_some_and(|e| e.kind == Kind::Dir)
+}
+
+fn is_file(e: Option<&Entry>) -> bool {
+    e.is_some_and(|e| e.kind == Kind::File)
 }
 
 /// What one side did to a path since the base. For a directory, `modified` means that
@@ -222,7 +247,40 @@ enum Sel {
 struct Walker<'a> {
     db: &'a Connection,
     opts: &'a Options<'a>,
+    target_root: Hash,
+    /// Files the fork renamed that the target edited at the old path.
+    fork_renames: Vec<RenamedFile>,
+    /// Files the target renamed.
+    target_renames: Vec<RenamedFile>,
     plan: Plan,
+}
+
+/// The files `side` renamed since `base` (as `avfs diff` finds renames).
+fn renamed_files(db: &Connection, base: &Hash, side: &Hash) -> Result<Vec<RenamedFile>> {
+    let changes = crate::diff::renames::detect(
+        db,
+        crate::diff::diff_roots(db, base, side)?,
+        crate::diff::renames::DEFAULT_THRESHOLD,
+    )?;
+    let mut out = Vec::new();
+    for c in changes {
+        let (ChangeKind::Renamed, Some(from), Some(before)) = (c.kind, &c.from, &c.before) else {
+            continue;
+        };
+        // `from` is for display; a name that is not UTF-8 does not parse back to the
+        // same entry, and such a rename is merged as a delete and an add.
+        let Ok(from) = crate::workspace::path::parse(std::ffi::OsStr::new(from)) else {
+            continue;
+        };
+        if entry_at(db, base, &from)?.is_some_and(|e| e.hash == before.hash) {
+            out.push(RenamedFile {
+                from,
+                to: c.comps.clone(),
+                base: before.clone(),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Works out what merging `fork` into `target` (both descended from `base`) changes.
@@ -233,13 +291,34 @@ pub fn plan(
     target: &Hash,
     opts: &Options,
 ) -> Result<Plan> {
+    if base == fork {
+        return Ok(Plan::default());
+    }
     let mut w = Walker {
         db,
         opts,
+        target_root: *target,
+        fork_renames: vec![],
+        target_renames: vec![],
         plan: Plan::default(),
     };
-    if base == fork {
-        return Ok(w.plan);
+    // Renames matter only where the other side edited the old path: found by a diff of
+    // each side (O(changes)), then looked up as the walk meets those paths.
+    if base != target {
+        let edited_in = |root: &Hash, r: &RenamedFile| -> Result<bool> {
+            Ok(entry_at(db, root, &r.from)?
+                .is_some_and(|e| e.kind == Kind::File && e.hash != r.base.hash))
+        };
+        for r in renamed_files(db, base, fork)? {
+            if edited_in(target, &r)? && entry_at(db, target, &r.to)?.is_none() {
+                w.fork_renames.push(r);
+            }
+        }
+        for r in renamed_files(db, base, target)? {
+            if edited_in(fork, &r)? && entry_at(db, fork, &r.to)?.is_none() {
+                w.target_renames.push(r);
+            }
+        }
     }
     let (tb, tf, tt) = (
         get_tree(db, base)?,
@@ -256,6 +335,7 @@ pub fn plan(
         }
     }
     w.dir(&mut Vec::new(), &tb.entries, &tf.entries, &tt.entries)?;
+    w.renamed_in_fork(fork)?;
     Ok(w.plan)
 }
 
@@ -369,7 +449,22 @@ impl Walker<'_> {
         if same_opt(t, b) {
             return self.take(comps, b, f);
         }
+        if self.follows_rename(comps, b, f, t)? {
+            return Ok(());
+        }
         let (Some(fe), Some(te)) = (f, t) else {
+            // A directory one side deleted while the other changed something below it:
+            // when that side renamed files out of it, its entries are merged one by one,
+            // so the renamed files carry the other side's edits.
+            if is_dir(b) && is_dir(f.or(t)) {
+                let under = |rs: &[RenamedFile]| rs.iter().any(|r| r.from.starts_with(comps));
+                if (f.is_none() && under(&self.fork_renames))
+                    || (t.is_none() && under(&self.target_renames))
+                {
+                    let (bc, fc, tc) = (self.children(b)?, self.children(f)?, self.children(t)?);
+                    return self.dir(comps, &bc, &fc, &tc);
+                }
+            }
             return self.conflict(comps, b, f, t);
         };
         if fe.kind != te.kind {
@@ -395,6 +490,27 @@ impl Walker<'_> {
         );
         let own = pick(be.map(owner).as_ref(), &owner(fe), &owner(te));
         let xattrs = merge_xattrs(be.map(|e| &e.xattrs), &fe.xattrs, &te.xattrs);
+        if content.is_err()
+            && fe.kind == Kind::File
+            && let (Ok(own), Ok(xattrs)) = (&own, &xattrs)
+        {
+            // Both edited the file: a line merge, as `git merge-file` makes it.
+            let m = self.line_merge(be, fe, te)?;
+            if m.as_ref().is_none_or(|m| m.conflicts != 0) {
+                return self.conflict_with(comps, b, f, t, m);
+            }
+            let taken = change(comps.clone(), ChangeKind::Modified, b, f);
+            self.clean_merge(comps, m.unwrap(), Some(taken));
+            if *own || !xattrs.is_empty() {
+                self.plan.actions.push(Action::Update {
+                    comps: comps.clone(),
+                    content: None,
+                    owner: own.then(|| owner(fe)),
+                    xattrs: xattrs.clone(),
+                });
+            }
+            return Ok(());
+        }
         let (Ok(content), Ok(own), Ok(xattrs)) = (content, own, xattrs) else {
             return self.conflict(comps, b, f, t);
         };
@@ -460,6 +576,156 @@ impl Walker<'_> {
         true
     }
 
+    /// A path one side renamed away while the other edited it: the edit follows the file
+    /// to its new name. True when handled.
+    fn follows_rename(
+        &mut self,
+        comps: &[Vec<u8>],
+        b: Option<&Entry>,
+        f: Option<&Entry>,
+        t: Option<&Entry>,
+    ) -> Result<bool> {
+        let (Some(be), true) = (b, is_file(b)) else {
+            return Ok(false);
+        };
+        if f.is_none() && is_file(t) {
+            // The fork renamed it: handled once the walk is over (`renamed_in_fork`), when
+            // it is known that the new name was taken.
+            return Ok(self.fork_renames.iter().any(|r| r.from == comps));
+        }
+        if t.is_none()
+            && let Some(fe) = f.filter(|_| is_file(f))
+            && let Some(r) = self.target_renames.iter().find(|r| r.from == comps)
+        {
+            // The target renamed it: the fork's edit is merged into the new name.
+            let to = r.to.clone();
+            let Some(te) = entry_at(self.db, &self.target_root, &to)? else {
+                return Ok(false);
+            };
+            let m = self.line_merge(Some(be), fe, &te)?;
+            match m {
+                Some(m) if m.conflicts == 0 => {
+                    let taken = change(to.clone(), ChangeKind::Modified, Some(be), Some(fe));
+                    self.clean_merge(&to, m, Some(taken))
+                }
+                m => self.conflict_with(&to, Some(be), Some(fe), Some(&te), m)?,
+            }
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The files the fork renamed and the target edited at the old name: when the walk
+    /// took the new name, the old one goes and the new one gets the target's edits too;
+    /// otherwise the old name is a conflict (deleted in the fork, edited in the target).
+    fn renamed_in_fork(&mut self, fork_root: &Hash) -> Result<()> {
+        for r in std::mem::take(&mut self.fork_renames) {
+            if self.select(&r.from) != Sel::All {
+                continue;
+            }
+            let grafted = self.plan.actions.iter().any(
+                |a| matches!(a, Action::Take { comps, entry: Some(_) } if r.to.starts_with(comps)),
+            );
+            let Some(te) = entry_at(self.db, &self.target_root, &r.from)? else {
+                continue;
+            };
+            let fe = entry_at(self.db, fork_root, &r.to)?.filter(|e| e.kind == Kind::File);
+            let m = match &fe {
+                Some(fe) if grafted => self.line_merge(Some(&r.base), fe, &te)?,
+                _ => None,
+            };
+            let (Some(fe), true) = (
+                fe,
+                m.is_some() && (self.opts.markers || m.as_ref().is_some_and(|m| m.conflicts == 0)),
+            ) else {
+                self.conflict(&r.from, Some(&r.base), None, Some(&te))?;
+                continue;
+            };
+            self.plan.actions.push(Action::Take {
+                comps: r.from.clone(),
+                entry: None,
+            });
+            self.plan.taken.push(change(
+                r.from.clone(),
+                ChangeKind::Deleted,
+                Some(&r.base),
+                None,
+            ));
+            match m {
+                Some(m) if m.conflicts == 0 => self.clean_merge(&r.to, m, None),
+                m => self.conflict_with(&r.to, Some(&r.base), Some(&fe), Some(&te), m)?,
+            }
+        }
+        // The walk went in path order; what was added after it goes in its place.
+        self.plan.conflicts.sort_by(|a, b| a.comps.cmp(&b.comps));
+        self.plan.taken.sort_by(|a, b| a.comps.cmp(&b.comps));
+        self.plan.line_merged.sort();
+        Ok(())
+    }
+
+    /// The three-way line merge of a file both sides edited (`b` the base, `None` for
+    /// none), or `None` when a side is not text (binary, not UTF-8, over `TEXT_LIMIT`).
+    fn line_merge(
+        &self,
+        b: Option<&Entry>,
+        f: &Entry,
+        t: &Entry,
+    ) -> Result<Option<crate::textmerge::TextMerge>> {
+        let (Some(base), Some(theirs), Some(ours)) =
+            (self.text(b)?, self.text(Some(f))?, self.text(Some(t))?)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(crate::textmerge::merge3(
+            &base,
+            &ours,
+            &theirs,
+            self.opts.target_label,
+            self.opts.fork_label,
+        )))
+    }
+
+    /// A line merge without overlaps: the file gets it, and the fork's edit is taken.
+    fn clean_merge(
+        &mut self,
+        comps: &[Vec<u8>],
+        m: crate::textmerge::TextMerge,
+        taken: Option<Change>,
+    ) {
+        self.plan.actions.push(Action::Write {
+            comps: comps.to_vec(),
+            data: m.text.into_bytes(),
+        });
+        self.plan.taken.extend(taken);
+        self.plan.line_merged.push(display(comps));
+    }
+
+    /// Where the fork's version of a binary conflict goes: `NAME.FORK` beside it (with a
+    /// number when the target has that name already).
+    fn beside(&self, comps: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+        let label: String = self
+            .opts
+            .fork_label
+            .chars()
+            .map(|c| if c == '/' { '_' } else { c })
+            .collect();
+        let mut out = comps.to_vec();
+        let name = comps.last().cloned().unwrap_or_default();
+        for n in 0.. {
+            let mut v = name.clone();
+            v.push(b'.');
+            v.extend_from_slice(label.as_bytes());
+            if n > 0 {
+                v.extend_from_slice(format!(".{n}").as_bytes());
+            }
+            *out.last_mut().unwrap() = v;
+            if entry_at(self.db, &self.target_root, &out)?.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     fn text(&self, e: Option<&Entry>) -> Result<Option<String>> {
         let Some(e) = e else {
             return Ok(Some(String::new()));
@@ -481,6 +747,18 @@ impl Walker<'_> {
         f: Option<&Entry>,
         t: Option<&Entry>,
     ) -> Result<()> {
+        self.conflict_with(comps, b, f, t, None)
+    }
+
+    /// A conflict at `comps`; `merged` is the line merge already made of its content.
+    fn conflict_with(
+        &mut self,
+        comps: &[Vec<u8>],
+        b: Option<&Entry>,
+        f: Option<&Entry>,
+        t: Option<&Entry>,
+        merged: Option<crate::textmerge::TextMerge>,
+    ) -> Result<()> {
         let kind = match (b, f, t) {
             (None, _, _) => ConflictKind::BothAdded,
             (Some(_), None, _) => ConflictKind::DeletedInFork,
@@ -497,31 +775,42 @@ impl Walker<'_> {
             (k, _, _) => k,
         };
         let mut resolution = Resolution::KeptTarget;
+        let mut kept_as = None;
         if self.opts.markers
             && let (Some(fe), Some(te)) = (f, t)
             && fe.kind == Kind::File
             && te.kind == Kind::File
-            && b.is_none_or(|b| b.kind == Kind::File)
             && (fe.hash, fe.size) != (te.hash, te.size)
-            && let (Some(base), Some(theirs), Some(ours)) =
-                (self.text(b)?, self.text(f)?, self.text(t)?)
         {
-            let m = crate::textmerge::merge3(
-                &base,
-                &ours,
-                &theirs,
-                self.opts.target_label,
-                self.opts.fork_label,
-            );
-            resolution = if m.conflicts == 0 {
-                Resolution::Merged
-            } else {
-                Resolution::Markers
+            let merged = match merged {
+                Some(m) => Some(m),
+                None => self.line_merge(b.filter(|b| b.kind == Kind::File), fe, te)?,
             };
-            self.plan.actions.push(Action::Write {
-                comps: comps.to_vec(),
-                data: m.text.into_bytes(),
-            });
+            match merged {
+                Some(m) => {
+                    // Without overlaps, the conflict is in the mode or an attribute: the
+                    // content still gets both sides' edits.
+                    if m.conflicts > 0 {
+                        resolution = Resolution::Markers;
+                    }
+                    self.plan.actions.push(Action::Write {
+                        comps: comps.to_vec(),
+                        data: m.text.into_bytes(),
+                    });
+                }
+                None => {
+                    // No lines to merge: the fork's version is written beside the target's.
+                    let at = self.beside(comps)?;
+                    let mut copy = fe.clone();
+                    copy.name = at.last().cloned().unwrap_or_default();
+                    self.plan.actions.push(Action::Take {
+                        comps: at.clone(),
+                        entry: Some(copy),
+                    });
+                    resolution = Resolution::BothKept;
+                    kept_as = Some(display(&at));
+                }
+            }
         }
         self.plan.conflicts.push(Conflict {
             path: display(comps),
@@ -532,6 +821,7 @@ impl Walker<'_> {
             type_fork: f.map(|e| e.kind.name()),
             type_target: t.map(|e| e.kind.name()),
             resolution,
+            kept_as,
             comps: comps.to_vec(),
         });
         Ok(())

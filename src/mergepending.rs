@@ -26,8 +26,11 @@ pub struct PendingConflict {
     pub path: String,
     /// Path components (names are bytes).
     pub comps: Vec<Vec<u8>>,
-    /// `kept_target` or `markers`.
+    /// `kept_target`, `markers` or `both_kept`.
     pub resolution: Resolution,
+    /// With `both_kept`: where the fork's version was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_as: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -96,11 +99,11 @@ pub fn start(
 ) -> Result<Pending> {
     p.conflicts = conflicts
         .iter()
-        .filter(|c| c.resolution != Resolution::Merged)
         .map(|c| PendingConflict {
             path: c.path.clone(),
             comps: c.comps.clone(),
             resolution: c.resolution,
+            kept_as: c.kept_as.clone(),
         })
         .collect();
     let name = held_name(&target.info.name, p.stamp);
@@ -132,9 +135,23 @@ fn clear(db: &Connection, target_ws: &str) -> Result<()> {
     Ok(())
 }
 
-/// Files of a pending merge that still hold conflict markers.
+/// Files of a pending merge that still hold conflict markers, and the fork's copies of
+/// binary files that are still beside the target's (the user keeps one: deletes the
+/// copy, or moves it over the original).
 fn still_marked(ws: &Workspace, p: &Pending) -> Result<Vec<String>> {
     let mut out = Vec::new();
+    for c in &p.conflicts {
+        if let Some(at) = &c.kept_as
+            && ws
+                .resolve(
+                    &crate::workspace::path::parse(std::ffi::OsStr::new(at))?,
+                    false,
+                )?
+                .is_some()
+        {
+            out.push(at.clone());
+        }
+    }
     for c in p
         .conflicts
         .iter()
@@ -167,8 +184,10 @@ pub fn finish(ws: &mut Workspace) -> Result<(Pending, Checkpoint)> {
     let marked = still_marked(ws, &p)?;
     if !marked.is_empty() {
         return Err(Error::Refused(format!(
-            "{} still hold(s) conflict markers (<<<<<<< ... >>>>>>>); edit them, then \
-             `avfs vault merge --continue --into {}` again (or `--abort`)",
+            "{} still hold(s) conflict markers (<<<<<<< ... >>>>>>>) or still is the \
+             fork's copy of a binary file (keep one version: remove the copy or move it \
+             over the original); then `avfs vault merge --continue --into {}` again (or \
+             `--abort`)",
             marked.join(", "),
             p.into
         )));

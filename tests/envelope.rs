@@ -299,3 +299,27 @@ fn output_keeps_its_head_and_its_tail() {
         "[avfs: 3886 bytes of stdout omitted here; 3893 in all]\n9\n1000\n"
     );
 }
+
+#[test]
+fn a_one_line_edit_of_a_large_text_file_gets_its_hunk() {
+    if !fuse::fuse_or_skip("a_one_line_edit_of_a_large_text_file_gets_its_hunk") {
+        return;
+    }
+    let env = setup();
+    // 175 KB of text (a lock file): over the size a whole-file patch may have.
+    let big: String = (0..16_000).map(|i| format!("line {i:05}\n")).collect();
+    let r = env.run_stdin(&["--vault", "t", "write", "big.lock"], big.as_bytes());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (v, _) = exec(
+        &env,
+        &["--", "sed", "-i", "s/^line 08000$/changed/", "big.lock"],
+    );
+    let c = &v["changes"][0];
+    assert_eq!(c["kind"], "modified", "{v}");
+    let patch = c["patch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no patch: {c}"));
+    assert!(patch.contains("-line 08000\n+changed\n"), "{patch}");
+    assert!(patch.len() < 300, "{patch}");
+    assert!(c.get("patch_truncated").is_none(), "{c}");
+}

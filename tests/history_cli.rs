@@ -458,3 +458,106 @@ fn gc_verify_stats() {
     let e = env.json_err(&["cat", "/big"], 1);
     assert_eq!(e["kind"], "corrupt_vault");
 }
+
+/// 120 000 numbered lines (1.4 MB), with line `at` replaced by `by`.
+fn big_text(at: usize, by: &str) -> String {
+    (0..120_000)
+        .map(|i| {
+            if i == at {
+                format!("{by}\n")
+            } else {
+                format!("line {i:06}\n")
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_one_line_edit_of_a_large_text_file_is_a_one_line_hunk() {
+    let env = Env::new();
+    let write = |data: &[u8]| {
+        let r = env.run_stdin(&["write", "/big.txt"], data);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    write(big_text(usize::MAX, "").as_bytes());
+    let bin: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+    let r = env.run_stdin(&["write", "/big.bin"], &bin);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    env.json(&["checkpoint", "save", "a"]);
+    write(big_text(60_000, "changed").as_bytes());
+    let mut bin2 = bin.clone();
+    bin2[1_000_000] ^= 0xff;
+    let r = env.run_stdin(&["write", "/big.bin"], &bin2);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    let d = env.json(&["diff", "--patch"]);
+    let patch = find(&d, "/big.txt")["patch"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no patch: {d}"));
+    // One hunk: the line and three of context on each side, whatever the file's size.
+    assert_eq!(
+        patch.matches("\n@@ ").count() + patch.starts_with("@@ ") as usize,
+        1,
+        "{patch}"
+    );
+    assert!(patch.contains("-line 060000\n+changed\n"), "{patch}");
+    assert!(patch.len() < 300, "{} bytes: {patch}", patch.len());
+    // A binary file gets no patch, however small its change.
+    assert!(find(&d, "/big.bin").get("patch").is_none());
+    let s = env.json(&["diff", "--stat"]);
+    let stat = s["stat"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "/big.txt")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&stat["insertions"], &stat["deletions"]),
+        (&1.into(), &1.into()),
+        "{stat}"
+    );
+}
+
+#[test]
+fn checkpoint_list_and_diff_return_a_page_by_default() {
+    let env = Env::new();
+    env.ok(&["write", "/f", "0"]);
+    env.json(&["checkpoint", "save", "start"]);
+    for i in 1..=104 {
+        env.ok(&["write", &format!("/f{i}"), "x"]);
+        env.json(&["checkpoint", "save", &format!("c{i:03}")]);
+    }
+    // The newest 100, oldest first, and the way to the older ones.
+    let l = env.json(&["checkpoint", "list"]);
+    let names: Vec<&str> = l["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 100);
+    assert_eq!((names[0], names[99]), ("c005", "c104"));
+    assert_eq!(l["total"], 105);
+    assert_eq!(l["next_cursor"], "100");
+    let older = env.json(&["checkpoint", "list", "--cursor", "100"]);
+    let names: Vec<&str> = older["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["start", "c001", "c002", "c003", "c004"]);
+    assert!(older["next_cursor"].is_null());
+    let two = env.json(&["checkpoint", "list", "--limit", "2", "--cursor", "1"]);
+    assert_eq!(two["checkpoints"][0]["name"], "c102");
+    assert_eq!(two["checkpoints"][1]["name"], "c103");
+    assert_eq!(two["next_cursor"], "3");
+    let e = env.json_err(&["checkpoint", "list", "--cursor", "x"], 1);
+    assert_eq!(e["kind"], "invalid_argument");
+    // diff: 104 changes, the first 100 listed, the summary counts all.
+    let d = env.json(&["diff", "start"]);
+    assert_eq!(d["changes"].as_array().unwrap().len(), 100);
+    assert_eq!((&d["total"], &d["next_offset"]), (&104.into(), &100.into()));
+    assert_eq!(d["summary"]["added"], 104);
+}

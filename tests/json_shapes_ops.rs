@@ -715,6 +715,7 @@ fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
     env.ok(&["--vault", "t", "write", "/f.txt", "fork\n"]);
     env.ok(&["--vault", "v", "write", "/f.txt", "target\n"]);
     let mut a = vec!["--json", "vault", "merge", "t"];
+    // Without markers: refused, nothing changed.
     let r = env.run(&a);
     assert_eq!(r.code, 1, "{}", r.stderr);
     let m = one_document(&r.stdout);
@@ -724,11 +725,22 @@ fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
         &[
             ("clean", Bool),
             ("pending", Bool),
+            ("refused", Bool),
             ("checkpoint", NullOr(&Obj)),
             ("before", NullOr(&Str)),
+            ("line_merged", Arr),
             ("conflicts", Arr),
         ],
     );
+    assert_eq!(
+        (&m["refused"], &m["pending"]),
+        (&true.into(), &false.into())
+    );
+    a.push("--conflicts=markers");
+    let r = env.run(&a);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let m = one_document(&r.stdout);
+    documents::assert_matches("vault-merge", &m);
     assert_eq!(m["pending"], true);
     err_doc(&env, &["vault", "merge", "t"], 1, "refused");
     let ab = doc(&env, &["vault", "merge", "--abort", "--into", "v"]);
@@ -742,7 +754,6 @@ fn vault_delete_lists_unmounted_and_pending_merges_have_their_shapes() {
             ("conflicts", Arr),
         ],
     );
-    a.push("--conflicts=markers");
     assert_eq!(env.run(&a).code, 1);
     env.ok(&["--vault", "v", "write", "/f.txt", "resolved\n"]);
     let c = doc(&env, &["vault", "merge", "t", "--continue"]);

@@ -109,9 +109,16 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
     env.ok(&["write", "/added-both.txt", "target's\n"]);
     env.ok(&["write", "/same.txt", "identical\n"]);
     env.ok(&["write", "/retyped", "i, edited\n"]);
+    // Without markers the merge is refused: it lists what it would do, changes nothing.
+    let refused = report(&env, &["vault", "merge", "task"], 1);
+    assert_eq!(refused["refused"], true);
+    assert_eq!(refused["pending"], false);
+    assert_eq!(refused["summary"]["taken"], 7);
+    assert_eq!(refused["summary"]["conflicts"], 5);
+    assert_eq!(env.cat(None, "/src/a.txt"), "a\n");
     let audit_before = env.json(&["audit"])["entries"].as_array().unwrap().len();
 
-    let r = report(&env, &["vault", "merge", "task"], 1);
+    let r = report(&env, &["vault", "merge", "task", "--conflicts=markers"], 1);
     assert_eq!(r["fork"], "task");
     assert_eq!(r["into"], "default");
     assert_eq!(r["base"], "base");
@@ -132,19 +139,13 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
     assert_eq!(
         conflicts(&r),
         vec![
-            c5(
-                "/added-both.txt",
-                "both_added",
-                "added",
-                "added",
-                "kept_target"
-            ),
+            c5("/added-both.txt", "both_added", "added", "added", "markers"),
             c5(
                 "/both.txt",
                 "both_modified",
                 "modified",
                 "modified",
-                "kept_target"
+                "markers"
             ),
             c5(
                 "/gone-in-fork.txt",
@@ -191,7 +192,10 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
         "not_found"
     );
     assert_eq!(env.json(&["stat", "/mode.sh"])["mode"], "0600");
-    assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (target)\nthree\n");
+    assert_eq!(
+        env.cat(None, "/both.txt"),
+        "one\n<<<<<<< default\nTWO (target)\n=======\nTWO (fork)\n>>>>>>> task\nthree\n"
+    );
     assert_eq!(
         env.cat(None, "/gone-in-fork.txt"),
         "f, edited in the target\n"
@@ -200,7 +204,10 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
         env.json_err(&["cat", "/gone-in-target.txt"], 1)["kind"],
         "not_found"
     );
-    assert_eq!(env.cat(None, "/added-both.txt"), "target's\n");
+    assert_eq!(
+        env.cat(None, "/added-both.txt"),
+        "<<<<<<< default\ntarget's\n=======\nfork's\n>>>>>>> task\n"
+    );
     assert_eq!(env.cat(None, "/retyped"), "i, edited\n");
 
     // Unresolved conflicts leave the merge pending: no merge checkpoint yet, and the
@@ -230,7 +237,10 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
             .starts_with("pending-merge-into-main-")
     );
 
-    // --continue: the live state becomes the merge's checkpoint and the fork's merge point.
+    // --continue (once the markers are gone): the live state becomes the merge's
+    // checkpoint and the fork's merge point.
+    env.ok(&["write", "/both.txt", "one\nTWO\nthree\n"]);
+    env.ok(&["write", "/added-both.txt", "both's\n"]);
     let done = report(&env, &["vault", "merge", "--continue"], 0);
     assert_eq!(done["action"], "continued");
     let cp = &done["checkpoint"];
@@ -258,11 +268,11 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
             .starts_with("merged-into-main-")
     );
 
-    // Two audit rows: the merge (its checkpoint and changes in one transaction), then
-    // the --continue.
+    // The audit rows: the merge (its changes in one transaction), then the --continue.
     let entries = env.json(&["audit"])["entries"].as_array().unwrap().clone();
-    assert_eq!(entries.len(), audit_before + 2);
-    let row = &entries[entries.len() - 2];
+    // (The two writes that resolved the markers are between them.)
+    assert_eq!(entries.len(), audit_before + 4);
+    let row = &entries[entries.len() - 4];
     assert_eq!(row["action"], "vault.merge");
     assert_eq!(row["workspace"], "main");
     assert_eq!(row["detail"]["fork"], "task");
@@ -292,7 +302,7 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
     assert_eq!(r.code, 1);
     assert!(
         r.stdout
-            .starts_with("would merge task into default (base base): 7 taken, 5 conflicts\n"),
+            .starts_with("would refuse to merge task into default (base base): 7 taken (0 line-merged), 5 conflicts\n"),
         "{}",
         r.stdout
     );
@@ -303,7 +313,7 @@ fn one_sided_changes_are_taken_and_two_sided_ones_are_conflicts() {
         r.stdout
     );
     assert!(
-        r.stdout.contains("\nC /both.txt  both_modified (fork modified, default modified): kept default's version\n"),
+        r.stdout.contains("\nC /both.txt  both_modified (fork modified, default modified): both sides changed it\n"),
         "{}",
         r.stdout
     );
@@ -328,7 +338,21 @@ fn dry_run_reports_the_same_and_changes_nothing() {
         env.json(&["audit"])["entries"].as_array().unwrap().len(),
         audit
     );
+    // Without markers the real merge is refused as the dry run said: nothing changes.
+    assert_eq!(dry["refused"], true);
     let real = report(&env, &["vault", "merge", "task"], 1);
+    assert_eq!(real["refused"], true);
+    assert_eq!(real["taken"], dry["taken"]);
+    assert_eq!(real["conflicts"], dry["conflicts"]);
+    assert_eq!(env.cat(None, "/src/a.txt"), "a\n");
+    let dry = report(
+        &env,
+        &["vault", "merge", "task", "--dry-run", "--conflicts=markers"],
+        1,
+    );
+    assert_eq!(dry["refused"], false);
+    assert_eq!(env.cat(None, "/src/a.txt"), "a\n");
+    let real = report(&env, &["vault", "merge", "task", "--conflicts=markers"], 1);
     assert_eq!(real["taken"], dry["taken"]);
     assert_eq!(real["conflicts"], dry["conflicts"]);
     assert_eq!(env.cat(None, "/src/a.txt"), "fork\n");
@@ -434,7 +458,7 @@ fn markers_line_merge_text_conflicts() {
                 "both_modified",
                 "modified",
                 "modified",
-                "kept_target"
+                "both_kept"
             ),
             c5(
                 "/both.txt",
@@ -443,15 +467,9 @@ fn markers_line_merge_text_conflicts() {
                 "modified",
                 "markers"
             ),
-            c5(
-                "/lines.txt",
-                "both_modified",
-                "modified",
-                "modified",
-                "merged"
-            ),
         ]
     );
+    assert_eq!(r["line_merged"], serde_json::json!(["/lines.txt"]));
     assert_eq!(r["summary"]["unresolved"], 2);
     assert_eq!(
         env.cat(None, "/both.txt"),
@@ -462,11 +480,13 @@ fn markers_line_merge_text_conflicts() {
         "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n"
     );
     assert_eq!(env.ok(&["cat", "/bin.dat"]).stdout, "\0target");
+    assert_eq!(env.ok(&["cat", "/bin.dat.t2"]).stdout, "\0fork");
     // The merge is pending; --continue refuses while a file still holds markers.
     let e = env.json_err(&["vault", "merge", "--continue"], 1);
     assert_eq!(e["kind"], "refused");
     assert!(e["message"].as_str().unwrap().contains("/both.txt"), "{e}");
     env.ok(&["write", "/both.txt", "one\nTWO (both)\nthree\n"]);
+    env.ok(&["rm", "/bin.dat.t2"]);
     let done = report(&env, &["vault", "merge", "--continue"], 0);
     assert_eq!(
         done["conflicts"],
@@ -474,17 +494,18 @@ fn markers_line_merge_text_conflicts() {
     );
     assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (both)\nthree\n");
 
-    // Without --conflicts=markers the same merge keeps the target's text.
+    // Without --conflicts=markers an overlapping edit is refused: the target's text stays.
     env.ok(&["vault", "fork", "default", "t3", "--from", "base2"]);
     env.ok(&[
         "--vault",
         "t3",
         "write",
         "/lines.txt",
-        "ONE\n2\n3\n4\n5\n6\n7\n8\n",
+        "ONE\n2\n3\n4\n5\n6\n7\nt3's\n",
     ]);
     env.ok(&["write", "/lines.txt", "1\n2\n3\n4\n5\n6\n7\nanother\n"]);
     let r = report(&env, &["vault", "merge", "t3"], 1);
+    assert_eq!(r["refused"], true);
     assert_eq!(
         conflicts(&r),
         vec![c5(
@@ -499,7 +520,6 @@ fn markers_line_merge_text_conflicts() {
         env.cat(None, "/lines.txt"),
         "1\n2\n3\n4\n5\n6\n7\nanother\n"
     );
-    report(&env, &["vault", "merge", "--continue"], 0);
 
     // Only clean line merges: exit 0.
     env.ok(&["vault", "fork", "default", "t4"]);
@@ -535,7 +555,7 @@ fn parts_changed_on_different_sides_merge_without_conflict() {
     env.ok(&["meta", "/src/b.txt", "owner", "target"]);
     env.ok(&["--vault", "task", "chmod", "700", "/src"]);
     env.ok(&["write", "/src/c.txt", "c\n"]);
-    let r = report(&env, &["vault", "merge", "task"], 1);
+    let r = report(&env, &["vault", "merge", "task", "--conflicts=markers"], 1);
     assert_eq!(
         taken(&r),
         vec![
@@ -642,7 +662,7 @@ fn directory_and_root_attributes_merge_by_key_and_conflict_on_the_same_key() {
     env.ok(&["--vault", "task", "meta", "/src", "owner", "fork"]);
     env.ok(&["meta", "/src", "owner", "target"]);
     env.ok(&["--vault", "task", "write", "/src/a.txt", "fork\n"]);
-    let r = report(&env, &["vault", "merge", "task"], 1);
+    let r = report(&env, &["vault", "merge", "task", "--conflicts=markers"], 1);
     assert_eq!(
         taken(&r),
         vec![t2("meta_changed", "/"), t2("modified", "/src/a.txt")]
@@ -673,7 +693,7 @@ fn directory_and_root_attributes_merge_by_key_and_conflict_on_the_same_key() {
     env.ok(&["vault", "fork", "default", "t2"]);
     env.ok(&["--vault", "t2", "meta", "/", "k", "fork"]);
     env.ok(&["meta", "/", "k", "target"]);
-    let r = report(&env, &["vault", "merge", "t2"], 1);
+    let r = report(&env, &["vault", "merge", "t2", "--conflicts=markers"], 1);
     assert_eq!(
         conflicts(&r),
         vec![c5(
@@ -763,7 +783,7 @@ fn unresolved_conflicts_stay_pending_until_continued_or_aborted() {
     env.ok(&["write", "/both.txt", "one\nTWO (target)\nthree\n"]);
     let head_before = env.json(&["checkpoint", "list"])["head"].clone();
 
-    let r = env.run(&["vault", "merge", "task"]);
+    let r = env.run(&["vault", "merge", "task", "--conflicts=markers"]);
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
         r.stdout.contains("merge pending: 1 unresolved conflict;")
@@ -773,7 +793,10 @@ fn unresolved_conflicts_stay_pending_until_continued_or_aborted() {
         "{}",
         r.stdout
     );
-    assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (target)\nthree\n");
+    assert!(
+        env.cat(None, "/both.txt")
+            .contains("<<<<<<< default\nTWO (target)\n")
+    );
     assert_eq!(env.cat(None, "/src/a.txt"), "a from the fork\n");
 
     // Another merge into the same target is refused while one is pending, with the way
@@ -835,4 +858,265 @@ fn unresolved_conflicts_stay_pending_until_continued_or_aborted() {
     ]);
     let later = report(&env, &["vault", "merge", "task", "--dry-run"], 1);
     assert_eq!(later["summary"]["conflicts"], 1, "{later}");
+}
+
+/// Ten numbered lines, with `edits` (line number, new text) made.
+fn numbered(edits: &[(usize, &str)]) -> String {
+    (1..=10)
+        .map(|i| {
+            let line = edits
+                .iter()
+                .find(|(n, _)| *n == i)
+                .map_or(format!("line {i}"), |(_, t)| t.to_string());
+            line + "\n"
+        })
+        .collect()
+}
+
+#[test]
+fn edits_of_one_file_that_do_not_overlap_merge_cleanly_by_default() {
+    let env = setup();
+    env.ok(&["write", "/lines.txt", &numbered(&[])]);
+    env.ok(&["checkpoint", "save", "base2"]);
+    env.ok(&["vault", "fork", "default", "t2"]);
+    env.ok(&[
+        "--vault",
+        "t2",
+        "write",
+        "/lines.txt",
+        &numbered(&[(1, "fork's first line")]),
+    ]);
+    env.ok(&[
+        "write",
+        "/lines.txt",
+        &numbered(&[(10, "target's last line")]),
+    ]);
+    let r = report(&env, &["vault", "merge", "t2"], 0);
+    assert_eq!(r["clean"], true, "{r}");
+    assert_eq!(r["refused"], false);
+    assert_eq!(r["pending"], false);
+    assert_eq!(r["conflicts"], serde_json::json!([]));
+    assert_eq!(r["line_merged"], serde_json::json!(["/lines.txt"]));
+    assert_eq!(r["summary"]["line_merged"], 1);
+    assert_eq!(taken(&r), vec![t2("modified", "/lines.txt")]);
+    let both = numbered(&[(1, "fork's first line"), (10, "target's last line")]);
+    assert_eq!(env.cat(None, "/lines.txt"), both);
+    let cp = r["checkpoint"]["name"].as_str().unwrap();
+    assert_eq!(env.ok(&["cat", "/lines.txt", "--at", cp]).stdout, both);
+
+    // The human report says so.
+    env.ok(&["vault", "fork", "default", "t3"]);
+    env.ok(&[
+        "--vault",
+        "t3",
+        "write",
+        "/lines.txt",
+        &numbered(&[
+            (1, "fork's first line"),
+            (5, "t3's fifth"),
+            (10, "target's last line"),
+        ]),
+    ]);
+    env.ok(&[
+        "write",
+        "/lines.txt",
+        &numbered(&[(1, "fork's first line"), (10, "again")]),
+    ]);
+    let h = env.run(&["vault", "merge", "t3"]);
+    assert_eq!(h.code, 0, "{}{}", h.stdout, h.stderr);
+    assert!(
+        h.stdout.contains("1 taken (1 line-merged), 0 conflicts"),
+        "{}",
+        h.stdout
+    );
+    assert_eq!(
+        env.cat(None, "/lines.txt"),
+        numbered(&[(1, "fork's first line"), (5, "t3's fifth"), (10, "again")])
+    );
+}
+
+#[test]
+fn a_merge_with_conflicts_is_refused_without_markers_and_changes_nothing() {
+    let env = setup();
+    env.ok(&[
+        "--vault",
+        "task",
+        "write",
+        "/both.txt",
+        "one\nTWO (fork)\nthree\n",
+    ]);
+    env.ok(&[
+        "--vault",
+        "task",
+        "write",
+        "/src/a.txt",
+        "a from the fork\n",
+    ]);
+    env.ok(&["write", "/both.txt", "one\nTWO (target)\nthree\n"]);
+    env.ok(&["checkpoint", "save", "edited"]);
+    let audit_before = env.json(&["audit"])["entries"].as_array().unwrap().len();
+
+    let r = report(&env, &["vault", "merge", "task"], 1);
+    assert_eq!(r["refused"], true, "{r}");
+    assert_eq!(r["clean"], false);
+    assert_eq!(r["pending"], false);
+    assert!(r["checkpoint"].is_null() && r["before"].is_null(), "{r}");
+    assert_eq!(
+        conflicts(&r),
+        vec![c5(
+            "/both.txt",
+            "both_modified",
+            "modified",
+            "modified",
+            "kept_target"
+        )]
+    );
+    // What would have been taken is listed, and none of it was.
+    assert_eq!(taken(&r), vec![t2("modified", "/src/a.txt")]);
+    assert_eq!(env.cat(None, "/src/a.txt"), "a\n");
+    assert_eq!(env.cat(None, "/both.txt"), "one\nTWO (target)\nthree\n");
+    assert_eq!(env.json(&["checkpoint", "list"])["head"], "edited");
+    assert!(
+        env.json(&["diff", "edited"])["changes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // Nothing is pending: there is nothing to continue.
+    let e = env.json_err(&["vault", "merge", "--continue"], 1);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("no merge is pending"),
+        "{e}"
+    );
+    let entries = env.json(&["audit"])["entries"].as_array().unwrap().clone();
+    assert_eq!(entries.len(), audit_before + 1);
+    assert_eq!(entries.last().unwrap()["detail"]["refused"], true);
+
+    // The human report names the file and the way on.
+    let h = env.run(&["vault", "merge", "task"]);
+    assert_eq!(h.code, 1);
+    assert!(
+        h.stdout.starts_with("refused to merge task into default")
+            && h.stdout.contains("C /both.txt")
+            && h.stdout.contains("--conflicts=markers"),
+        "{}",
+        h.stdout
+    );
+
+    // With markers it is written out, and both sides are in the file.
+    let r = report(&env, &["vault", "merge", "task", "--conflicts=markers"], 1);
+    assert_eq!(r["refused"], false);
+    assert_eq!(r["pending"], true);
+    assert_eq!(env.cat(None, "/src/a.txt"), "a from the fork\n");
+    assert_eq!(
+        env.cat(None, "/both.txt"),
+        "one\n<<<<<<< default\nTWO (target)\n=======\nTWO (fork)\n>>>>>>> task\nthree\n"
+    );
+}
+
+#[test]
+fn binary_conflicts_keep_both_versions_with_markers() {
+    let env = setup();
+    let bin = |vault: &str, data: &[u8]| {
+        let r = env.run_stdin(&["--vault", vault, "write", "/bin.dat"], data);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    bin("default", b"\0base");
+    env.ok(&["checkpoint", "save", "base2"]);
+    env.ok(&["vault", "fork", "default", "t2"]);
+    bin("t2", b"\0fork");
+    bin("default", b"\0target");
+    // Without markers: refused, nothing written.
+    let r = report(&env, &["vault", "merge", "t2"], 1);
+    assert_eq!(r["refused"], true);
+    assert_eq!(
+        env.json_err(&["cat", "/bin.dat.t2"], 1)["kind"],
+        "not_found"
+    );
+
+    let r = report(&env, &["vault", "merge", "t2", "--conflicts=markers"], 1);
+    assert_eq!(
+        conflicts(&r),
+        vec![c5(
+            "/bin.dat",
+            "both_modified",
+            "modified",
+            "modified",
+            "both_kept"
+        )]
+    );
+    assert_eq!(r["conflicts"][0]["kept_as"], "/bin.dat.t2");
+    assert_eq!(env.ok(&["cat", "/bin.dat"]).stdout, "\0target");
+    assert_eq!(env.ok(&["cat", "/bin.dat.t2"]).stdout, "\0fork");
+    // --continue waits for one version to be chosen.
+    let e = env.json_err(&["vault", "merge", "--continue"], 1);
+    assert!(
+        e["message"].as_str().unwrap().contains("/bin.dat.t2"),
+        "{e}"
+    );
+    env.ok(&["mv", "/bin.dat.t2", "/bin.dat"]);
+    report(&env, &["vault", "merge", "--continue"], 0);
+    assert_eq!(env.ok(&["cat", "/bin.dat"]).stdout, "\0fork");
+}
+
+#[test]
+fn a_renamed_file_gets_the_other_sides_edits() {
+    let env = setup();
+    env.ok(&["write", "/doc.txt", &numbered(&[])]);
+    env.ok(&["write", "/other.txt", &numbered(&[(3, "other")])]);
+    env.ok(&["mkdir", "/pkg"]);
+    env.ok(&["write", "/pkg/mod.txt", &numbered(&[(4, "module")])]);
+    env.ok(&["checkpoint", "save", "base2"]);
+    env.ok(&["vault", "fork", "default", "t2"]);
+    let t = |args: &[&str]| {
+        let mut a = vec!["--vault", "t2"];
+        a.extend_from_slice(args);
+        env.ok(&a);
+    };
+    // The fork renames (and edits) doc.txt and the directory pkg; the target edits them
+    // at their old names.
+    t(&["mv", "/doc.txt", "/renamed.txt"]);
+    t(&["write", "/renamed.txt", &numbered(&[(1, "fork's edit")])]);
+    t(&["mv", "/pkg", "/lib"]);
+    env.ok(&["write", "/doc.txt", &numbered(&[(9, "target's edit")])]);
+    env.ok(&[
+        "write",
+        "/pkg/mod.txt",
+        &numbered(&[(4, "module"), (10, "target's")]),
+    ]);
+    // The target renames other.txt, the fork edits it at its old name.
+    env.ok(&["mv", "/other.txt", "/moved.txt"]);
+    t(&[
+        "write",
+        "/other.txt",
+        &numbered(&[(3, "other"), (7, "fork's")]),
+    ]);
+
+    let r = report(&env, &["vault", "merge", "t2"], 0);
+    assert_eq!(r["conflicts"], serde_json::json!([]), "{r}");
+    assert_eq!(
+        r["line_merged"],
+        serde_json::json!(["/lib/mod.txt", "/moved.txt", "/renamed.txt"])
+    );
+    assert_eq!(
+        env.cat(None, "/renamed.txt"),
+        numbered(&[(1, "fork's edit"), (9, "target's edit")])
+    );
+    assert_eq!(env.json_err(&["cat", "/doc.txt"], 1)["kind"], "not_found");
+    assert_eq!(
+        env.cat(None, "/lib/mod.txt"),
+        numbered(&[(4, "module"), (10, "target's")])
+    );
+    assert_eq!(
+        env.json_err(&["cat", "/pkg/mod.txt"], 1)["kind"],
+        "not_found"
+    );
+    assert_eq!(
+        env.cat(None, "/moved.txt"),
+        numbered(&[(3, "other"), (7, "fork's")])
+    );
+    assert_eq!(env.json_err(&["cat", "/other.txt"], 1)["kind"], "not_found");
 }

@@ -173,3 +173,4 @@ def test_merge_conflict_is_a_result_not_an_exception(vault: Vault) -> None:
         ("/notes.txt", "both_modified", "kept_target")
     ]
     assert ws.read_text("/notes.txt") == "target\n"
+    assert res.refused and not res.line_merged

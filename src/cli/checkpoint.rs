@@ -7,7 +7,9 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::human_size;
-use crate::diff::{Change, ChangeSummary, PATCH_LIMIT, add_patches, diff_roots, filter, renames};
+use crate::diff::{
+    Change, ChangeSummary, WHOLE_PATCH_LIMIT, add_patches, diff_roots, filter, renames,
+};
 use crate::documents::CheckpointDoc;
 use crate::documents::files::{FileLog, Version};
 use crate::documents::history::{
@@ -83,8 +85,8 @@ pub struct DiffArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     offset: usize,
     /// List at most N changes (paging; `next_offset` says where the next page starts).
-    #[arg(long, value_name = "N")]
-    limit: Option<usize>,
+    #[arg(long, value_name = "N", default_value_t = super::history::DEFAULT_PAGE)]
+    limit: usize,
 }
 
 #[derive(Args, Debug)]
@@ -133,14 +135,34 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
             );
         }
         CheckpointCmd::List(a) if a.graph => return super::history::graph(ctx),
-        CheckpointCmd::List(_) => {
-            let (cps, head) = ctx.view(|ws| Ok((ws.checkpoints()?, ws.head()?.map(|h| h.name))))?;
+        CheckpointCmd::List(a) => {
+            let (all, head) = ctx.view(|ws| Ok((ws.checkpoints()?, ws.head()?.map(|h| h.name))))?;
+            // Pages go back in time from the newest: the cursor is how many newer ones
+            // were listed already.
+            let skip = match &a.cursor {
+                None => 0,
+                Some(c) => c.parse::<usize>().map_err(|_| {
+                    Error::InvalidArgument(
+                        c.clone(),
+                        "not a cursor: pass the `next_cursor` of the previous page".into(),
+                    )
+                })?,
+            };
+            let total = all.len();
+            let end = total.saturating_sub(skip);
+            let start = end.saturating_sub(a.limit);
+            let cps = &all[start..end];
             let doc = CheckpointList {
                 checkpoints: cps.iter().map(CheckpointDoc::of).collect(),
                 head: head.clone(),
+                total,
+                next_cursor: (start > 0).then(|| (total - start).to_string()),
             };
             ctx.out.emit(&doc, || {
-                for c in &cps {
+                if let Some(n) = &doc.next_cursor {
+                    println!("... {start} older: avfs checkpoint list --cursor {n}");
+                }
+                for c in cps {
                     let mark = if head.as_deref() == Some(&c.name) {
                         "*"
                     } else {
@@ -296,13 +318,9 @@ pub fn diff(ctx: &Ctx, a: DiffArgs) -> Result<i32> {
         let summary = ChangeSummary::of(&all);
         let total = all.len();
         // Patches and stats are made for the page only: paging a long list stays cheap.
-        let mut changes: Vec<Change> = all
-            .into_iter()
-            .skip(a.offset)
-            .take(a.limit.unwrap_or(usize::MAX))
-            .collect();
+        let mut changes: Vec<Change> = all.into_iter().skip(a.offset).take(a.limit).collect();
         if a.patch {
-            add_patches(ws.db, &mut changes, PATCH_LIMIT)?;
+            add_patches(ws.db, &mut changes, WHOLE_PATCH_LIMIT)?;
         }
         let stat = if a.stat {
             Some(crate::diff::stat::stats(ws.db, &changes)?)

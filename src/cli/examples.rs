@@ -70,7 +70,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         "  avfs vault merge task-1                      # into the vault it was forked from
   avfs vault merge task-1 --dry-run            # what would be taken, what conflicts
   avfs vault merge task-1 --path /src --path /docs
-  avfs vault merge task-1 --conflicts=markers  # line-merge conflicting text files
+  avfs vault merge task-1 --conflicts=markers  # apply despite conflicts: markers, both binaries
   avfs vault merge task-1 --into task-2        # into a sibling fork",
     ),
     (

@@ -14,7 +14,17 @@ pub struct ListArgs {
     /// Every workspace's checkpoints as a graph of forks and merges, newest first.
     #[arg(long)]
     pub graph: bool,
+    /// List the newest N checkpoints (before `--cursor`); `total` and `next_cursor` say
+    /// what is left.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PAGE)]
+    pub limit: usize,
+    /// Continue where a page ended: its `next_cursor`.
+    #[arg(long, value_name = "C")]
+    pub cursor: Option<String>,
 }
+
+/// Entries a listing returns when no `--limit` is given.
+pub const DEFAULT_PAGE: usize = 100;
 
 #[derive(Args, Debug)]
 pub struct PruneArgs {

@@ -38,8 +38,11 @@ pub struct MergeArgs {
     /// Work out and print the merge, change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Conflicting text files: `report` keeps the target's version; `markers` writes a
-    /// three-way line merge, with <<<<<<< ======= >>>>>>> where the changes overlap.
+    /// Text files both sides edited are merged line by line; what is left is a conflict.
+    /// `report` (default): a merge with conflicts changes nothing, lists them and exits 1.
+    /// `markers`: it is applied and left pending, with <<<<<<< ======= >>>>>>> where text
+    /// edits overlap and the fork's version of a binary file beside the target's
+    /// (NAME.FORK); edit, then `--continue`.
     #[arg(long, value_enum, default_value_t = ConflictMode::Report, value_name = "MODE")]
     conflicts: ConflictMode,
 }
@@ -234,12 +237,15 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
             fork_label: &fork.name,
         };
         let plan = merge::plan(db, &base.root, &fork_root, &target_root, &opts)?;
+        // Without markers, a merge with conflicts changes nothing: applying the rest
+        // would keep the target's side of each conflict and drop the fork's.
+        let refused = !markers && plan.unresolved() > 0;
         let mut before = None;
         let mut checkpoint = None;
         let mut pending = false;
         // Conflicts that kept the target's side change nothing, but still leave the merge
         // pending: the fork's side must not be dropped by moving the base.
-        if !plan.actions.is_empty() || (!dry_run && plan.unresolved() > 0) {
+        if !refused && (!plan.actions.is_empty() || (!dry_run && plan.unresolved() > 0)) {
             if !dry_run {
                 before = Some(if ws.is_modified()? {
                     let name = format!(
@@ -299,12 +305,15 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
             checkpoint: checkpoint.as_ref().map(CheckpointDoc::of),
             clean: unresolved == 0,
             pending,
+            refused,
             summary: MergeSummary {
                 taken: plan.taken.len(),
+                line_merged: plan.line_merged.len(),
                 conflicts: plan.conflicts.len(),
                 unresolved,
             },
             taken: plan.taken,
+            line_merged: plan.line_merged,
             conflicts: plan.conflicts,
         })
     };
@@ -319,39 +328,43 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
                 "conflicts": r.conflicts.iter().map(|c| &c.path).collect::<Vec<_>>(),
                 "checkpoint": r.checkpoint.as_ref().map(|c| &c.name),
                 "pending": r.pending,
+                "refused": r.refused,
             });
             Ok((r, detail))
         })?
     };
     let paint = ctx.out.paint();
     ctx.out.emit(&report, || {
-        let verb = if report.dry_run {
-            "would merge"
-        } else {
-            "merged"
+        let verb = match (report.refused, report.dry_run) {
+            (true, true) => "would refuse to merge",
+            (true, false) => "refused to merge",
+            (false, true) => "would merge",
+            (false, false) => "merged",
         };
         let s = &report.summary;
         println!(
-            "{verb} {} into {} (base {}): {} taken, {} conflict{}",
+            "{verb} {} into {} (base {}): {} taken ({} line-merged), {} conflict{}",
             report.fork,
             report.into,
             report.base,
             s.taken,
+            s.line_merged,
             s.conflicts,
             if s.conflicts == 1 { "" } else { "s" }
         );
         print_changes(&report.taken, paint);
         for c in &report.conflicts {
             let what = match c.resolution {
+                _ if report.refused => "both sides changed it".into(),
                 Resolution::KeptTarget => format!("kept {}'s version", report.into),
                 Resolution::Markers => "conflict markers written".into(),
-                Resolution::Merged => "line merge without overlaps".into(),
+                Resolution::BothKept => format!(
+                    "{}'s version kept, the fork's written to {}",
+                    report.into,
+                    c.kept_as.as_deref().unwrap_or("?")
+                ),
             };
-            let sigil = if c.resolution == Resolution::Merged {
-                paint.warn("C")
-            } else {
-                paint.bad("C")
-            };
+            let sigil = paint.bad("C");
             println!(
                 "{sigil} {}  {} (fork {}, {} {}): {what}",
                 c.path,
@@ -363,6 +376,14 @@ pub fn merge(ctx: &Ctx, a: MergeArgs) -> Result<i32> {
                 report.into,
                 c.target
             );
+        }
+        if report.refused {
+            println!(
+                "nothing changed: the fork's edits conflict with {}'s; merge with \
+                 `--conflicts=markers` to write both sides out and resolve them by hand",
+                report.into
+            );
+            return;
         }
         if let Some(cp) = &report.checkpoint {
             println!("checkpoint: {}", cp.name);

@@ -25,10 +25,15 @@ pub struct CheckpointSaved {
 /// `checkpoint list --json`.
 #[derive(Serialize, JsonSchema, Debug)]
 pub struct CheckpointList {
-    /// This workspace's checkpoints, oldest first.
+    /// This workspace's checkpoints, oldest first: the newest `--limit` (default 100)
+    /// before `--cursor`.
     pub checkpoints: Vec<CheckpointDoc>,
     /// The head checkpoint (in a fork, possibly one of the parent's, not in the list).
     pub head: Option<String>,
+    /// How many checkpoints the workspace has in all.
+    pub total: usize,
+    /// Pass as `--cursor` for the page of older ones; null on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// `checkpoint restore --json`.
@@ -117,8 +122,12 @@ pub struct MergeReport {
     pub clean: bool,
     /// Unresolved conflicts left the merge pending (`--continue` or `--abort`).
     pub pending: bool,
-    /// The fork's changes brought into the target, sorted by path.
+    /// Conflicts without `--conflicts=markers`: nothing was changed (exit 1).
+    pub refused: bool,
+    /// The fork's changes brought into the target (or that would be), sorted by path.
     pub taken: Vec<Change>,
+    /// Files both sides edited without overlap: they hold both sides' edits.
+    pub line_merged: Vec<String>,
     /// Paths both sides changed differently, sorted by path.
     pub conflicts: Vec<Conflict>,
     pub summary: MergeSummary,
@@ -129,9 +138,11 @@ pub struct MergeReport {
 pub struct MergeSummary {
     /// Length of `taken`.
     pub taken: usize,
+    /// Length of `line_merged`.
+    pub line_merged: usize,
     /// Length of `conflicts`.
     pub conflicts: usize,
-    /// Conflicts whose resolution is not `merged`.
+    /// Conflicts left for a person: all of them (kept for older readers).
     pub unresolved: usize,
 }
 

@@ -46,6 +46,10 @@ use session::SessionMount;
 pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
     check_vault(home, vault.as_deref())?;
     let exe = std::env::current_exe().map_err(|e| Error::host("current executable", e))?;
+    // The tools are built before the session's mount: a host's SIGTERM that comes once
+    // the mount is there should find the signal handlers as soon as possible.
+    let mut tool_router = AvfsServer::tool_router();
+    output::trim_input_schemas(&mut tool_router);
     let session_mount = if mount {
         SessionMount::start(&exe, home, vault.as_deref())
     } else {
@@ -54,7 +58,7 @@ pub fn serve(home: &Path, vault: Option<String>, mount: bool) -> Result<i32> {
     let server = AvfsServer {
         exe,
         vault,
-        tool_router: AvfsServer::tool_router(),
+        tool_router,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -287,15 +291,18 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "List the workspace's checkpoints, oldest first, and the head.",
+        description = "The workspace's newest checkpoints (a page), oldest first, and the head.",
         output_schema = output::doc_schema("checkpoint-list"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn checkpoint_list(
         &self,
-        Parameters(p): Parameters<VaultSel>,
+        Parameters(p): Parameters<CheckpointListParams>,
     ) -> Result<CallToolResult, McpError> {
-        self.call(p.vault, Line::new(&["checkpoint", "list"])).await
+        let line = Line::new(&["checkpoint", "list"])
+            .opt("limit", p.limit)
+            .opt("cursor", p.cursor);
+        self.call(p.vault, line).await
     }
 
     #[tool(
@@ -542,8 +549,9 @@ impl AvfsServer {
 
     #[tool(
         description = "Three-way merge of a fork back into the vault it was forked from (or \
-        `into`): what only the fork changed is taken, what both changed is a conflict. The \
-        result is a new checkpoint of the target. Use dry_run first to see what would happen.",
+        `into`): what only the fork changed is taken, text files both edited are merged line \
+        by line, renames are followed. A merge with conflicts changes nothing (refused) \
+        unless `markers`. The result is a new checkpoint of the target.",
         output_schema = output::doc_schema("vault-merge"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
@@ -658,8 +666,9 @@ impl ServerHandler for AvfsServer {
             "agentvfs: a versioned, forkable workspace. Run commands with `exec` (the policy \
                  decides; the envelope lists exactly which files changed), take checkpoints \
                  before risky work, restore them to roll back, fork to try things in isolation. \
-                 Results are the JSON documents of `avfs --json` (each tool's outputSchema \
-                 says which); exec's envelope leaves out the options left at their default. \
+                 Results are the JSON documents of `avfs --json` (docs/json.md; each tool's \
+                 outputSchema lists the fields, schemas/NAME.schema.json has them whole); \
+                 exec's envelope leaves out the options left at their default. \
                  A bad argument is a tool error naming the argument and the fix. Resources: \
                  avfs://checkpoints, avfs://files/PATH, avfs://checkpoints/NAME/files/PATH.",
         )

@@ -102,16 +102,45 @@ fn is_default(v: &Value) -> bool {
 pub(super) fn exec_schema() -> Arc<JsonObject> {
     static SCHEMA: OnceLock<Arc<JsonObject>> = OnceLock::new();
     SCHEMA
-        .get_or_init(|| {
-            let mut s: Value =
-                serde_json::from_str(ENVELOPE_SCHEMA).expect("the envelope schema is JSON");
-            loosen(&mut s);
-            match s {
-                Value::Object(o) => Arc::new(o),
-                _ => unreachable!("the envelope schema is an object"),
-            }
-        })
+        .get_or_init(|| Arc::new(fields_only(&full_exec_schema())))
         .clone()
+}
+
+/// The envelope's schema as the compact envelope follows it (tested; what
+/// `exec_schema` declares the top level of).
+fn full_exec_schema() -> Value {
+    let mut s: Value = serde_json::from_str(ENVELOPE_SCHEMA).expect("the envelope schema is JSON");
+    loosen(&mut s);
+    s
+}
+
+/// The top level of a document's schema: each field and its JSON type (`{}` for a field
+/// whose schema is a reference or a choice), without descriptions or nested definitions,
+/// which `schemas/NAME.schema.json` and docs/json.md hold (the server's instructions say
+/// so once, for every tool). Whole schemas made `tools/list`
+/// 70 KB (exec's alone 19.5 KB), more than a model should read before its first call;
+/// results still follow the whole schema (tests/mcp checks them against the files).
+fn fields_only(full: &Value) -> JsonObject {
+    let mut out = JsonObject::new();
+    out.insert("type".into(), json!("object"));
+    if let Some(t) = full.get("title") {
+        out.insert("title".into(), t.clone());
+    }
+    let props: JsonObject = full
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| {
+            let ty = v
+                .get("type")
+                .map(|t| json!({"type": t}))
+                .unwrap_or(json!({}));
+            (k.clone(), ty)
+        })
+        .collect();
+    out.insert("properties".into(), Value::Object(props));
+    out
 }
 
 fn loosen(s: &mut Value) {
@@ -152,9 +181,18 @@ fn drop_required(list: Option<&mut Value>, name: &str) {
 pub(super) fn doc_schema(name: &str) -> Arc<JsonObject> {
     let schema = crate::schema::named(name)
         .unwrap_or_else(|| panic!("no document schema named {name} in schema::all()"));
-    match schema.to_value() {
-        Value::Object(o) => Arc::new(o),
-        _ => unreachable!("a document schema is an object"),
+    Arc::new(fields_only(&schema.to_value()))
+}
+
+/// Input schemas without the `$schema` line schemars puts in each (the MCP spec makes
+/// 2020-12 the default): one line per tool that a model reads and learns nothing from.
+pub(super) fn trim_input_schemas<S>(
+    router: &mut rmcp::handler::server::router::tool::ToolRouter<S>,
+) {
+    for route in router.map.values_mut() {
+        let mut s = (*route.attr.input_schema).clone();
+        s.remove("$schema");
+        route.attr.input_schema = Arc::new(s);
     }
 }
 
@@ -215,7 +253,7 @@ mod tests {
 
     #[test]
     fn the_exec_schema_is_the_envelope_schema_loosened_where_compacting_drops() {
-        let s = Value::Object((*exec_schema()).clone());
+        let s = full_exec_schema();
         assert!(s.get("$id").is_none());
         let req = s.pointer("/required").unwrap().as_array().unwrap();
         assert!(req.iter().any(|v| v == "changes"));
@@ -231,8 +269,20 @@ mod tests {
     fn every_document_tool_declares_its_generated_schema() {
         for (name, schema) in crate::schema::all() {
             let declared = Value::Object((*doc_schema(name)).clone());
-            assert_eq!(declared, schema.to_value(), "{name}");
+            let full = schema.to_value();
             assert_eq!(declared["type"], "object", "{name}");
+            let fields = |v: &Value| -> Vec<String> {
+                v["properties"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .cloned()
+                    .collect()
+            };
+            assert_eq!(fields(&declared), fields(&full), "{name}");
         }
+        let exec = Value::Object((*exec_schema()).clone());
+        assert_eq!(exec["title"], full_exec_schema()["title"]);
+        assert_eq!(exec["properties"]["exit_code"], json!({"type": "integer"}));
     }
 }

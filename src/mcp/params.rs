@@ -4,10 +4,14 @@
 use rmcp::schemars::{self, JsonSchema};
 use serde::Deserialize;
 
-/// Selects the vault or fork a call works on; without it, the server's own (`avfs
-/// --vault V mcp`, else `$AVFS_VAULT`, else the current vault).
+/// A page of checkpoints; `vault` selects the vault or fork a call works on (without it,
+/// the server's own: `avfs --vault V mcp`, else `$AVFS_VAULT`, else the current vault).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
-pub(super) struct VaultSel {
+pub(super) struct CheckpointListParams {
+    /// The newest N checkpoints (default 100).
+    pub(super) limit: Option<u64>,
+    /// A page's `next_cursor`: the older ones.
+    pub(super) cursor: Option<String>,
     /// A registered vault or fork name, or a path to a .avfs file.
     pub(super) vault: Option<String>,
 }
@@ -302,8 +306,8 @@ pub(super) struct MergeParams {
     /// Work out and report the merge, change nothing.
     #[serde(default)]
     pub(super) dry_run: bool,
-    /// Write conflict markers into text files both sides changed (default: keep the
-    /// target's version and report the conflict).
+    /// Apply a merge with conflicts: markers where text edits overlap, the fork's copy of
+    /// a binary file beside the target's (default: change nothing, list the conflicts).
     #[serde(default)]
     pub(super) markers: bool,
 }

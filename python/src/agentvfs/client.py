@@ -378,9 +378,11 @@ class Vault:
         markers: bool = False,
     ) -> MergeResult:
         """``vault merge FORK --into SELF``: a three-way merge of what ``fork`` changed
-        since it was forked. Conflicts do not raise: check ``result.clean`` and
-        ``result.conflicts``. ``markers=True`` writes conflict markers into text files
-        (``--conflicts=markers``); ``paths`` limits the merge to those paths.
+        since it was forked; text files both sides edited are merged line by line.
+        Conflicts do not raise: check ``result.clean`` and ``result.conflicts``. A merge
+        with conflicts changes nothing (``result.refused``) unless ``markers=True``
+        (``--conflicts=markers``): conflict markers in text files, the fork's copy of a
+        binary file beside the target's. ``paths`` limits the merge to those paths.
 
         Raises:
             Refused: ``fork`` is not a fork (or its base checkpoint was deleted).

@@ -357,7 +357,8 @@ class Conflict:
     fork: str
     target: str
     resolution: str
-    """``kept_target``, ``markers`` or ``merged``."""
+    """``kept_target``, ``markers`` or ``both_kept`` (the fork's copy at
+    ``raw["kept_as"]``)."""
     raw: Json = field(repr=False, compare=False)
 
     @classmethod
@@ -392,7 +393,12 @@ class MergeResult:
     """The counts: taken, conflicts, and unresolved (what a person still has to look at)."""
     paths: List[str]
     """The path filters the merge was limited to; empty: everything."""
-    raw: Json = field(repr=False, compare=False)
+    refused: bool = False
+    """Conflicts without ``markers=True``: nothing was changed (``taken`` is what the
+    merge would take)."""
+    line_merged: List[str] = field(default_factory=list)
+    """Text files both sides edited without overlap: they hold both sides' edits."""
+    raw: Json = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "MergeResult":
@@ -409,6 +415,8 @@ class MergeResult:
             conflicts=[Conflict.from_json(c) for c in d.get("conflicts") or []],
             summary=MergeSummary.from_json(d.get("summary")),
             paths=_strs(d.get("paths")),
+            refused=bool(d.get("refused", False)),
+            line_merged=_strs(d.get("line_merged")),
             raw=dict(d),
         )
 
