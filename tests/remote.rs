@@ -664,6 +664,21 @@ fn a_store_that_ignores_conditional_writes_moves_no_ref_unless_declared_single_w
     let b = machine(&s3);
     b.json(&["clone", &url, "w"]);
     assert_eq!(b.cat(Some("w"), "/f"), "two");
+    // A clone's origin is not declared single-writer: refused, until the remotes file
+    // says so for the bucket.
+    b.ok(&["--vault", "w", "write", "/g", "from b"]);
+    b.ok(&["--vault", "w", "checkpoint", "save", "b1"]);
+    assert_eq!(
+        b.json_err(&["--vault", "w", "push"], 1)["kind"],
+        "remote_unsafe"
+    );
+    let toml = b.home().join("remotes.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, format!("{text}single_writer = true\n")).unwrap();
+    assert_eq!(
+        b.json(&["--vault", "w", "push"])["refs"][0]["status"],
+        "updated"
+    );
     // Removed and added at another URL: probed again there (and refused again).
     a.ok(&["remote", "remove", "origin"]);
     a.ok(&["remote", "add", "origin", &s3.url("elsewhere")]);
