@@ -737,7 +737,7 @@ print('timeout', flush=True)
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(racer.stdout.take().unwrap()));
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
     let out = a
-        .cmd(&["--json", "push"])
+        .cmd(["--json", "push"])
         .env("AVFS_REMOTE_SETTLE_MS", "3000")
         .output()
         .unwrap();
