@@ -187,7 +187,21 @@ pub fn run(ctx: &Ctx, cmd: RemoteCmd) -> Result<i32> {
             let list = remote::list(&v.path)?;
             ctx.out.emit(&json!({"remotes": list}), || {
                 for r in &list {
-                    println!("{:<16} {}", r.name, r.url);
+                    let mut notes = Vec::new();
+                    if r.single_writer {
+                        notes.push("single writer");
+                    }
+                    match &r.conditional_writes {
+                        Some(c) if c.honoured() => notes.push("conditional writes honoured"),
+                        Some(_) => notes.push("conditional writes NOT honoured"),
+                        None => {}
+                    }
+                    let notes = if notes.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  ({})", notes.join("; "))
+                    };
+                    println!("{:<16} {}{notes}", r.name, r.url);
                     for f in &r.refs {
                         println!("  {:<14} {}", f.workspace, &f.head[..12]);
                     }
