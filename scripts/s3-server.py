@@ -6,8 +6,10 @@ If-Match / If-None-Match and then stores the object in two steps, so two conditi
 writes of one key on two threads could both pass the check. Here conditional requests
 take a lock, so between a check and its store no other conditional write can land:
 conditional writes are atomic, as on S3 itself (refs move only by conditional writes).
-Usage: s3-server.py PORT [BUCKET...] (the buckets are created at start);
-it prints "ready" once it accepts connections, and stops on SIGTERM.
+Usage: s3-server.py [--ignore-conditions] PORT [BUCKET...] (the buckets are created at
+start); it prints "ready" once it accepts connections, and stops on SIGTERM.
+With --ignore-conditions it drops If-Match / If-None-Match from every request instead,
+as some self-hosted stores do: the tests' store that must fail avfs's probe.
 """
 import signal
 import sys
@@ -33,10 +35,24 @@ def serialize_conditional(app):
     return wrapped
 
 
+def ignore_conditional(app):
+    def wrapped(environ, start_response):
+        environ.pop("HTTP_IF_MATCH", None)
+        environ.pop("HTTP_IF_NONE_MATCH", None)
+        return app(environ, start_response)
+
+    return wrapped
+
+
 def main():
-    port = int(sys.argv[1])
-    buckets = sys.argv[2:]
-    app = serialize_conditional(DomainDispatcherApplication(create_backend_app))
+    args = sys.argv[1:]
+    ignore = args[:1] == ["--ignore-conditions"]
+    if ignore:
+        args = args[1:]
+    port = int(args[0])
+    buckets = args[1:]
+    backend = DomainDispatcherApplication(create_backend_app)
+    app = ignore_conditional(backend) if ignore else serialize_conditional(backend)
     server = make_server(
         "127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler
     )

@@ -49,6 +49,11 @@ cargo build --release --locked --all-targets
 if [ ! -x target/pjdfstest/bin/pjdfstest ]; then
   cargo install --quiet --locked pjdfstest --version 0.2.2 --root target/pjdfstest
 fi
+# s3s-fs (an S3 server over a directory, from crates.io): the remote tests' second server,
+# beside moto (tests/common/s3.rs).
+if [ ! -x target/s3s-fs/bin/s3s-fs ]; then
+  cargo install --quiet --locked s3s-fs --version 0.14.1 --features binary --root target/s3s-fs
+fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 set +e

@@ -95,6 +95,10 @@ pub enum Error {
     )]
     PushRejected { remote: String, workspace: String },
     #[error(
+        "remote {remote} cannot be trusted to move refs: {missing}, so two machines pushing at once could both be told they succeeded and one update would be lost; nothing was changed on it. Use a store that refuses such writes (AWS S3, MinIO, Cloudflare R2, ...), or, if only one machine ever pushes to it, declare it single-writer: `avfs remote add {remote} URL --single-writer` (the same URL again), or `single_writer = true` in its bucket's section of $AVFS_HOME/remotes.toml"
+    )]
+    RemoteUnsafe { remote: String, missing: String },
+    #[error(
         "remote {remote}: {what} fails its hash or does not decode ({reason}); it was refused and nothing was stored"
     )]
     RemoteCorrupt {
@@ -146,6 +150,7 @@ impl Error {
             Error::NoSuchRemote(_) => "no_such_remote",
             Error::Remote { .. } => "remote",
             Error::PushRejected { .. } => "push_rejected",
+            Error::RemoteUnsafe { .. } => "remote_unsafe",
             Error::RemoteCorrupt { .. } => "remote_corrupt",
             Error::Internal(_) => "internal",
         }

@@ -37,6 +37,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("grep", of::<GrepReport>()),
         ("log", of::<FileLog>()),
         ("ls", of::<Listing>()),
+        ("push", of::<crate::remote::PushReport>()),
         ("search", of::<SearchReport>()),
         ("stat", of::<StatDoc>()),
         ("tag", of::<TagReport>()),

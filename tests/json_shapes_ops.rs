@@ -376,7 +376,13 @@ fn remote_push_fetch_pull_clone_gc() {
     let added = doc(&env, &["remote", "add", "origin", &url]);
     shape(
         &added["added"],
-        &[("name", Str), ("url", Str), ("refs", Arr)],
+        &[
+            ("name", Str),
+            ("url", Str),
+            ("refs", Arr),
+            ("single_writer", Bool),
+            ("conditional_writes", NullOr(&Obj)),
+        ],
     );
     let p = doc(&env, &["push"]);
     shape(
@@ -409,7 +415,13 @@ fn remote_push_fetch_pull_clone_gc() {
     let l = doc(&env, &["remote", "list"]);
     shape(
         &l["remotes"][0],
-        &[("name", Str), ("url", Str), ("refs", Arr)],
+        &[
+            ("name", Str),
+            ("url", Str),
+            ("refs", Arr),
+            ("single_writer", Bool),
+            ("conditional_writes", NullOr(&Obj)),
+        ],
     );
     shape(
         &l["remotes"][0]["refs"][0],

@@ -13,7 +13,7 @@ use std::process::Stdio;
 
 use common::Env;
 use remote_util::{exported_equals, machine, project};
-use s3::S3;
+use s3::{S3, Server};
 use serde_json::Value;
 
 fn stats_chunks(env: &Env, vault: &str) -> u64 {
@@ -24,10 +24,19 @@ fn stats_chunks(env: &Env, vault: &str) -> u64 {
 
 #[test]
 fn s3_server_refuses_a_second_conditional_write() {
+    refuses_a_second_conditional_write(Server::Moto);
+}
+
+#[test]
+fn s3s_fs_refuses_a_second_conditional_write() {
+    refuses_a_second_conditional_write(Server::S3sFs);
+}
+
+fn refuses_a_second_conditional_write(server: Server) {
     // Without this the race test below would prove nothing: a second create with
     // If-None-Match and an update with a stale If-Match are refused (412), and the
     // object keeps the first writer's bytes.
-    let s3 = S3::start();
+    let s3 = S3::start_on(server);
     let out = s3.boto3(
         r#"
 def put(body, **kw):
@@ -47,7 +56,16 @@ print(s3.get_object(Bucket=bucket, Key='cas')['Body'].read().decode())
 
 #[test]
 fn push_then_lazy_and_full_clone_over_s3() {
-    let s3 = S3::start();
+    push_then_lazy_and_full_clone(Server::Moto);
+}
+
+#[test]
+fn push_then_lazy_and_full_clone_over_s3s_fs() {
+    push_then_lazy_and_full_clone(Server::S3sFs);
+}
+
+fn push_then_lazy_and_full_clone(server: Server) {
+    let s3 = S3::start_on(server);
     let a = machine(&s3);
     let src = a.path("src");
     project(&src, 120);
@@ -58,9 +76,13 @@ fn push_then_lazy_and_full_clone_over_s3() {
     let p = a.json(&["push"]);
     assert_eq!(p["refs"][0]["status"], "created");
     assert_eq!(p["refs"][0]["checkpoint"], "v1");
+    // The first ref update to the store probed its conditional writes: 3 requests.
+    assert_eq!(p["probe"]["requests"], 3, "{p}");
+    assert_eq!(p["probe"]["if_match"], true, "{p}");
+    assert_eq!(p["probe"]["if_none_match"], true, "{p}");
     // Few, large requests: 120 files in a couple of packs, not a PUT per object.
     assert!(p["objects"].as_u64().unwrap() > 120);
-    assert!(p["traffic"]["requests"].as_u64().unwrap() <= 10, "{p}");
+    assert!(p["traffic"]["requests"].as_u64().unwrap() <= 3 + 10, "{p}");
 
     // Another machine: a lazy clone holds the checkpoint and the root listing, nothing
     // more; listings below and file contents come on first read.
@@ -111,7 +133,16 @@ fn push_then_lazy_and_full_clone_over_s3() {
 
 #[test]
 fn incremental_push_after_ten_changes_is_a_handful_of_requests() {
-    let s3 = S3::start();
+    incremental_push_after_ten_changes(Server::Moto);
+}
+
+#[test]
+fn incremental_push_after_ten_changes_over_s3s_fs() {
+    incremental_push_after_ten_changes(Server::S3sFs);
+}
+
+fn incremental_push_after_ten_changes(server: Server) {
+    let s3 = S3::start_on(server);
     let a = machine(&s3);
     let src = a.path("src");
     project(&src, 400);
@@ -129,10 +160,13 @@ fn incremental_push_after_ten_changes_is_a_handful_of_requests() {
     a.ok(&["checkpoint", "save", "v2"]);
     let p = a.json(&["push"]);
     assert_eq!(p["refs"][0]["status"], "updated");
-    // 10 chunks + changed trees + 1 checkpoint; list + ref + 2 packs + 2 indexes + ref.
+    // The probe ran once, at the first push; not again.
+    assert!(p.get("probe").is_none(), "{p}");
+    // 10 chunks + changed trees + 1 checkpoint; list + ref + 2 packs + 2 indexes + ref
+    // + its read-back.
     let objects = p["objects"].as_u64().unwrap();
     assert!((11..=30).contains(&objects), "{p}");
-    assert!(p["traffic"]["requests"].as_u64().unwrap() <= 8, "{p}");
+    assert!(p["traffic"]["requests"].as_u64().unwrap() <= 10, "{p}");
     // Nothing new: nothing sent.
     let again = a.json(&["push"]);
     assert_eq!(again["refs"][0]["status"], "up_to_date");
@@ -153,9 +187,61 @@ fn outcome(child: std::process::Child) -> (i32, Value) {
     (out.status.code().unwrap_or(-1), v)
 }
 
+/// Racing rounds per server: `AVFS_RACE_ROUNDS` (the long mode: 200), else 6.
+fn race_rounds() -> usize {
+    std::env::var("AVFS_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6)
+}
+
 #[test]
 fn two_pushers_at_once_one_wins_the_other_is_told_to_pull() {
-    let s3 = S3::start();
+    two_pushers_race(Server::Moto);
+}
+
+#[test]
+fn two_pushers_at_once_over_s3s_fs_never_both_succeed() {
+    // s3s-fs checks If-Match and then writes: two pushers from one head can both pass
+    // the check. The read-back after the write is what turns one of them into
+    // `lost_race` (without it, 2 of 7 rounds lost an update).
+    two_pushers_race(Server::S3sFs);
+}
+
+/// How one push of a race ended.
+#[derive(Debug, PartialEq)]
+enum Ended {
+    /// Exit 0, the ref moved from `old`.
+    Won {
+        old: String,
+    },
+    Rejected,
+    LostRace,
+}
+
+fn ended(code: i32, v: &Value) -> Ended {
+    match code {
+        0 => {
+            assert_eq!(v["refs"][0]["status"], "updated", "{v}");
+            Ended::Won {
+                old: v["refs"][0]["old"].as_str().unwrap().to_string(),
+            }
+        }
+        1 if v["error"]["kind"] == "push_rejected" => {
+            let msg = v["error"]["message"].as_str().unwrap();
+            assert!(msg.contains("avfs pull"), "{v}");
+            Ended::Rejected
+        }
+        1 if v["refs"][0]["status"] == "lost_race" => {
+            assert_ne!(v["refs"][0]["found"], v["refs"][0]["new"], "{v}");
+            Ended::LostRace
+        }
+        _ => panic!("push exited {code}: {v}"),
+    }
+}
+
+fn two_pushers_race(server: Server) {
+    let s3 = S3::start_on(server);
     let url = s3.url("race");
     let seed = machine(&s3);
     seed.ok(&["write", "/shared.txt", "base"]);
@@ -166,7 +252,9 @@ fn two_pushers_at_once_one_wins_the_other_is_told_to_pull() {
     let b = machine(&s3);
     a.json(&["clone", &url, "w"]);
     b.json(&["clone", &url, "w"]);
-    for round in 0..4 {
+    let rounds = race_rounds();
+    let (mut rejected, mut lost, mut both_won) = (0, 0, 0);
+    for round in 0..rounds {
         a.ok(&["--vault", "w", "write", &format!("/a{round}.txt"), "from a"]);
         a.ok(&["--vault", "w", "checkpoint", "save", &format!("a{round}")]);
         b.ok(&["--vault", "w", "write", &format!("/b{round}.txt"), "from b"]);
@@ -175,31 +263,41 @@ fn two_pushers_at_once_one_wins_the_other_is_told_to_pull() {
         let pb = spawn(&b, &["--json", "--vault", "w", "push"]);
         let (ca, va) = outcome(pa);
         let (cb, vb) = outcome(pb);
-        assert_eq!(
-            [ca, cb].iter().filter(|c| **c == 0).count(),
-            1,
-            "round {round}: exactly one push wins\na: {va}\nb: {vb}"
-        );
-        let (loser, lv) = if ca == 0 { (&b, vb) } else { (&a, va) };
-        assert_eq!(lv["error"]["kind"], "push_rejected", "{lv}");
-        assert!(
-            lv["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("avfs pull"),
-            "{lv}"
-        );
-        // The loser merges and pushes; now both changes are on the remote.
-        let pull = loser.json(&["--vault", "w", "pull"]);
-        assert_eq!(pull["status"], "merged", "{pull}");
-        loser.json(&["--vault", "w", "push"]);
-        let winner = if ca == 0 { &a } else { &b };
-        let ff = winner.json(&["--vault", "w", "pull"]);
-        assert_eq!(ff["status"], "fast_forward", "{ff}");
+        let (ea, eb) = (ended(ca, &va), ended(cb, &vb));
+        if let (Ended::Won { old: oa }, Ended::Won { old: ob }) = (&ea, &eb)
+            && oa == ob
+        {
+            both_won += 1;
+        }
+        for e in [&ea, &eb] {
+            match e {
+                Ended::Rejected => rejected += 1,
+                Ended::LostRace => lost += 1,
+                Ended::Won { .. } => {}
+            }
+        }
+        // Whoever did not win merges the remote's head and pushes again; then both
+        // are where the remote is.
+        for (env, e) in [(&a, &ea), (&b, &eb)] {
+            if !matches!(e, Ended::Won { .. }) {
+                let pull = env.json(&["--vault", "w", "pull"]);
+                assert_eq!(pull["status"], "merged", "round {round}: {pull}");
+                env.json(&["--vault", "w", "push"]);
+            }
+        }
+        a.json(&["--vault", "w", "pull"]);
+        b.json(&["--vault", "w", "pull"]);
     }
+    eprintln!(
+        "race on {server:?}: {rounds} rounds: {rejected} push_rejected, {lost} lost_race, {both_won} where both won from one head"
+    );
+    assert_eq!(
+        both_won, 0,
+        "{both_won} of {rounds} rounds: both pushes reported success from the same old head"
+    );
     let check = machine(&s3);
     check.json(&["clone", &url, "w", "--full"]);
-    for round in 0..4 {
+    for round in 0..rounds {
         assert_eq!(check.cat(Some("w"), &format!("/a{round}.txt")), "from a");
         assert_eq!(check.cat(Some("w"), &format!("/b{round}.txt")), "from b");
     }
@@ -515,4 +613,155 @@ fn vault_fork_from_a_remote_checkpoint_moves_only_missing_objects() {
     assert_eq!(b.cat(Some("review"), "/src/m0/f0.txt"), "v2 0");
     assert_eq!(b.cat(Some("review"), "/src/m5/f5.txt"), "file 5\n");
     exported_equals(&b, "web", &src);
+}
+
+#[test]
+fn a_store_that_ignores_conditional_writes_moves_no_ref_unless_declared_single_writer() {
+    let s3 = S3::start_on(Server::MotoIgnoringConditions);
+    let a = machine(&s3);
+    a.ok(&["write", "/f", "one"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    let url = s3.url("unsafe");
+    a.ok(&["remote", "add", "origin", &url]);
+    let e = a.json_err(&["push"], 1);
+    assert_eq!(e["kind"], "remote_unsafe", "{e}");
+    let msg = e["message"].as_str().unwrap();
+    for needle in [
+        "If-Match",
+        "If-None-Match",
+        "--single-writer",
+        "nothing was changed",
+    ] {
+        assert!(msg.contains(needle), "{needle:?} not in {msg}");
+    }
+    // Nothing was uploaded and no ref written: only the probe's own key is there.
+    let keys = s3.boto3(
+        "print(sorted(o['Key'] for o in s3.list_objects_v2(Bucket=bucket).get('Contents', [])))",
+    );
+    assert_eq!(keys.trim(), "['unsafe/probe/conditional-writes']", "{keys}");
+    // The verdict is kept in the vault, for this URL.
+    let list = a.json(&["remote", "list"]);
+    let cw = &list["remotes"][0]["conditional_writes"];
+    assert_eq!(cw["if_match"], false, "{list}");
+    assert_eq!(cw["if_none_match"], false, "{list}");
+    assert_eq!(cw["requests"], 3, "{list}");
+    assert_eq!(cw["url"], url.as_str(), "{list}");
+    // Another URL under the same name is refused; the same URL with --single-writer
+    // opts in.
+    let other = a.json_err(&["remote", "add", "origin", &s3.url("elsewhere")], 1);
+    assert_eq!(other["kind"], "already_exists", "{other}");
+    a.ok(&["remote", "add", "origin", &url, "--single-writer"]);
+    let p = a.json(&["push"]);
+    assert_eq!(p["refs"][0]["status"], "created", "{p}");
+    assert!(p.get("probe").is_none(), "the verdict was cached: {p}");
+    assert_eq!(
+        a.json(&["remote", "list"])["remotes"][0]["single_writer"],
+        true
+    );
+    a.ok(&["write", "/f", "two"]);
+    a.ok(&["checkpoint", "save", "v2"]);
+    assert_eq!(a.json(&["push"])["refs"][0]["status"], "updated");
+    let b = machine(&s3);
+    b.json(&["clone", &url, "w"]);
+    assert_eq!(b.cat(Some("w"), "/f"), "two");
+    // A clone's origin is not declared single-writer: refused, until the remotes file
+    // says so for the bucket.
+    b.ok(&["--vault", "w", "write", "/g", "from b"]);
+    b.ok(&["--vault", "w", "checkpoint", "save", "b1"]);
+    assert_eq!(
+        b.json_err(&["--vault", "w", "push"], 1)["kind"],
+        "remote_unsafe"
+    );
+    let toml = b.home().join("remotes.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, format!("{text}single_writer = true\n")).unwrap();
+    assert_eq!(
+        b.json(&["--vault", "w", "push"])["refs"][0]["status"],
+        "updated"
+    );
+    // Removed and added at another URL: probed again there (and refused again).
+    a.ok(&["remote", "remove", "origin"]);
+    a.ok(&["remote", "add", "origin", &s3.url("elsewhere")]);
+    assert_eq!(a.json_err(&["push"], 1)["kind"], "remote_unsafe");
+    let list = a.json(&["remote", "list"]);
+    assert_eq!(list["remotes"][0]["single_writer"], false, "{list}");
+    assert_eq!(
+        list["remotes"][0]["conditional_writes"]["url"],
+        s3.url("elsewhere").as_str()
+    );
+}
+
+#[test]
+fn a_ref_overwritten_after_the_push_wrote_it_is_a_lost_race_and_nothing_uploaded_is_lost() {
+    let s3 = S3::start();
+    let a = machine(&s3);
+    let src = a.path("src");
+    project(&src, 60);
+    a.ok(&["import", src.to_str().unwrap(), "/"]);
+    a.ok(&["checkpoint", "save", "v1"]);
+    let url = s3.url("lost");
+    a.ok(&["remote", "add", "origin", &url]);
+    let first = a.json(&["push"]);
+    let v1 = first["refs"][0]["new"].as_str().unwrap().to_string();
+    for i in 0..10 {
+        a.ok(&[
+            "write",
+            &format!("/src/m{}/f{i}.txt", i % 7),
+            &format!("v2 {i}"),
+        ]);
+    }
+    a.ok(&["checkpoint", "save", "v2"]);
+    // What a store that checks a condition and then writes can do: another writer's
+    // put lands after ours. Here a racer puts the old ref back as soon as the push
+    // has written the new one, while the push waits to read it back.
+    let mut racer = s3
+        .boto3_cmd(
+            r#"
+import sys, time
+key = 'lost/refs/main'
+old = s3.get_object(Bucket=bucket, Key=key)['Body'].read()
+print('ready', flush=True)
+deadline = time.time() + 120
+while time.time() < deadline:
+    if s3.get_object(Bucket=bucket, Key=key)['Body'].read() != old:
+        s3.put_object(Bucket=bucket, Key=key, Body=old)
+        print('overwrote', flush=True)
+        sys.exit(0)
+    time.sleep(0.005)
+print('timeout', flush=True)
+"#,
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(racer.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let out = a
+        .cmd(["--json", "push"])
+        .env("AVFS_REMOTE_SETTLE_MS", "3000")
+        .output()
+        .unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "overwrote");
+    racer.wait().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let p: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(p["refs"][0]["status"], "lost_race", "{p}");
+    assert_eq!(p["refs"][0]["found"], v1.as_str(), "{p}");
+    assert!(stderr.contains("avfs pull origin"), "{stderr}");
+    let sent = p["objects"].as_u64().unwrap();
+    assert!(sent >= 11, "{p}");
+    // The remote is at v1 again; v2 descends from it, so pushing again moves the ref
+    // and sends nothing: the packs of the lost push are there and reused.
+    let again = a.json(&["push"]);
+    assert_eq!(again["refs"][0]["status"], "updated", "{again}");
+    assert_eq!(again["refs"][0]["old"], v1.as_str(), "{again}");
+    assert_eq!(again["objects"], 0, "{again}");
+    let b = machine(&s3);
+    b.json(&["clone", &url, "w", "--full"]);
+    assert_eq!(b.cat(Some("w"), "/src/m3/f3.txt"), "v2 3");
+    assert_eq!(
+        b.json(&["--vault", "w", "vault", "verify"])["report"]["ok"],
+        true
+    );
 }

@@ -10,7 +10,7 @@ use super::merge::ConflictMode;
 use super::output::human_size;
 use crate::error::{Error, Result};
 use crate::registry::{VaultRef, validate_name};
-use crate::remote::{self, Progress, Target};
+use crate::remote::{self, Progress, RefStatus, Target};
 use crate::workspace::MAIN;
 use crate::workspace::Store;
 
@@ -18,7 +18,15 @@ use crate::workspace::Store;
 pub enum RemoteCmd {
     /// Name an object store this vault pushes to and fetches from
     /// (s3://bucket[/prefix] or file:///dir). Credentials are never stored in the vault.
-    Add { name: String, url: String },
+    Add {
+        name: String,
+        url: String,
+        /// Only this machine ever pushes to it: move refs even if the store ignores
+        /// conditional writes (two pushers could then lose an update). Given again with the
+        /// remote's own URL, declares an existing remote so.
+        #[arg(long)]
+        single_writer: bool,
+    },
     /// List this vault's remotes and where their workspaces were when last seen.
     #[command(visible_alias = "ls")]
     List,
@@ -160,17 +168,40 @@ fn remote_or_default(v: &VaultRef, name: Option<String>) -> Result<String> {
 pub fn run(ctx: &Ctx, cmd: RemoteCmd) -> Result<i32> {
     let (_, v) = ctx.target()?;
     match cmd {
-        RemoteCmd::Add { name, url } => {
-            let r = remote::add(&v.path, &v.workspace, &name, &url)?;
+        RemoteCmd::Add {
+            name,
+            url,
+            single_writer,
+        } => {
+            let r = remote::add(&v.path, &v.workspace, &name, &url, single_writer)?;
             ctx.out.emit(&json!({"added": r}), || {
-                println!("added remote {name} -> {url}")
+                let note = if single_writer {
+                    " (single writer)"
+                } else {
+                    ""
+                };
+                println!("added remote {name} -> {url}{note}")
             });
         }
         RemoteCmd::List => {
             let list = remote::list(&v.path)?;
             ctx.out.emit(&json!({"remotes": list}), || {
                 for r in &list {
-                    println!("{:<16} {}", r.name, r.url);
+                    let mut notes = Vec::new();
+                    if r.single_writer {
+                        notes.push("single writer");
+                    }
+                    match &r.conditional_writes {
+                        Some(c) if c.honoured() => notes.push("conditional writes honoured"),
+                        Some(_) => notes.push("conditional writes NOT honoured"),
+                        None => {}
+                    }
+                    let notes = if notes.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  ({})", notes.join("; "))
+                    };
+                    println!("{:<16} {}{notes}", r.name, r.url);
                     for f in &r.refs {
                         println!("  {:<14} {}", f.workspace, &f.head[..12]);
                     }
@@ -221,12 +252,24 @@ pub fn push(ctx: &Ctx, a: PushArgs) -> Result<i32> {
     })?;
     ctx.out.emit(&r, || {
         for u in &r.refs {
+            let short = |h: &str| h[..12.min(h.len())].to_string();
             let what = match u.status {
-                "up_to_date" => "already there".to_string(),
-                "created" => "new".to_string(),
-                _ => format!("{}..{}", &u.old.as_deref().unwrap_or("")[..12.min(u.old.as_deref().unwrap_or("").len())], &u.new[..12]),
+                RefStatus::UpToDate => "already there".to_string(),
+                RefStatus::Created => "new".to_string(),
+                RefStatus::Updated => format!(
+                    "{}..{}",
+                    short(u.old.as_deref().unwrap_or("")),
+                    short(&u.new)
+                ),
+                RefStatus::LostRace => format!(
+                    "LOST RACE: the remote holds {} instead",
+                    u.found.as_deref().map(short).unwrap_or_else(|| "no ref".into())
+                ),
             };
-            println!("{} -> {}/{}  checkpoint {}  ({what})", u.workspace, r.remote, u.workspace, u.checkpoint);
+            println!(
+                "{} -> {}/{}  checkpoint {}  ({what})",
+                u.workspace, r.remote, u.workspace, u.checkpoint
+            );
         }
         println!(
             "sent {} object(s) in {} pack(s), {} in {} request(s), {:.2}s",
@@ -242,7 +285,22 @@ pub fn push(ctx: &Ctx, a: PushArgs) -> Result<i32> {
             );
         }
     });
-    Ok(0)
+    let lost: Vec<&str> = r
+        .refs
+        .iter()
+        .filter(|u| u.status == RefStatus::LostRace)
+        .map(|u| u.workspace.as_str())
+        .collect();
+    if lost.is_empty() {
+        return Ok(0);
+    }
+    eprintln!(
+        "error: another push to {} won a race the store did not settle ({}): the ref was overwritten after this push wrote it. What this push uploaded stays on the remote; run `avfs pull {}`, then push again",
+        r.remote,
+        lost.join(", "),
+        r.remote
+    );
+    Ok(1)
 }
 
 pub fn fetch(ctx: &Ctx, a: FetchArgs) -> Result<i32> {

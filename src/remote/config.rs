@@ -101,8 +101,24 @@ pub struct Settings {
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
     pub session_token: Option<String>,
+    /// Move refs on this store even when it fails the conditional-write probe: only one
+    /// machine ever pushes to it (see `remote::probe`).
+    pub single_writer: Option<bool>,
+    /// Milliseconds to wait after a ref write before reading it back (`remote::refs`).
+    pub settle_ms: Option<u64>,
     #[serde(skip)]
     pub retries: usize,
+}
+
+/// How long a push waits after writing a ref before it reads it back, when neither
+/// `AVFS_REMOTE_SETTLE_MS` nor the remotes file says: long enough for a racing write that
+/// passed a store's non-atomic condition check with ours to land (docs/remote.md).
+pub const DEFAULT_SETTLE_MS: u64 = 50;
+
+impl Settings {
+    pub fn settle(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.settle_ms.unwrap_or(DEFAULT_SETTLE_MS))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,7 +135,11 @@ fn env(name: &str) -> Option<String> {
 /// `[s3.BUCKET]` section, which wins over its `[s3.default]` section.
 pub fn settings_for(home: &Path, location: &Location) -> Result<Settings> {
     let Location::S3 { bucket, .. } = location else {
-        return Ok(Settings::default());
+        // A directory remote's refs swap under a lock: nothing to wait for.
+        return Ok(Settings {
+            settle_ms: Some(0),
+            ..Settings::default()
+        });
     };
     let path = home.join("remotes.toml");
     let file: File = match std::fs::read_to_string(&path) {
@@ -132,7 +152,7 @@ pub fn settings_for(home: &Path, location: &Location) -> Result<Settings> {
             Error::InvalidArgument(
                 path.display().to_string(),
                 format!(
-                    "not a valid remotes file{at} (sections [s3.BUCKET] or [s3.default] with endpoint, region, access_key_id, secret_access_key, session_token)"
+                    "not a valid remotes file{at} (sections [s3.BUCKET] or [s3.default] with endpoint, region, access_key_id, secret_access_key, session_token, single_writer, settle_ms)"
                 ),
             )
         })?,
@@ -161,6 +181,9 @@ pub fn settings_for(home: &Path, location: &Location) -> Result<Settings> {
     s.retries = env("AVFS_REMOTE_RETRIES")
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
+    if let Some(ms) = env("AVFS_REMOTE_SETTLE_MS").and_then(|v| v.parse().ok()) {
+        s.settle_ms = Some(ms);
+    }
     Ok(s)
 }
 

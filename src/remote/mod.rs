@@ -8,13 +8,15 @@
 //!                  and checkpoints in metadata packs), immutable
 //! index/<blake3>   one per pack: kind, hash, offset, length of each object, immutable
 //! refs/<workspace> JSON: the checkpoint the workspace points at; moved only by
-//!                  conditional writes (If-Match / If-None-Match)
+//!                  conditional writes (If-Match / If-None-Match), read back after
+//! probe/conditional-writes  the key `probe` writes to check the store's conditions
 //! ```
 //!
 //! Modules: `config` (URLs, credentials from the environment and `$AVFS_HOME/remotes.toml`),
 //! `transport` (the object store client, request counters, conditional writes), `pack`
 //! (the object and index formats), `catalog` (this vault's copy of the remote's indexes),
-//! `commits` (checkpoints as content-addressed objects), `refs`, `push`, `fetch` (and
+//! `commits` (checkpoints as content-addressed objects), `refs`, `probe` (whether a store
+//! refuses the conditional writes refs rely on), `push`, `fetch` (and
 //! clone), `fork` (`vault fork --remote`), `pull`, `lazy` (a lazy clone's fault handler)
 //! and `gc` below.
 
@@ -26,6 +28,7 @@ pub mod fork;
 pub mod lazy;
 pub mod objects;
 pub mod pack;
+pub mod probe;
 pub mod pull;
 pub mod push;
 pub mod refs;
@@ -40,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::store::{Store, audit, meta_get};
 pub use fetch::{CloneOptions, CloneReport, FetchReport, clone, fetch};
 pub use pull::{PullReport, pull};
-pub use push::{PushReport, Target, push};
+pub use push::{PushReport, RefStatus, Target, push};
 use transport::Transport;
 
 /// The name a clone gives the remote it came from.
@@ -124,6 +127,12 @@ pub struct RemoteInfo {
     pub url: String,
     /// Workspaces of the remote as last fetched or pushed: name and checkpoint object.
     pub refs: Vec<RefInfo>,
+    /// Declared with `remote add --single-writer`: refs move even on a store that fails
+    /// the conditional-write probe.
+    pub single_writer: bool,
+    /// What the probe found, once a push probed the store (null before, and for a
+    /// directory remote).
+    pub conditional_writes: Option<probe::ConditionalWrites>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -132,16 +141,36 @@ pub struct RefInfo {
     pub head: String,
 }
 
-pub fn add(vault: &Path, workspace: &str, name: &str, url: &str) -> Result<RemoteInfo> {
+/// `remote add NAME URL [--single-writer]`. Adding a remote again with its own URL and
+/// `--single-writer` declares it single-writer (that is how an existing remote opts in).
+pub fn add(
+    vault: &Path,
+    workspace: &str,
+    name: &str,
+    url: &str,
+    single_writer: bool,
+) -> Result<RemoteInfo> {
     let mut store = Store::open(vault)?;
     store.write(|db| {
-        add_remote_row(db, name, url)?;
+        let existing = match remote_url(db, name) {
+            Ok((_, u)) => Some(u),
+            Err(Error::NoSuchRemote(_)) => None,
+            Err(e) => return Err(e),
+        };
+        match existing {
+            Some(u) if u == url && single_writer => {}
+            Some(_) => return Err(Error::Exists(format!("remote {name}"))),
+            None => add_remote_row(db, name, url)?,
+        }
+        if single_writer {
+            probe::set_single_writer(db, name, true)?;
+        }
         audit::append(
             db,
             Some(workspace),
             audit::cli_actor(),
             "remote.add",
-            &serde_json::json!({"name": name, "url": url}),
+            &serde_json::json!({"name": name, "url": url, "single_writer": single_writer}),
         )?;
         Ok(())
     })?;
@@ -149,6 +178,8 @@ pub fn add(vault: &Path, workspace: &str, name: &str, url: &str) -> Result<Remot
         name: name.into(),
         url: url.into(),
         refs: vec![],
+        single_writer,
+        conditional_writes: None,
     })
 }
 
@@ -168,7 +199,13 @@ pub fn list(vault: &Path) -> Result<Vec<RemoteInfo>> {
                         head: h.to_hex(),
                     })
                     .collect();
-                Ok(RemoteInfo { name, url, refs })
+                Ok(RemoteInfo {
+                    single_writer: probe::single_writer(db, &name)?,
+                    conditional_writes: probe::cached(db, &name, &url)?,
+                    name,
+                    url,
+                    refs,
+                })
             })
             .collect()
     })
@@ -203,6 +240,7 @@ pub fn remove(vault: &Path, workspace: &str, name: &str, force: bool) -> Result<
         catalog::forget_remote(db, name)?;
         db.execute("DELETE FROM remote_ref WHERE remote = ?1", [name])?;
         db.execute("DELETE FROM remote WHERE name = ?1", [name])?;
+        probe::forget(db, name)?;
         audit::append(
             db,
             Some(workspace),
@@ -214,6 +252,8 @@ pub fn remove(vault: &Path, workspace: &str, name: &str, force: bool) -> Result<
             name: name.into(),
             url,
             refs: vec![],
+            single_writer: false,
+            conditional_writes: None,
         })
     })
 }

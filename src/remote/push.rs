@@ -19,8 +19,8 @@ use serde::Serialize;
 use super::commits;
 use super::objects as wire;
 use super::pack::{Finished, ObjKind, PACK_TARGET, PackBuilder, index_key, pack_key};
-use super::refs::{self, RemoteRef};
-use super::transport::{Cas, Traffic, Transport};
+use super::refs::{self, RemoteRef, Written};
+use super::transport::{Traffic, Transport};
 use super::{Progress, catalog};
 use crate::error::{Error, Result};
 use crate::store::objects::{CHUNK_SIZE, HOLE, Hash, Kind, Tree};
@@ -40,26 +40,53 @@ pub enum Target {
     All,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct RefUpdate {
-    pub workspace: String,
-    pub checkpoint: String,
-    /// The remote's head before (hex), if it had one.
-    pub old: Option<String>,
-    pub new: String,
-    /// `created`, `updated` or `up_to_date`.
-    pub status: &'static str,
+/// What became of one ref.
+#[derive(Clone, Copy, Debug, Serialize, schemars::JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RefStatus {
+    /// The remote had no ref for the workspace; it has one now.
+    Created,
+    /// The ref moved from `old` to `new`.
+    Updated,
+    /// The ref was already at `new`; nothing was written.
+    UpToDate,
+    /// The store accepted the write, but the ref read back afterwards is not what this
+    /// push wrote: another push won a race the store did not arbitrate. Nothing uploaded
+    /// is lost; pull, then push again.
+    LostRace,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct RefUpdate {
+    pub workspace: String,
+    /// The checkpoint pushed (its name).
+    pub checkpoint: String,
+    /// The remote's head before (checkpoint object hash), if it had one.
+    pub old: Option<String>,
+    /// The head this push wrote (checkpoint object hash).
+    pub new: String,
+    pub status: RefStatus,
+    /// Only with `lost_race`: the head the ref holds instead (absent too when the ref
+    /// was gone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found: Option<String>,
+}
+
+/// `push --json`.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct PushReport {
     pub remote: String,
     pub url: String,
     pub refs: Vec<RefUpdate>,
+    /// Only when this push probed the store's conditional writes (the first ref update
+    /// to a remote, or after its URL changed): what it found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<super::probe::ConditionalWrites>,
     pub packs: u64,
     pub objects: u64,
     /// Bytes of the packs and indexes sent.
     pub bytes: u64,
+    /// Requests and bytes this push sent, the probe's included.
     pub traffic: Traffic,
     pub seconds: f64,
     /// Workspaces whose live state has changes no checkpoint holds (not pushed).
@@ -310,6 +337,16 @@ pub fn push(
         }
         current_refs.push(got);
     }
+    // Before anything moves (or is uploaded for nothing): may this store move refs?
+    let moves = plans.iter().zip(&current_refs).any(|(p, got)| {
+        got.as_ref()
+            .is_none_or(|(r, _)| r.head_hash().ok() != Some(p.head))
+    });
+    let probe = if moves {
+        super::probe::ensure(&mut store, &t, &remote, &url)?
+    } else {
+        None
+    };
 
     // Send what the remote lacks.
     progress.phase("uploading", None);
@@ -355,39 +392,43 @@ pub fn push(
     let mut updates = Vec::new();
     for (p, got) in plans.iter().zip(current_refs) {
         let old = got.as_ref().and_then(|(r, _)| r.head_hash().ok());
+        let mut update = RefUpdate {
+            workspace: p.workspace.clone(),
+            checkpoint: p.checkpoint.clone(),
+            old: old.map(|h| h.to_hex()),
+            new: p.head.to_hex(),
+            status: RefStatus::UpToDate,
+            found: None,
+        };
         if old == Some(p.head) {
-            updates.push(RefUpdate {
-                workspace: p.workspace.clone(),
-                checkpoint: p.checkpoint.clone(),
-                old: old.map(|h| h.to_hex()),
-                new: p.head.to_hex(),
-                status: "up_to_date",
-            });
+            updates.push(update);
             continue;
         }
         let new = RemoteRef::new(&p.head, &p.root, &p.checkpoint);
-        let cas = t.run(refs::write(
+        let written = t.run(refs::write_verified(
             &t,
             &p.workspace,
             &new,
             got.as_ref().map(|(_, tag)| tag.as_str()),
         ))?;
-        if cas == Cas::Conflict {
-            return Err(Error::PushRejected {
-                remote: remote.clone(),
-                workspace: p.workspace.clone(),
-            });
-        }
-        updates.push(RefUpdate {
-            workspace: p.workspace.clone(),
-            checkpoint: p.checkpoint.clone(),
-            old: old.map(|h| h.to_hex()),
-            new: p.head.to_hex(),
-            status: if old.is_some() { "updated" } else { "created" },
-        });
+        update.status = match written {
+            Written::Conflict => {
+                return Err(Error::PushRejected {
+                    remote: remote.clone(),
+                    workspace: p.workspace.clone(),
+                });
+            }
+            Written::Lost(found) => {
+                update.found = found.map(|r| r.head);
+                RefStatus::LostRace
+            }
+            Written::Held if old.is_some() => RefStatus::Updated,
+            Written::Held => RefStatus::Created,
+        };
+        updates.push(update);
     }
     store.write(|db| {
-        for u in &updates {
+        for u in updates.iter().filter(|u| u.status != RefStatus::LostRace) {
             refs::remember(db, &remote, &u.workspace, &refs::parse_hash(&u.new).map_err(Error::Internal)?)?;
         }
         audit::append(
@@ -403,6 +444,7 @@ pub fn push(
         remote,
         url,
         refs: updates,
+        probe,
         packs,
         objects,
         bytes,

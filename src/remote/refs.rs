@@ -2,7 +2,9 @@
 //! small JSON document). They are the only mutable objects on a remote and move only by
 //! conditional writes: created with If-None-Match, updated with If-Match on the version
 //! read before, so of two pushers that read the same version one wins and the other is
-//! told to pull.
+//! told to pull. Every write is read back (after `Transport::settle`): a store whose
+//! condition check and write are two steps can let a racing write land over ours, and
+//! only reading the ref again shows it.
 
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
@@ -100,15 +102,40 @@ pub async fn list(t: &Transport) -> Result<Vec<(String, RemoteRef)>> {
     Ok(out)
 }
 
-/// Writes the ref only if it is still at version `expected` (None: only if absent).
-pub async fn write(
+/// The outcome of a verified ref write.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Written, and still ours when read back.
+    Held,
+    /// Refused: the ref was not at `expected`.
+    Conflict,
+    /// The store accepted the write, but the ref read back is another (`None`: gone).
+    Lost(Option<RemoteRef>),
+}
+
+/// Writes the ref only if it is still at version `expected` (None: only if absent), then
+/// waits `t.settle` and reads it back.
+pub async fn write_verified(
     t: &Transport,
     workspace: &str,
     r: &RemoteRef,
     expected: Option<&str>,
-) -> Result<Cas> {
+) -> Result<Written> {
     let body = serde_json::to_vec_pretty(r).expect("ref encoding");
-    t.put_if(&key(workspace), body.into(), expected).await
+    if t.put_if(&key(workspace), body.clone().into(), expected)
+        .await?
+        == Cas::Conflict
+    {
+        return Ok(Written::Conflict);
+    }
+    if !t.settle.is_zero() {
+        tokio::time::sleep(t.settle).await;
+    }
+    match t.get_versioned(&key(workspace)).await? {
+        Some((data, _)) if data[..] == body[..] => Ok(Written::Held),
+        Some((data, _)) => Ok(Written::Lost(decode(t, workspace, &data).ok())),
+        None => Ok(Written::Lost(None)),
+    }
 }
 
 /// Remembers, in the vault, where a remote's ref was last seen.

@@ -73,6 +73,10 @@ pub struct Transport {
     /// Strings that must never appear in a message (secret key, session token).
     secrets: Vec<String>,
     pub counters: Counters,
+    /// How long to wait after a ref write before reading it back.
+    pub settle: Duration,
+    /// `single_writer = true` in the remotes file for this bucket.
+    pub single_writer: bool,
 }
 
 fn install_crypto() {
@@ -151,7 +155,14 @@ impl Transport {
             rt,
             secrets,
             counters: Counters::default(),
+            settle: settings.settle(),
+            single_writer: settings.single_writer.unwrap_or(false),
         })
+    }
+
+    /// A `file://` remote, whose refs avfs itself compares and swaps under a lock.
+    pub fn is_directory(&self) -> bool {
+        self.local.is_some()
     }
 
     pub fn traffic(&self) -> Traffic {

@@ -45,6 +45,7 @@ pub fn schema_name(args: &[&str]) -> Option<&'static str> {
         (&"find", _) => "find",
         (&"search", _) => "search",
         (&"tag" | &"untag", _) => "tag",
+        (&"push", _) => "push",
         _ => return None,
     })
 }

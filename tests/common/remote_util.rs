@@ -15,8 +15,10 @@ pub fn machine(s3: &S3) -> Env {
     std::fs::write(
         env.home().join("remotes.toml"),
         format!(
-            "[s3.default]\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"k-test\"\nsecret_access_key = \"s-test-secret\"\n",
-            s3.endpoint()
+            "[s3.default]\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"{}\"\nsecret_access_key = \"{}\"\n",
+            s3.endpoint(),
+            super::s3::KEY_ID,
+            super::s3::SECRET
         ),
     )
     .unwrap();
