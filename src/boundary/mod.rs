@@ -97,6 +97,8 @@ pub enum SandboxMode {
     Off,
 }
 
+pub use crate::sandbox::limits::LimitOverrides;
+
 /// One request to run a command.
 #[derive(Clone, Debug)]
 pub struct ExecRequest {
@@ -129,30 +131,6 @@ pub struct ExecRequest {
     /// Limits of a sandboxed run given for this one (`--pids-limit`, `--tmp-size`,
     /// `--shm-size`, `--memory`), over the policy's.
     pub limits: LimitOverrides,
-}
-
-/// Limits given for one run; None: the policy's. `Some(0)` for pids or memory: none.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LimitOverrides {
-    pub pids: Option<u64>,
-    pub tmp_bytes: Option<u64>,
-    pub shm_bytes: Option<u64>,
-    pub memory_bytes: Option<u64>,
-}
-
-impl LimitOverrides {
-    /// The policy's limits with these applied.
-    pub fn apply(&self, mut l: crate::sandbox::limits::Limits) -> crate::sandbox::limits::Limits {
-        if let Some(n) = self.pids {
-            l.pids = (n > 0).then_some(n);
-        }
-        if let Some(b) = self.memory_bytes {
-            l.memory_bytes = (b > 0).then_some(b);
-        }
-        l.tmp_bytes = self.tmp_bytes.unwrap_or(l.tmp_bytes);
-        l.shm_bytes = self.shm_bytes.unwrap_or(l.shm_bytes);
-        l
-    }
 }
 
 impl ExecRequest {

@@ -597,7 +597,7 @@ mod tests {
         ] {
             assert!(c.merge(f, parse(bad)).is_err(), "{bad}");
         }
-        let given = crate::boundary::LimitOverrides {
+        let given = crate::sandbox::limits::LimitOverrides {
             pids: Some(64),
             shm_bytes: Some(1 << 20),
             ..Default::default()

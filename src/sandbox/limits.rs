@@ -46,6 +46,30 @@ impl Default for Limits {
     }
 }
 
+/// Limits given for one run; None: the policy's. `Some(0)` for pids or memory: none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitOverrides {
+    pub pids: Option<u64>,
+    pub tmp_bytes: Option<u64>,
+    pub shm_bytes: Option<u64>,
+    pub memory_bytes: Option<u64>,
+}
+
+impl LimitOverrides {
+    /// The policy's limits with these applied.
+    pub fn apply(&self, mut l: Limits) -> Limits {
+        if let Some(n) = self.pids {
+            l.pids = (n > 0).then_some(n);
+        }
+        if let Some(b) = self.memory_bytes {
+            l.memory_bytes = (b > 0).then_some(b);
+        }
+        l.tmp_bytes = self.tmp_bytes.unwrap_or(l.tmp_bytes);
+        l.shm_bytes = self.shm_bytes.unwrap_or(l.shm_bytes);
+        l
+    }
+}
+
 /// The limits in force for a run, as the envelope reports them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LimitsInfo {
