@@ -134,7 +134,7 @@ fn a_virtualenv_envelope_is_small_pages_the_rest_and_audits_no_bodies() {
     assert_eq!(p2["total"], total);
     assert_eq!(p2["offset"], 50);
     assert_eq!(p2["next_offset"], 100);
-    let whole = env.json(&["--vault", "t", "diff", before, &after]);
+    let whole = env.json(&["--vault", "t", "diff", before, &after, "--limit", "100000"]);
     let all = paths(&whole["changes"]);
     assert_eq!(all.len(), total);
     assert_eq!(whole["next_offset"], Value::Null);

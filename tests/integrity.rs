@@ -672,7 +672,7 @@ fn all_single_byte_names_round_trip() {
     // find and diff print the same form.
     let found = env.json(&["find", "/d", "--type", "f"]);
     assert_eq!(found["entries"].as_array().unwrap().len(), want.len());
-    let diff = env.json(&["diff"]);
+    let diff = env.json(&["diff", "--limit", "100000"]);
     assert!(
         diff["changes"]
             .as_array()

@@ -403,7 +403,7 @@ fn same_files(
 }
 
 fn checkpoint_names(m: &Mount) -> BTreeSet<String> {
-    m.avfs_json(&["checkpoint", "list"])["checkpoints"]
+    m.avfs_json(&["checkpoint", "list", "--limit", "100000"])["checkpoints"]
         .as_array()
         .unwrap()
         .iter()

@@ -218,11 +218,10 @@ impl AvfsServer {
     #[tool(
         description = "Run a command in the workspace through the policy boundary: the policy \
         decides (allow, allow_with_checkpoint, deny, require_approval), a checkpoint is taken \
-        when needed, the command runs in the mounted workspace, and the result is the execution \
-        envelope: decision, checkpoint, exit code, output, duration and exactly which files \
-        changed. A denied or approval-bound command does not run; the envelope says why (and \
-        the approval id a person must approve). With `wait_approval_secs`, an approval-bound \
-        command waits that long for a person's decision and runs once approved.",
+        when needed, the command runs sandboxed in the workspace, and the result is the \
+        execution envelope: decision, checkpoint, exit code, output, duration and exactly which \
+        files changed. A denied or approval-bound command does not run; the envelope says why \
+        (and the approval id a person must approve, or wait for: `wait_approval_secs`).",
         output_schema = output::exec_schema(),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -321,8 +320,8 @@ impl AvfsServer {
 
     #[tool(
         description = "What changed between two checkpoints, or a checkpoint and the live state \
-        (default: from the last checkpoint a person or agent saved to live; `head`: from the \
-        head checkpoint, i.e. what the last exec changed). With patch, unified diffs of text files.",
+        (default: from the last checkpoint a person or agent saved; `head`: what the last exec \
+        changed). With patch, unified diffs of text files.",
         output_schema = output::doc_schema("diff"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]

@@ -31,7 +31,8 @@ const RESULT_DEFAULTS: [&str; 6] = [
 /// for), `mountpoint` when it repeats `workspace_path` (kept in the CLI's envelope only
 /// for readers of earlier envelopes), `rollback` when none was asked for,
 /// `changes_page` when the list and its patches are whole, a lone
-/// `decision.findings` entry that repeats the decision, and the [`RESULT_DEFAULTS`].
+/// `decision.findings` entry that repeats the decision, the sandbox's package caches and
+/// its limits when all of them held, and the [`RESULT_DEFAULTS`].
 pub(super) fn compact_envelope(doc: &mut Value) {
     if let Some(result) = doc.get_mut("result").and_then(Value::as_object_mut) {
         result.retain(|k, v| !(RESULT_DEFAULTS.contains(&k.as_str()) && is_default(v)));
@@ -52,6 +53,19 @@ pub(super) fn compact_envelope(doc: &mut Value) {
         opts.retain(|_, v| !is_default(v));
         if opts.is_empty() {
             req.remove("options");
+        }
+    }
+    if let Some(sandbox) = doc.get_mut("sandbox").and_then(Value::as_object_mut) {
+        // The package caches are the same list on every run, and limits that all held are
+        // the documented ones: `avfs exec --json` has both.
+        sandbox.remove("writable_caches");
+        if sandbox
+            .get("limits")
+            .and_then(|l| l.get("not_enforced"))
+            .and_then(Value::as_array)
+            .is_some_and(Vec::is_empty)
+        {
+            sandbox.remove("limits");
         }
     }
     if let Some(obj) = doc.as_object_mut()

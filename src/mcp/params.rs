@@ -12,13 +12,13 @@ pub(super) struct CheckpointListParams {
     pub(super) limit: Option<u64>,
     /// A page's `next_cursor`: the older ones.
     pub(super) cursor: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(super) struct ExecParams {
-    /// A shell command line, run with `sh -c` (give this or `argv`).
+    /// A shell command line, run by bash (give this or `argv`).
     pub(super) command: Option<String>,
     /// The program and its arguments, run without a shell (give this or `command`).
     pub(super) argv: Option<Vec<String>>,
@@ -34,8 +34,7 @@ pub(super) struct ExecParams {
     /// Restore the pre-run checkpoint when the command fails or times out.
     #[serde(default)]
     pub(super) rollback_on_failure: bool,
-    /// `true`: run under the bubblewrap sandbox; `false`: without it (refused when the
-    /// policy requires it).
+    /// `false`: run without the sandbox (refused when the policy requires it).
     pub(super) sandbox: Option<bool>,
     /// Run in this task fork (created on first use).
     pub(super) fork: Option<String>,
@@ -44,14 +43,12 @@ pub(super) struct ExecParams {
     pub(super) ephemeral: bool,
     /// Run the command of this approval, once a person approved it.
     pub(super) approve: Option<String>,
-    /// When the command requires approval: wait up to this many seconds for a person to
-    /// decide (approved: it runs and the result is its envelope; denied: `approval.state`
-    /// is `denied`; nobody decided in time: it stays `pending`).
+    /// If approval is required, wait this long for a person: approved, it runs; else
+    /// `approval.state` says `denied` or `pending`.
     #[schemars(range(min = 0))]
     pub(super) wait_approval_secs: Option<f64>,
-    /// How much of the change list the result shows: `list` (default: the first
-    /// `max_changes`, patches within `max_patch_bytes`), `full` (everything, unbounded),
-    /// `summary` (counts by kind and top directory), `none` (counts by kind).
+    /// The change list: `list` (default: `max_changes` entries, `max_patch_bytes` of
+    /// patches), `full` (unbounded), `summary` (counts by kind and top directory), `none`.
     pub(super) changes: Option<ChangesParam>,
     /// Entries in the change list at most (default 50); `changes_page.rest` pages the rest.
     #[schemars(range(min = 0))]
@@ -65,7 +62,7 @@ pub(super) struct ExecParams {
     /// Bytes kept from the end of stdout and of stderr (default 65536).
     #[schemars(range(min = 0))]
     pub(super) output_tail_bytes: Option<u64>,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -96,7 +93,7 @@ pub(super) struct CheckpointSaveParams {
     pub(super) name: Option<String>,
     /// A message saying why.
     pub(super) message: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -104,7 +101,7 @@ pub(super) struct CheckpointSaveParams {
 pub(super) struct CheckpointRestoreParams {
     /// The checkpoint to restore (unsaved changes are kept in an automatic checkpoint).
     pub(super) name: String,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -130,7 +127,7 @@ pub(super) struct DiffParams {
     /// List at most N changes.
     #[schemars(range(min = 0))]
     pub(super) limit: Option<u64>,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -149,7 +146,7 @@ pub(super) struct ApprovalsParams {
     /// Also list decided, used and expired approvals.
     #[serde(default)]
     pub(super) all: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -159,7 +156,7 @@ pub(super) struct ReadFileParams {
     pub(super) path: String,
     /// Read it as it was at this checkpoint.
     pub(super) at: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -177,7 +174,7 @@ pub(super) struct WriteFileParams {
     /// Create missing parent directories.
     #[serde(default)]
     pub(super) parents: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -188,7 +185,7 @@ pub(super) struct ListDirParams {
     /// Include names starting with a dot.
     #[serde(default)]
     pub(super) all: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -196,7 +193,7 @@ pub(super) struct ListDirParams {
 pub(super) struct PathParams {
     /// Absolute path inside the workspace.
     pub(super) path: String,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -206,7 +203,7 @@ pub(super) struct AuditParams {
     pub(super) limit: Option<u64>,
     /// Only records since this time (RFC 3339, or a duration like `10m` ago).
     pub(super) since: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -233,7 +230,7 @@ pub(super) struct GrepParams {
     pub(super) files_only: bool,
     /// Search the files as they were at this checkpoint.
     pub(super) at: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -262,7 +259,7 @@ pub(super) struct FindParams {
     pub(super) max_depth: Option<u64>,
     /// Search the tree as it was at this checkpoint.
     pub(super) at: Option<String>,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -277,7 +274,7 @@ pub(super) struct SearchParams {
     /// The query is raw SQLite FTS5 syntax (AND, OR, NEAR, "phrases", prefix*).
     #[serde(default)]
     pub(super) fts: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -290,7 +287,7 @@ pub(super) struct TagParams {
     /// Remove these tags instead of adding them.
     #[serde(default)]
     pub(super) remove: bool,
-    /// A registered vault or fork name, or a path to a .avfs file.
+    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 

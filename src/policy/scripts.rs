@@ -371,6 +371,14 @@ fn path_literals(code: &str) -> Vec<String> {
 }
 
 /// `print > "f"`, `printf ... >> f` in an awk program.
+/// A mode with the setuid or setgid bit in inline code: a four-digit octal mode whose
+/// first digit holds 4 or 2 (`0o4755`, `02755`, `0o6711`), the stat constants, or a
+/// symbolic `u+s`/`g+s`. A plain `0o644` or `0o755` is not one.
+static SETID_MODE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"\b0[oO]?[2-7][0-7]{3}\b|S_ISUID|S_ISGID|[ugoa]*[ug][ugoa]*\+[rwxXt]*s")
+        .expect("valid regex")
+});
+
 static AWK_WRITE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
     regex::Regex::new(r#"print[f]?\b[^;}\n]*?>{1,2}\s*("([^"]*)"|[^;}\s]+)"#).expect("valid regex")
 });
@@ -598,10 +606,7 @@ pub fn code(text: &str, interpreter: &str) -> Analysis {
             format!("the inline code reaches the home directory on the host ({m})"),
         );
     }
-    let id_bits = [
-        "0o4", "0o2", "0o6", "04755", "02755", "06755", "S_ISUID", "S_ISGID", "u+s",
-    ];
-    if text.contains("chmod") && id_bits.iter().any(|m| text.contains(m)) {
+    if text.contains("chmod") && SETID_MODE.is_match(text) {
         a.effect(
             Category::Unknown,
             "setuid",
@@ -615,6 +620,24 @@ pub fn code(text: &str, interpreter: &str) -> Analysis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn setuid_modes_in_inline_code() {
+        let setuid = |t: &str| {
+            code(t, "python3")
+                .effects
+                .iter()
+                .any(|e| e.rule == "setuid")
+        };
+        assert!(setuid("import os; os.chmod('x', 0o4755)"));
+        assert!(setuid("os.chmod('x', 0o2755)"));
+        assert!(setuid("os.chmod('x', stat.S_ISUID | 0o755)"));
+        assert!(setuid("subprocess.run(['chmod', 'u+s', 'x'])"));
+        assert!(setuid("fs.chmodSync('x', 0o6711)"));
+        assert!(!setuid("os.chmod('d/f.txt', 0o644)"));
+        assert!(!setuid("os.chmod('x', 0o755); os.chmod('y', 0o600)"));
+        assert!(!setuid("fs.chmodSync('x', 0o644)"));
+    }
 
     #[test]
     fn sed_scripts() {

@@ -166,6 +166,7 @@ CLI_ERROR_KINDS = (
     "no_such_remote",
     "remote",
     "push_rejected",
+    "remote_unsafe",
     "remote_corrupt",
     "internal",
 )
