@@ -192,9 +192,11 @@ def test_wait_approval_runs_once_approved_and_raises_on_denial(vault: Vault) -> 
     ws.write_file("/tool.sh", "#!/bin/sh\necho waited > out.txt\n")
     vault.avfs.run("chmod", "755", "/tool.sh", vault=vault.name)
 
-    # Nobody decides in time: ApprovalRequired, still pending.
+    # A sandboxed run of a workspace script goes unattended; without the sandbox the
+    # policy reads it strictly and asks a person. Nobody decides in time:
+    # ApprovalRequired, still pending.
     with pytest.raises(ApprovalRequired) as e:
-        ws.exec(["./tool.sh"], wait_approval=0.3)
+        ws.exec(["./tool.sh"], wait_approval=0.3, sandbox=False)
     assert e.value.envelope.approval is not None
     assert e.value.envelope.approval.state == "pending"
     ws.deny(e.value.approval_id or "")
@@ -211,7 +213,7 @@ def test_wait_approval_runs_once_approved_and_raises_on_denial(vault: Vault) -> 
     person = threading.Thread(target=decide, args=(False,))
     person.start()
     with pytest.raises(PolicyDenied) as d:
-        ws.exec(["./tool.sh"], wait_approval=60)
+        ws.exec(["./tool.sh"], wait_approval=60, sandbox=False)
     person.join()
     assert d.value.exit_code == 126
     assert d.value.envelope.approval is not None and d.value.envelope.approval.state == "denied"
@@ -219,7 +221,7 @@ def test_wait_approval_runs_once_approved_and_raises_on_denial(vault: Vault) -> 
 
     person = threading.Thread(target=decide, args=(True,))
     person.start()
-    env = ws.exec(["./tool.sh"], wait_approval=60)
+    env = ws.exec(["./tool.sh"], wait_approval=60, sandbox=False)
     person.join()
     assert env.ok
     assert env.approval is not None and env.approval.state == "used"
