@@ -3,7 +3,7 @@
 //! ends, so waiting for it needs no polling.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 pub struct Pidfd(OwnedFd);
@@ -41,6 +41,12 @@ impl Pidfd {
     /// Waits until the process has ended, at most `limit` (`None`: however long it
     /// takes); whether it has.
     pub fn wait_exit(&self, limit: Option<Duration>) -> bool {
+        self.wait_exit_or(None, limit)
+    }
+
+    /// Like `wait_exit`, and returns early when `other` becomes readable (or its writers
+    /// are gone).
+    pub fn wait_exit_or(&self, other: Option<RawFd>, limit: Option<Duration>) -> bool {
         let deadline = limit.map(|l| Instant::now() + l);
         loop {
             let timeout = match deadline {
@@ -51,15 +57,23 @@ impl Pidfd {
                 }
                 None => -1,
             };
-            let mut p = libc::pollfd {
-                fd: self.0.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: polls one valid pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, timeout) };
+            let mut p = [
+                libc::pollfd {
+                    fd: self.0.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    // A negative descriptor is ignored by poll.
+                    fd: other.unwrap_or(-1),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: polls two pollfds of ours.
+            let r = unsafe { libc::poll(p.as_mut_ptr(), 2, timeout) };
             if r > 0 {
-                return true;
+                return p[0].revents != 0;
             }
             if r == 0 && timeout >= 0 {
                 return false;
@@ -69,6 +83,18 @@ impl Pidfd {
             }
         }
     }
+}
+
+/// Whether `fd` is readable (or its writers are gone) within `limit`.
+pub fn readable(fd: RawFd, limit: Option<Duration>) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let timeout = limit.map_or(-1, |l| l.as_millis().min(i32::MAX as u128) as i32);
+    // SAFETY: polls one pollfd.
+    unsafe { libc::poll(&mut p, 1, timeout) > 0 }
 }
 
 #[cfg(test)]

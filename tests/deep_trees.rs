@@ -229,3 +229,38 @@ fn a_run_that_makes_a_chain_deeper_than_path_max_is_taken_in_and_later_runs_work
     env.ok(&["--vault", "t", "export", "/", out.to_str().unwrap()]);
     assert_eq!(read_chain(&out), (DEPTH, "bottom\n".to_string()));
 }
+
+/// A failed run that made a chain deeper than PATH_MAX, with `--rollback-on-failure`:
+/// an envelope (the command's status, no error), the workspace back where it was, an
+/// audit row, and the next run works; the same run without rollback keeps the chain.
+#[test]
+fn a_failed_deep_run_rolls_back_or_keeps_as_asked_and_later_runs_work() {
+    if !overlay_or_skip("a_failed_deep_run_rolls_back_or_keeps_as_asked") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    let step = vec!["d"; 500].join("/");
+    let script = format!(
+        "i=0; while [ $i -lt {} ]; do mkdir -p {step} && cd -P {step} || exit 1; i=$((i+1)); done; echo bottom > f; exit 3",
+        DEPTH / 500
+    );
+    let deep = chain_path("/", DEPTH);
+    let v = overlay::exec_in(&env, "t", &["--rollback-on-failure", "--shell", &script]);
+    assert_eq!(v["exit_code"], 3, "{v}");
+    assert_eq!(v["rollback"]["performed"], true, "{v}");
+    let ls = env.json(&["--vault", "t", "ls", "/"]);
+    assert!(!ls.to_string().contains("\"d\""), "rolled back: {ls}");
+    let v = ok_in(&env, "t", &["--shell", "test ! -e d && echo clean"]);
+    assert_eq!(overlay::stdout(&v), "clean\n");
+
+    // Without rollback the failed run's chain is kept, and later runs see it.
+    let v = overlay::exec_in(&env, "t", &["--shell", &script]);
+    assert_eq!(v["exit_code"], 3, "{v}");
+    assert_eq!(v["rollback"]["performed"], false, "{v}");
+    assert_eq!(env.cat(Some("t"), &deep), "bottom\n");
+    let v = ok_in(&env, "t", &["--shell", "cd -P d/d/d && ls"]);
+    assert_eq!(overlay::stdout(&v), "d\n");
+    let audit = env.json(&["--vault", "t", "audit"]);
+    let rows = audit.to_string().matches("exec").count();
+    assert!(rows >= 3, "every run has its audit row: {audit}");
+}

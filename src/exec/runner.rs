@@ -334,7 +334,9 @@ struct InitReport {
 }
 
 /// Reads the init's report lines as they come, each with the time it arrived.
-fn read_report(src: std::fs::File) -> mpsc::Receiver<InitReport> {
+/// `done` is dropped once the report is sent: its pipe's read end then polls readable,
+/// so the runner can wait for the report and for the set-up's exit at once.
+fn read_report(src: std::fs::File, done: OwnedFd) -> mpsc::Receiver<InitReport> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut r = InitReport::default();
@@ -361,6 +363,7 @@ fn read_report(src: std::fs::File) -> mpsc::Receiver<InitReport> {
             }
         }
         let _ = tx.send(r);
+        drop(done);
     });
     rx
 }
@@ -481,10 +484,20 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     if let Some(f) = spec.on_start {
         f(pgid);
     }
-    let report_rx = report.map(|(read, write)| {
-        drop(write);
-        read_report(std::fs::File::from(read))
-    });
+    // The report's end (`report_done` readable) is the run's end when it carries the
+    // command's status: PID 1 and its whole PID namespace are gone, and the set-up only
+    // has its own exit left (see `setup::set_up_and_wait`), which is not waited for.
+    let mut report_done: Option<OwnedFd> = None;
+    let report_rx = match report {
+        Some((read, write)) => {
+            drop(write);
+            let (done_r, done_w) = report_pipe()?;
+            report_done = Some(done_r);
+            Some(read_report(std::fs::File::from(read), done_w))
+        }
+        None => None,
+    };
+    let mut early: Option<InitReport> = None;
     let empty = |data: &[u8]| {
         let (tx, rx) = mpsc::channel();
         let _ = tx.send(Capture::of(data));
@@ -518,14 +531,29 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
             .try_wait()
             .map_err(|e| Error::host("waiting for the command", e))?
         {
-            break st;
+            break Some(st);
+        }
+        if let (Some(done), Some(rx)) = (&report_done, &report_rx)
+            && crate::pidfd::readable(done.as_raw_fd(), Some(Duration::ZERO))
+        {
+            report_done = None;
+            let rep = rx.recv().unwrap_or_default();
+            if rep.status.is_some() {
+                early = Some(rep);
+                break None;
+            }
+            // No status: the set-up failed or PID 1 was killed; the set-up's own exit
+            // says what happened.
+            early = Some(rep);
         }
         if spec.timeout.is_some_and(|t| start.elapsed() >= t) {
             timed_out = true;
             end_group(pgid, spec.grace, &mut child);
-            break child
-                .wait()
-                .map_err(|e| Error::host("waiting for the command", e))?;
+            break Some(
+                child
+                    .wait()
+                    .map_err(|e| Error::host("waiting for the command", e))?,
+            );
         }
         match &pidfd {
             Some(fd) => {
@@ -534,7 +562,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                     .map(|t| t.saturating_sub(start.elapsed()))
                     .unwrap_or(Duration::from_secs(1))
                     .min(Duration::from_secs(1));
-                fd.wait_exit(Some(left));
+                fd.wait_exit_or(report_done.as_ref().map(|d| d.as_raw_fd()), Some(left));
             }
             None => std::thread::sleep(Duration::from_millis(
                 if start.elapsed() < Duration::from_millis(20) {
@@ -546,8 +574,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         }
     };
     let mut duration_ms = start.elapsed().as_millis() as u64;
-    // Background processes the command left in its group are ended too.
-    let lingering = group_alive(pgid);
+    // Background processes the command left in its group are ended too. (A run that
+    // ended by its report has nothing left but the exiting set-up: PID 1 reported.)
+    let lingering = status.is_some() && group_alive(pgid);
     if lingering {
         end_group(pgid, spec.grace, &mut child);
     }
@@ -571,9 +600,22 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
     let wait = Duration::from_millis(500);
     let out = out_rx.recv_timeout(wait).unwrap_or_default();
     let err = err_rx.recv_timeout(wait).unwrap_or_default();
-    let (mut exit_code, mut signal, mut lingering) = (status.code(), status.signal(), lingering);
+    let (mut exit_code, mut signal, mut lingering) = (
+        status.and_then(|s| s.code()),
+        status.and_then(|s| s.signal()),
+        lingering,
+    );
+    if status.is_none() {
+        // The set-up is reaped when its namespaces are torn down, off the critical path.
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+    }
     if let Some(rx) = report_rx {
-        let mut rep = rx.recv_timeout(wait).unwrap_or_default();
+        let mut rep = match early {
+            Some(rep) => rep,
+            None => rx.recv_timeout(wait).unwrap_or_default(),
+        };
         escaped_processes.append(&mut rep.escaped);
         match rep.status {
             Some((code, sig, at)) => {
@@ -589,9 +631,12 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                 return Err(Error::SandboxUnavailable(format!(
                     "the run could not be set up (exit {}){}",
                     status
-                        .code()
+                        .and_then(|s| s.code())
                         .map(|c| c.to_string())
-                        .unwrap_or_else(|| format!("signal {}", status.signal().unwrap_or(0))),
+                        .unwrap_or_else(|| format!(
+                            "signal {}",
+                            status.and_then(|s| s.signal()).unwrap_or(0)
+                        )),
                     if last.is_empty() {
                         String::new()
                     } else {

@@ -282,23 +282,35 @@ impl RunCgroup {
 }
 
 impl Drop for RunCgroup {
-    /// Removes the cgroups once the run's processes are gone (they are when the run's
-    /// PID 1 has been reaped; a short wait covers the kernel's bookkeeping).
+    /// Removes the cgroups once the run's processes are gone. The run's PID 1 and its
+    /// processes are; the set-up may still be tearing its namespaces down (the runner
+    /// does not wait for that), so what cannot be removed yet is removed by a thread
+    /// that waits for it, or, if avfs exits first, by the next run (`remove_stale`).
     fn drop(&mut self) {
-        let until = Instant::now() + Duration::from_secs(2);
-        for d in &self.dirs {
-            while std::fs::remove_dir(d).is_err() && d.exists() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        let left: Vec<PathBuf> = self
+            .dirs
+            .drain(..)
+            .filter(|d| std::fs::remove_dir(d).is_err() && d.exists())
+            .collect();
+        if left.is_empty() {
+            return;
         }
+        std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(2);
+            for d in &left {
+                while std::fs::remove_dir(d).is_err() && d.exists() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        });
     }
 }
 
-/// Puts this process in the run's cgroups (the set-up, before it starts anything).
-pub fn join(procs_files: &[PathBuf]) -> io::Result<()> {
-    let me = std::process::id().to_string();
+/// Puts the process `pid` (the set-up, before it starts anything) in the run's cgroups.
+pub fn join(procs_files: &[PathBuf], pid: u32) -> io::Result<()> {
+    let pid = pid.to_string();
     for f in procs_files {
-        write(f, &me)?;
+        write(f, &pid)?;
     }
     Ok(())
 }

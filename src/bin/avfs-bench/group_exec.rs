@@ -229,10 +229,17 @@ pub(crate) fn bench_exec(
     let extra = vec![
         String::new(),
         format!(
-            "sandbox overhead (overlay engine): {} with, {} without (medians of {}, interleaved)",
+            "sandbox overhead (overlay engine), `exec -- true` against `exec --no-sandbox -- true`: medians {} with, {} without, +{} (goal < 5 ms); minima {} and {}; {} interleaved rounds, load {}",
             fmt_secs(stats[0].median()),
             fmt_secs(stats[1].median()),
-            stats[0].0.len()
+            fmt_secs(stats[0].median() - stats[1].median()),
+            fmt_secs(stats[0].min()),
+            fmt_secs(stats[1].min()),
+            stats[0].0.len(),
+            std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .and_then(|l| l.split_whitespace().next().map(String::from))
+                .unwrap_or_else(|| "unknown".into())
         ),
     ];
     for ((op, _, _, goal), s) in variants.iter().zip(stats) {
