@@ -185,6 +185,9 @@ pub(super) struct ListDirParams {
     /// Include names starting with a dot.
     #[serde(default)]
     pub(super) all: bool,
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
@@ -198,9 +201,21 @@ pub(super) struct PathParams {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
-pub(super) struct AuditParams {
-    /// At most this many records, newest last.
+pub(super) struct LogParams {
+    /// Absolute path inside the workspace.
+    pub(super) path: String,
+    #[schemars(range(min = 0))]
     pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
+    /// A vault or fork name, or a .avfs file's path.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct AuditParams {
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     /// Only records since this time (RFC 3339, or a duration like `10m` ago).
     pub(super) since: Option<String>,
     /// A vault or fork name, or a .avfs file's path.
@@ -230,6 +245,9 @@ pub(super) struct GrepParams {
     pub(super) files_only: bool,
     /// Search the files as they were at this checkpoint.
     pub(super) at: Option<String>,
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
@@ -259,6 +277,9 @@ pub(super) struct FindParams {
     pub(super) max_depth: Option<u64>,
     /// Search the tree as it was at this checkpoint.
     pub(super) at: Option<String>,
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
