@@ -679,7 +679,8 @@ impl ServerHandler for AvfsServer {
                  outputSchema lists the fields, schemas/NAME.schema.json has them whole); \
                  exec's envelope leaves out the options left at their default. \
                  Lists come in pages: `limit` (default 100), a page's `next_cursor` as \
-                 `cursor` for the next; `total` counts all. \
+                 `cursor` for the next; `total` counts all. Every tool's `vault`: a vault \
+                 or fork name, or a .avfs file's path (default: the server's). \
                  A bad argument is a tool error naming the argument and the fix. Resources: \
                  avfs://checkpoints, avfs://files/PATH, avfs://checkpoints/NAME/files/PATH.",
         )
