@@ -113,8 +113,11 @@ fn grep_json_and_checkpoints() {
             "path": "/",
             "matches": [{"path": "/src/main.rs", "line": 3, "text": "    helper();"}],
             "files": ["/src/main.rs"],
+            "files_matched": 1,
             "files_searched": 6,
             "binary_files_skipped": 1,
+            "total": 1,
+            "next_cursor": null,
         })
     );
     let v = env.json(&["grep", "helper", "--at", "v1", "-l"]);

@@ -429,7 +429,11 @@ pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
         next_cursor,
         path: display(&comps),
         total,
-        versions: versions.into_iter().skip(range.start).take(range.len()).collect(),
+        versions: versions
+            .into_iter()
+            .skip(range.start)
+            .take(range.len())
+            .collect(),
     };
     ctx.out.emit(&doc, || {
         if let Some(n) = &doc.next_cursor {

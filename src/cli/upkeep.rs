@@ -103,12 +103,13 @@ pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
         .map(crate::page::parse_cursor)
         .transpose()?;
     let limit = crate::page::limit_for(a.limit, ctx.out.json);
-    let (rows, total) = store.read(|db| {
-        audit::list(db, limit, since, before.map(|b| b as i64))
-    })?;
+    let (rows, total) = store.read(|db| audit::list(db, limit, since, before.map(|b| b as i64)))?;
     let older = match rows.first() {
         Some(r) if limit.is_some_and(|l| rows.len() >= l) => store.read(|db| {
-            Ok(audit::list(db, Some(1), since, Some(r.id))?.0.first().map(|_| r.id))
+            Ok(audit::list(db, Some(1), since, Some(r.id))?
+                .0
+                .first()
+                .map(|_| r.id))
         })?,
         _ => None,
     };
