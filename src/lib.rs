@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod merge;
 pub mod mergepending;
 pub mod names;
+pub mod page;
 pub mod pidfd;
 pub mod reclaim;
 pub mod recover;

@@ -526,6 +526,8 @@ fn checkpoint_list_and_diff_return_a_page_by_default() {
     env.json(&["checkpoint", "save", "start"]);
     for i in 1..=104 {
         env.ok(&["write", &format!("/f{i}"), "x"]);
+        // /f changes in every checkpoint: `log /f` has 105 versions.
+        env.ok(&["write", "/f", &i.to_string()]);
         env.json(&["checkpoint", "save", &format!("c{i:03}")]);
     }
     // The newest 100, oldest first, and the way to the older ones.
@@ -555,9 +557,75 @@ fn checkpoint_list_and_diff_return_a_page_by_default() {
     assert_eq!(two["next_cursor"], "3");
     let e = env.json_err(&["checkpoint", "list", "--cursor", "x"], 1);
     assert_eq!(e["kind"], "invalid_argument");
-    // diff: 104 changes, the first 100 listed, the summary counts all.
+    // diff: 105 changes, the first 100 listed, the summary counts all.
     let d = env.json(&["diff", "start"]);
     assert_eq!(d["changes"].as_array().unwrap().len(), 100);
-    assert_eq!((&d["total"], &d["next_offset"]), (&104.into(), &100.into()));
+    assert_eq!((&d["total"], &d["next_offset"]), (&105.into(), &100.into()));
     assert_eq!(d["summary"]["added"], 104);
+    assert_eq!(d["summary"]["modified"], 1);
+
+    // log: pages go back from the newest version, as checkpoint list's do.
+    let log = env.json(&["log", "/f"]);
+    let ats = |v: &Value| -> Vec<String> {
+        v["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["at"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(log["total"], 105);
+    assert_eq!(ats(&log).len(), 100);
+    assert_eq!(ats(&log)[99], "c104");
+    let mut all = ats(&log);
+    let mut cursor = log["next_cursor"].as_str().map(str::to_string);
+    while let Some(c) = cursor {
+        let page = env.json(&["log", "/f", "--limit", "30", "--cursor", &c]);
+        assert_eq!(page["total"], 105);
+        let mut older = ats(&page);
+        older.append(&mut all);
+        all = older;
+        cursor = page["next_cursor"].as_str().map(str::to_string);
+    }
+    let mut want = vec!["start".to_string()];
+    want.extend((1..=104).map(|i| format!("c{i:03}")));
+    assert_eq!(all, want);
+    // Human output pages only when asked, and says where the rest is.
+    let text = env.ok(&["log", "/f"]).stdout;
+    assert_eq!(text.lines().count(), 105, "{text}");
+    let text = env.ok(&["log", "/f", "--limit", "2"]).stdout;
+    assert!(
+        text.starts_with("... 103 older: avfs log /f --cursor 2"),
+        "{text}"
+    );
+
+    // audit: more than 200 rows; a page of the newest 100, and the cursor (a row id)
+    // walks back to the first row, every row exactly once.
+    let a = env.json(&["audit"]);
+    let total = a["total"].as_u64().unwrap();
+    assert!(total > 200, "{total}");
+    let ids = |v: &Value| -> Vec<u64> {
+        v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&a).len(), 100);
+    assert_eq!(*ids(&a).last().unwrap(), total);
+    let mut all = ids(&a);
+    let mut cursor = a["next_cursor"].as_str().map(str::to_string);
+    while let Some(c) = cursor {
+        let page = env.json(&["audit", "--cursor", &c]);
+        assert_eq!(page["total"], total);
+        let mut older = ids(&page);
+        assert!(older.len() <= 100);
+        older.append(&mut all);
+        all = older;
+        cursor = page["next_cursor"].as_str().map(str::to_string);
+    }
+    assert_eq!(all, (1..=total).collect::<Vec<_>>());
+    let e = env.json_err(&["audit", "--cursor", "x"], 1);
+    assert_eq!(e["kind"], "invalid_argument");
 }

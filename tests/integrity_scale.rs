@@ -62,13 +62,17 @@ fn ls_of_a_hundred_thousand_entries_streams_in_little_memory() {
     );
     assert!(lines[ENTRIES - 1].ends_with(&name(ENTRIES - 1)));
 
-    let (json, json_mib) = run_measured(&env, &["--json", "ls", "/d"]);
+    // One page as large as the directory: the default page is 100.
+    let all = ENTRIES.to_string();
+    let (json, json_mib) = run_measured(&env, &["--json", "ls", "--limit", &all, "/d"]);
     let v: Value = serde_json::from_str(&json).unwrap();
     let entries = v["entries"].as_array().unwrap();
     assert_eq!(entries.len(), ENTRIES);
     assert_eq!(entries[7]["name"], name(7));
     assert_eq!(entries[7]["size"], 1);
     assert_eq!(entries[ENTRIES - 1]["name"], name(ENTRIES - 1));
+    assert_eq!(v["total"], ENTRIES);
+    assert_eq!(v["next_cursor"], Value::Null);
 
     // The stored tree alone is about 7 MB here; the bound is 50 MB.
     for (what, mib) in [

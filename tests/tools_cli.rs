@@ -113,8 +113,11 @@ fn grep_json_and_checkpoints() {
             "path": "/",
             "matches": [{"path": "/src/main.rs", "line": 3, "text": "    helper();"}],
             "files": ["/src/main.rs"],
+            "files_matched": 1,
             "files_searched": 6,
             "binary_files_skipped": 1,
+            "total": 1,
+            "next_cursor": null,
         })
     );
     let v = env.json(&["grep", "helper", "--at", "v1", "-l"]);
@@ -660,4 +663,100 @@ fn search_rebuilds_from_the_tree_when_gc_removed_the_indexed_root() {
     assert_eq!(v["index"]["full"], false);
     assert_eq!(v["index"]["files_updated"], 1);
     assert_eq!(paths(&v["results"]), vec!["/b.txt"]);
+}
+
+/// Follows `next_cursor` from the default page to the end; returns every item of `key`
+/// (mapped by `item`) in order, checking `total` on every page.
+fn all_pages(
+    env: &Env,
+    args: &[&str],
+    key: &str,
+    item: impl Fn(&Value) -> String,
+) -> (Vec<String>, Value) {
+    let first = env.json(args);
+    let total = first["total"].clone();
+    let mut out: Vec<String> = first[key].as_array().unwrap().iter().map(&item).collect();
+    assert_eq!(out.len(), 100, "the default page: {key}");
+    let mut cursor = first["next_cursor"].as_str().map(str::to_string);
+    while let Some(c) = cursor {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["--limit", "70", "--cursor", &c]);
+        let page = env.json(&a);
+        assert_eq!(page["total"], total);
+        let items = page[key].as_array().unwrap();
+        assert!(items.len() <= 70);
+        out.extend(items.iter().map(&item));
+        cursor = page["next_cursor"].as_str().map(str::to_string);
+    }
+    (out, first)
+}
+
+#[test]
+fn ls_grep_and_find_return_a_page_with_totals_and_a_cursor() {
+    let env = Env::new();
+    let host = env.path("many");
+    std::fs::create_dir(&host).unwrap();
+    let name = |i: usize| format!("f{i:03}.txt");
+    for i in 0..250 {
+        std::fs::write(host.join(name(i)), "a needle\nhay\nneedle again\n").unwrap();
+    }
+    env.ok(&["import", host.to_str().unwrap(), "/d"]);
+    let names: Vec<String> = (0..250).map(name).collect();
+    let paths: Vec<String> = names.iter().map(|n| format!("/d/{n}")).collect();
+
+    // ls: 250 entries, pages of them, each exactly once, in name order.
+    let (got, first) = all_pages(&env, &["ls", "/d"], "entries", |e| {
+        e["name"].as_str().unwrap().to_string()
+    });
+    assert_eq!(first["total"], 250);
+    assert_eq!(first["next_cursor"], "100");
+    assert_eq!(got, names);
+    // --brief: name, type and size only.
+    let b = env.json(&["ls", "--brief", "--limit", "1", "/d"]);
+    assert_eq!(
+        b["entries"],
+        json!([{"name": "f000.txt", "size": 26, "type": "file"}])
+    );
+    assert_eq!((&b["total"], &b["next_cursor"]), (&json!(250), &json!("1")));
+    // Text output is whole unless a page is asked for; a cut page says so on stderr.
+    assert_eq!(env.ok(&["ls", "/d"]).stdout.lines().count(), 250);
+    let r = env.ok(&["ls", "/d", "--limit", "3", "--cursor", "248"]);
+    assert_eq!(lines(&r.stdout), ["f248.txt", "f249.txt"]);
+    assert!(!r.stderr.contains("--cursor"), "{}", r.stderr);
+    let r = env.ok(&["ls", "/d", "--limit", "3"]);
+    assert_eq!(lines(&r.stdout), ["f000.txt", "f001.txt", "f002.txt"]);
+    assert!(r.stderr.contains("showed 3 of 250") && r.stderr.contains("--cursor 3"));
+
+    // find: 251 entries (the directory itself too).
+    let (got, first) = all_pages(&env, &["find", "/d"], "entries", |e| {
+        e["path"].as_str().unwrap().to_string()
+    });
+    assert_eq!(first["total"], 251);
+    let mut want = vec!["/d".to_string()];
+    want.extend(paths.iter().cloned());
+    assert_eq!(got, want);
+
+    // grep: 500 matching lines in 250 files.
+    let (got, first) = all_pages(&env, &["grep", "needle", "/d"], "matches", |m| {
+        format!("{}:{}", m["path"].as_str().unwrap(), m["line"])
+    });
+    assert_eq!(
+        (&first["total"], &first["files_matched"]),
+        (&json!(500), &json!(250))
+    );
+    // The files of the first page's 100 matches.
+    assert_eq!(first["files"].as_array().unwrap().len(), 50);
+    let want: Vec<String> = paths
+        .iter()
+        .flat_map(|p| [format!("{p}:1"), format!("{p}:3")])
+        .collect();
+    assert_eq!(got, want);
+    // -l pages the files.
+    let (got, first) = all_pages(&env, &["grep", "-l", "needle", "/d"], "files", |f| {
+        f.as_str().unwrap().to_string()
+    });
+    assert_eq!(first["total"], 250);
+    assert_eq!(got, paths);
+    let e = env.json_err(&["grep", "needle", "/d", "--cursor", "next"], 1);
+    assert_eq!(e["kind"], "invalid_argument");
 }

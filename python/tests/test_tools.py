@@ -106,3 +106,25 @@ def test_merge_result_has_a_typed_summary(vault: Vault) -> None:
     assert isinstance(r.summary, MergeSummary)
     assert (r.summary.taken, r.summary.conflicts, r.summary.unresolved) == (1, 1, 1)
     assert r.summary.taken == len(r.taken) and r.paths == []
+
+
+def test_lists_longer_than_a_page_come_back_whole(vault: Vault, tmp_path: Path) -> None:
+    """`avfs --json` returns pages of 100 (ls, grep, find, checkpoint list); the client
+    follows `next_cursor` so a method's result is still the whole list, each item once."""
+    host = tmp_path / "many"
+    host.mkdir()
+    for i in range(150):
+        (host / f"f{i:03}.txt").write_text("needle\nhay\nneedle\n")
+    ws = vault.workspace
+    ws.import_dir(host, "/d")
+    names = [f"f{i:03}.txt" for i in range(150)]
+    assert [e.name for e in ws.list_dir("/d")] == names
+    found = ws.find("/d", type="f")
+    assert found.paths == [f"/d/{n}" for n in names]
+    g = ws.grep("needle", "/d")
+    assert len(g.matches) == 300
+    assert [(m.path, m.line) for m in g.matches[:3]] == [("/d/f000.txt", 1), ("/d/f000.txt", 3), ("/d/f001.txt", 1)]
+    assert g.files == [f"/d/{n}" for n in names]
+    # A single page, as the CLI gives it.
+    page = vault.avfs.run("ls", "--limit=2", "--", "/d", vault=vault.name)
+    assert (len(page["entries"]), page["total"], page["next_cursor"]) == (2, 150, "2")

@@ -95,6 +95,13 @@ pub struct LogArgs {
     /// List every checkpoint, also those where the path did not change.
     #[arg(long)]
     all: bool,
+    /// List the newest N versions (before `--cursor`; default: 100 with --json, all
+    /// otherwise); `total` and `next_cursor` say what is left.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Continue where a page ended: its `next_cursor`.
+    #[arg(long, value_name = "C")]
+    cursor: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -414,11 +421,27 @@ pub fn log(ctx: &Ctx, a: LogArgs) -> Result<i32> {
             display(&comps)
         )));
     }
+    // Pages go back in time from the newest version, as `checkpoint list` does.
+    let total = versions.len();
+    let limit = crate::page::limit_for(a.limit, ctx.out.json);
+    let (range, next_cursor) = crate::page::from_end(total, a.cursor.as_deref(), limit)?;
     let doc = FileLog {
+        next_cursor,
         path: display(&comps),
-        versions,
+        total,
+        versions: versions
+            .into_iter()
+            .skip(range.start)
+            .take(range.len())
+            .collect(),
     };
     ctx.out.emit(&doc, || {
+        if let Some(n) = &doc.next_cursor {
+            println!(
+                "... {} older: avfs log {} --cursor {n}",
+                range.start, doc.path
+            );
+        }
         for v in &doc.versions {
             let what = if !v.exists {
                 "(absent)".to_string()

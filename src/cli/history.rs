@@ -23,8 +23,7 @@ pub struct ListArgs {
     pub cursor: Option<String>,
 }
 
-/// Entries a listing returns when no `--limit` is given.
-pub const DEFAULT_PAGE: usize = 100;
+pub use crate::page::DEFAULT_PAGE;
 
 #[derive(Args, Debug)]
 pub struct PruneArgs {

@@ -50,6 +50,13 @@ pub struct GrepArgs {
     /// Search the files as they were at this checkpoint.
     #[arg(long, value_name = "CHECKPOINT")]
     at: Option<String>,
+    /// Show at most N matching lines (with -l, files) from `--cursor` on (default: 100
+    /// with --json, all otherwise); `total` and `next_cursor` say what is left.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Continue where a page ended: its `next_cursor`.
+    #[arg(long, value_name = "C")]
+    cursor: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -115,6 +122,13 @@ pub struct FindArgs {
     /// Look at the tree of this checkpoint instead of the live state.
     #[arg(long, value_name = "CHECKPOINT")]
     at: Option<String>,
+    /// Show at most N entries from `--cursor` on (default: 100 with --json, all
+    /// otherwise); `total` and `next_cursor` say what is left.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Continue where a page ended: its `next_cursor`.
+    #[arg(long, value_name = "C")]
+    cursor: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -228,6 +242,12 @@ pub fn grep(ctx: &Ctx, a: GrepArgs) -> Result<i32> {
     let json = ctx.out.json;
     let mut matches: Vec<GrepMatch> = Vec::new();
     let mut files: Vec<String> = Vec::new();
+    let mut files_matched = 0usize;
+    // Pages of matching lines, or of files with -l; past the page they are only counted.
+    let mut pager = crate::page::Pager::new(
+        a.cursor.as_deref(),
+        crate::page::limit_for(a.limit, ctx.out.json),
+    )?;
     let (mut searched, mut binary) = (0u64, 0u64);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -256,11 +276,16 @@ pub fn grep(ctx: &Ctx, a: GrepArgs) -> Result<i32> {
             }
             let shown = display(p);
             let mut any = false;
+            let mut on_page = false;
             for_each_matching_line(&re, &data, |line_no, line| {
                 any = true;
                 if a.files_with_matches {
                     return false;
                 }
+                if !pager.take() {
+                    return true;
+                }
+                on_page = true;
                 if json {
                     matches.push(GrepMatch {
                         path: shown.clone(),
@@ -283,10 +308,16 @@ pub fn grep(ctx: &Ctx, a: GrepArgs) -> Result<i32> {
                 true
             });
             if any {
-                if a.files_with_matches && !json {
-                    let _ = writeln!(out, "{}", paint.path(&shown));
+                files_matched += 1;
+                if a.files_with_matches {
+                    on_page = pager.take();
+                    if on_page && !json {
+                        let _ = writeln!(out, "{}", paint.path(&shown));
+                    }
                 }
-                files.push(shown);
+                if on_page {
+                    files.push(shown);
+                }
             }
             Ok(Next::Descend)
         })
@@ -299,19 +330,35 @@ pub fn grep(ctx: &Ctx, a: GrepArgs) -> Result<i32> {
     }
     let _ = out.flush();
     drop(out);
-    let no_match = files.is_empty();
+    let no_match = files_matched == 0;
+    more_notice(ctx, "grep", &pager);
     ctx.out.emit(
         &GrepReport {
             binary_files_skipped: binary,
             files_searched: searched,
             files,
+            files_matched,
             matches,
+            next_cursor: pager.next_cursor(),
             path: display(&start),
             pattern: a.pattern,
+            total: pager.total(),
         },
         || {},
     );
     Ok(if no_match { 1 } else { 0 })
+}
+
+/// In text output, a page that stops before the end says so on stderr (stdout stays
+/// the list, for pipes), with the cursor that continues it.
+fn more_notice(ctx: &Ctx, cmd: &str, pager: &crate::page::Pager) {
+    if let (false, Some(c)) = (ctx.out.json, pager.next_cursor()) {
+        eprintln!(
+            "avfs {cmd}: showed {} of {}; the rest: add --cursor {c}",
+            pager.shown(),
+            pager.total()
+        );
+    }
 }
 
 /// Calls `f(line_number, line)` for every line of `data` holding a match, in order, until
@@ -473,9 +520,15 @@ pub fn find(ctx: &Ctx, a: FindArgs) -> Result<i32> {
     };
     let mut entries: Vec<FoundEntry> = Vec::new();
     let json = ctx.out.json;
+    let mut pager =
+        crate::page::Pager::new(a.cursor.as_deref(), crate::page::limit_for(a.limit, json))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut emit = |p: &[Vec<u8>], e: &Entry| {
+        // Past the page, entries are only counted (`total`).
+        if !pager.take() {
+            return;
+        }
         if json {
             entries.push(found_entry(p, e));
         } else {
@@ -521,10 +574,14 @@ pub fn find(ctx: &Ctx, a: FindArgs) -> Result<i32> {
         })?;
     let _ = out.flush();
     drop(out);
+    let next_cursor = pager.next_cursor();
+    more_notice(ctx, "find", &pager);
     ctx.out.emit(
         &FindReport {
             entries,
+            next_cursor,
             path: display(&start),
+            total: pager.total(),
         },
         || {},
     );

@@ -14,9 +14,13 @@ use crate::util::rfc3339;
 pub struct AuditArgs {
     #[command(subcommand)]
     cmd: Option<AuditCmd>,
-    /// Show at most N of the newest rows.
-    #[arg(long)]
+    /// Show the newest N rows (before `--cursor`; default: 100 with --json, all
+    /// otherwise); `total` and `next_cursor` say what is left.
+    #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// Continue where a page ended: its `next_cursor`.
+    #[arg(long, value_name = "C")]
+    cursor: Option<String>,
     /// Only rows at or after T: RFC 3339 (2026-12-02T10:00:00Z) or an age like 10m, 2h, 3d.
     #[arg(long, value_name = "T")]
     since: Option<String>,
@@ -91,11 +95,33 @@ pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
         return Ok(if report.ok { 0 } else { 1 });
     }
     let since = a.since.as_deref().map(parse_since).transpose()?;
-    let rows = store.read(|db| audit::list(db, a.limit, since))?;
+    // The cursor is the id of the oldest row listed: rows appended meanwhile (every
+    // mutation appends one) do not shift the pages.
+    let before = a
+        .cursor
+        .as_deref()
+        .map(crate::page::parse_cursor)
+        .transpose()?;
+    let limit = crate::page::limit_for(a.limit, ctx.out.json);
+    let (rows, total) = store.read(|db| audit::list(db, limit, since, before.map(|b| b as i64)))?;
+    let older = match rows.first() {
+        Some(r) if limit.is_some_and(|l| rows.len() >= l) => store.read(|db| {
+            Ok(audit::list(db, Some(1), since, Some(r.id))?
+                .0
+                .first()
+                .map(|_| r.id))
+        })?,
+        _ => None,
+    };
     let doc = AuditLog {
         entries: rows.iter().map(AuditEntry::of).collect(),
+        next_cursor: older.map(|id| id.to_string()),
+        total,
     };
     ctx.out.emit(&doc, || {
+        if let Some(n) = &doc.next_cursor {
+            println!("... older rows: avfs audit --cursor {n}");
+        }
         for r in &rows {
             println!(
                 "{:>6} {} {:<10} {:<5} {:<20} {}",

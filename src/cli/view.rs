@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::Ctx;
 use super::output::{ListStream, format_mode, human_size};
-use crate::documents::files::{FileContent, StatDoc};
+use crate::documents::files::{BriefEntry, FileContent, StatDoc};
 use crate::error::{Error, Result};
 use crate::names::escape;
 use crate::store::content;
@@ -31,6 +31,16 @@ pub struct LsArgs {
     all: bool,
     #[arg(default_value = "/")]
     path: OsString,
+    /// With --json: each entry's name, type and size only (and a symlink's target).
+    #[arg(long)]
+    brief: bool,
+    /// Show at most N entries from `--cursor` on (default: 100 with --json, all
+    /// otherwise); `total` and `next_cursor` say what is left.
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
+    /// Continue where a page ended: its `next_cursor`.
+    #[arg(long, value_name = "C")]
+    cursor: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -134,6 +144,12 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
         ctx.out.json,
         "entries",
     );
+    // Entries past the page are only counted: the walk stays one pass, entry by entry,
+    // and attributes are worked out for the page alone.
+    let mut pager = crate::page::Pager::new(
+        a.cursor.as_deref(),
+        crate::page::limit_for(a.limit, ctx.out.json),
+    )?;
     let r = ctx.view(|ws| {
         let p = ws.peek();
         let node = p.resolve_existing(&comps, true)?;
@@ -148,14 +164,29 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
                 }
             })
         };
+        let brief = |name: &[u8], n: &Node| BriefEntry {
+            name: escape(name),
+            size: n.size(),
+            target: n.target().map(escape),
+            kind: n.kind().name(),
+        };
         if !node.is_dir() {
+            if !pager.take() {
+                return Ok(());
+            }
             let name = comps.last().cloned().unwrap_or_default();
+            if a.brief && ctx.out.json {
+                return list.item(&brief(&name, &node), |_| Ok(()));
+            }
             return show(stat_json(&p, shown.clone(), &name, &node)?, &mut list);
         }
         let mut path = comps.clone();
         let names_only = !a.long && !ctx.out.json;
         p.list(&node, &mut |name, n| {
             if !a.all && name.starts_with(b".") {
+                return Ok(true);
+            }
+            if !pager.take() {
                 return Ok(true);
             }
             if names_only {
@@ -166,6 +197,10 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
                 })?;
                 return Ok(true);
             }
+            if a.brief && ctx.out.json {
+                list.item(&brief(name, &n), |_| Ok(()))?;
+                return Ok(true);
+            }
             path.push(name.to_vec());
             let s = stat_json(&p, display(&path), name, &n)?;
             path.pop();
@@ -173,13 +208,26 @@ pub fn ls(ctx: &Ctx, a: LsArgs) -> Result<i32> {
             Ok(true)
         })
     });
+    // On an error part-way, `total` is what was counted before it.
+    let tail = [
+        ("next_cursor", json!(pager.next_cursor())),
+        ("path", json!(shown)),
+        ("total", json!(pager.total())),
+    ];
     match r {
         Ok(()) => {
-            list.finish(&[("path", json!(shown))])?;
+            list.finish(&tail)?;
+            if let (false, Some(c)) = (ctx.out.json, pager.next_cursor()) {
+                eprintln!(
+                    "avfs ls: showed {} of {}; the rest: add --cursor {c}",
+                    pager.shown(),
+                    pager.total()
+                );
+            }
             Ok(0)
         }
         // An error after entries went out still ends in one JSON document.
-        Err(e) => list.fail(e, &[("path", json!(shown))]),
+        Err(e) => list.fail(e, &tail),
     }
 }
 

@@ -46,14 +46,43 @@ pub struct StatDoc {
 #[derive(Serialize, JsonSchema, Debug)]
 pub struct Listing {
     /// The entries, sorted by name bytes (one entry describing `path` when it is not a
-    /// directory).
-    pub entries: Vec<StatDoc>,
+    /// directory): at most `--limit` (default 100 with `--json`) from `--cursor` on.
+    pub entries: Vec<ListEntry>,
     /// Only when an error came after entries were printed: the listing stops there and
     /// `avfs` exits 1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
+    /// Pass as `--cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
     /// The path listed.
     pub path: String,
+    /// How many entries the directory has in all (with `-a`, dot names included).
+    pub total: usize,
+}
+
+/// One entry of `ls --json`: every attribute, or with `--brief` the few a reader of a
+/// listing needs (what the MCP tool `list_dir` returns).
+#[derive(Serialize, JsonSchema, Debug)]
+#[serde(untagged)]
+pub enum ListEntry {
+    Full(StatDoc),
+    Brief(BriefEntry),
+}
+
+/// `ls --brief --json`: an entry's name, type and size. Fields in sorted order: `ls`
+/// streams it.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct BriefEntry {
+    /// Last path component.
+    pub name: String,
+    /// Bytes (0 for a directory, the target's length for a symlink).
+    pub size: u64,
+    /// The link target as stored; only for symlinks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// file, dir, symlink, fifo, socket, char_device or block_device.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
 }
 
 /// `cat --json`: a file's content.
@@ -96,9 +125,14 @@ pub struct FileWritten {
 /// `log --json`: the versions of one path across checkpoints and the live state.
 #[derive(Serialize, JsonSchema, Debug)]
 pub struct FileLog {
+    /// Pass as `--cursor` for the page of older versions; null on the last page.
+    pub next_cursor: Option<String>,
     /// The path.
     pub path: String,
-    /// Oldest first; only where the path changed (every one with `--all`).
+    /// How many versions there are in all.
+    pub total: usize,
+    /// Oldest first; only where the path changed (every one with `--all`): the newest
+    /// `--limit` (default 100 with `--json`) before `--cursor`.
     pub versions: Vec<Version>,
 }
 

@@ -164,8 +164,14 @@ pub struct ApprovalDecided {
 /// `audit --json`: the audit log.
 #[derive(Serialize, JsonSchema, Debug)]
 pub struct AuditLog {
-    /// Rows oldest first; with `--limit N`, the newest N.
+    /// Rows oldest first: the newest `--limit` (default 100 with `--json`) before
+    /// `--cursor`.
     pub entries: Vec<AuditEntry>,
+    /// Pass as `--cursor` for the page of older rows; null on the last page. A row id:
+    /// rows appended meanwhile do not shift the pages.
+    pub next_cursor: Option<String>,
+    /// Rows in all (at or after `--since`).
+    pub total: usize,
 }
 
 /// One audit row.

@@ -12,16 +12,23 @@ use crate::search::{Hit, IndexUpdate};
 pub struct GrepReport {
     /// Files skipped as binary (a NUL byte in the first 8 KiB).
     pub binary_files_skipped: u64,
-    /// Files with at least one match, in path order.
+    /// Files with a match on this page, in path order (with `-l`, the page itself).
     pub files: Vec<String>,
+    /// Files with at least one match, in all.
+    pub files_matched: usize,
     /// Regular files read (dot names are skipped without `--hidden`).
     pub files_searched: u64,
-    /// Matching lines in path order, then line order; empty with `-l`.
+    /// Matching lines in path order, then line order, at most `--limit` (default 100 with
+    /// `--json`) from `--cursor` on; empty with `-l`.
     pub matches: Vec<GrepMatch>,
+    /// Pass as `--cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
     /// Where the search started, normalized.
     pub path: String,
     /// The pattern as given.
     pub pattern: String,
+    /// Matching lines in all (with `-l`, files with a match).
+    pub total: usize,
 }
 
 /// One matching line.
@@ -38,10 +45,15 @@ pub struct GrepMatch {
 /// `find --json`: the matching entries.
 #[derive(Serialize, JsonSchema, Debug)]
 pub struct FindReport {
-    /// Matching entries in walk order (depth first, names sorted by bytes).
+    /// Matching entries in walk order (depth first, names sorted by bytes), at most
+    /// `--limit` (default 100 with `--json`) from `--cursor` on.
     pub entries: Vec<FoundEntry>,
+    /// Pass as `--cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
     /// Where the walk started, normalized.
     pub path: String,
+    /// Matching entries in all.
+    pub total: usize,
 }
 
 /// One entry `find` matched.

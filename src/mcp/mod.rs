@@ -419,7 +419,7 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "List a directory of the workspace with each entry's attributes.",
+        description = "List a directory of the workspace: each entry's name, type and size.",
         output_schema = output::doc_schema("ls"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -427,8 +427,10 @@ impl AvfsServer {
         &self,
         Parameters(p): Parameters<ListDirParams>,
     ) -> Result<CallToolResult, McpError> {
-        let line = Line::new(&["ls"])
+        let line = Line::new(&["ls", "--brief"])
             .flag("-a", p.all)
+            .opt("limit", p.limit)
+            .opt("cursor", p.cursor)
             .pos(Some(p.path.unwrap_or_else(|| "/".into())));
         self.call(p.vault, line).await
     }
@@ -451,9 +453,12 @@ impl AvfsServer {
         output_schema = output::doc_schema("log"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn log(&self, Parameters(p): Parameters<PathParams>) -> Result<CallToolResult, McpError> {
-        self.call(p.vault, Line::new(&["log"]).pos(Some(p.path)))
-            .await
+    async fn log(&self, Parameters(p): Parameters<LogParams>) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["log"])
+            .opt("limit", p.limit)
+            .opt("cursor", p.cursor)
+            .pos(Some(p.path));
+        self.call(p.vault, line).await
     }
 
     #[tool(
@@ -473,6 +478,8 @@ impl AvfsServer {
             .flag("--hidden", p.hidden)
             .flag("--files-with-matches", p.files_only)
             .opt("at", p.at)
+            .opt("limit", p.limit)
+            .opt("cursor", p.cursor)
             .pos(Some(p.pattern))
             .pos(Some(p.path.unwrap_or_else(|| "/".into())));
         self.call(p.vault, line).await
@@ -491,7 +498,9 @@ impl AvfsServer {
         let mut line = Line::new(&["find"])
             .opt("newer", p.newer)
             .opt("max-depth", p.max_depth)
-            .opt("at", p.at);
+            .opt("at", p.at)
+            .opt("limit", p.limit)
+            .opt("cursor", p.cursor);
         for (opt, values) in [
             ("name", p.name),
             ("type", p.kind),
@@ -580,6 +589,7 @@ impl AvfsServer {
     ) -> Result<CallToolResult, McpError> {
         let line = Line::new(&["audit"])
             .opt("limit", p.limit)
+            .opt("cursor", p.cursor)
             .opt("since", p.since);
         self.call(p.vault, line).await
     }
@@ -668,6 +678,9 @@ impl ServerHandler for AvfsServer {
                  Results are the JSON documents of `avfs --json` (docs/json.md; each tool's \
                  outputSchema lists the fields, schemas/NAME.schema.json has them whole); \
                  exec's envelope leaves out the options left at their default. \
+                 Lists come in pages: `limit` (default 100), a page's `next_cursor` as \
+                 `cursor` for the next; `total` counts all. Every tool's `vault`: a vault \
+                 or fork name, or a .avfs file's path (default: the server's). \
                  A bad argument is a tool error naming the argument and the fix. Resources: \
                  avfs://checkpoints, avfs://files/PATH, avfs://checkpoints/NAME/files/PATH.",
         )

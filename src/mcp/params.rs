@@ -4,15 +4,18 @@
 use rmcp::schemars::{self, JsonSchema};
 use serde::Deserialize;
 
-/// A page of checkpoints; `vault` selects the vault or fork a call works on (without it,
-/// the server's own: `avfs --vault V mcp`, else `$AVFS_VAULT`, else the current vault).
+// Every tool's `vault` (described once, in the server's instructions, to keep
+// `tools/list` small) selects the vault or fork a call works on (without it, the
+// server's own: `avfs --vault V mcp`, else `$AVFS_VAULT`, else the current vault).
+// Paging (`limit`, `cursor`) is described there once too.
+
+/// A page of checkpoints.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 pub(super) struct CheckpointListParams {
     /// The newest N checkpoints (default 100).
     pub(super) limit: Option<u64>,
     /// A page's `next_cursor`: the older ones.
     pub(super) cursor: Option<String>,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -62,7 +65,6 @@ pub(super) struct ExecParams {
     /// Bytes kept from the end of stdout and of stderr (default 65536).
     #[schemars(range(min = 0))]
     pub(super) output_tail_bytes: Option<u64>,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -93,7 +95,6 @@ pub(super) struct CheckpointSaveParams {
     pub(super) name: Option<String>,
     /// A message saying why.
     pub(super) message: Option<String>,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -101,7 +102,6 @@ pub(super) struct CheckpointSaveParams {
 pub(super) struct CheckpointRestoreParams {
     /// The checkpoint to restore (unsaved changes are kept in an automatic checkpoint).
     pub(super) name: String,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -127,7 +127,6 @@ pub(super) struct DiffParams {
     /// List at most N changes.
     #[schemars(range(min = 0))]
     pub(super) limit: Option<u64>,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -146,7 +145,6 @@ pub(super) struct ApprovalsParams {
     /// Also list decided, used and expired approvals.
     #[serde(default)]
     pub(super) all: bool,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -156,7 +154,6 @@ pub(super) struct ReadFileParams {
     pub(super) path: String,
     /// Read it as it was at this checkpoint.
     pub(super) at: Option<String>,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -174,7 +171,6 @@ pub(super) struct WriteFileParams {
     /// Create missing parent directories.
     #[serde(default)]
     pub(super) parents: bool,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -185,7 +181,9 @@ pub(super) struct ListDirParams {
     /// Include names starting with a dot.
     #[serde(default)]
     pub(super) all: bool,
-    /// A vault or fork name, or a .avfs file's path.
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     pub(super) vault: Option<String>,
 }
 
@@ -193,17 +191,26 @@ pub(super) struct ListDirParams {
 pub(super) struct PathParams {
     /// Absolute path inside the workspace.
     pub(super) path: String,
-    /// A vault or fork name, or a .avfs file's path.
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct LogParams {
+    /// Absolute path inside the workspace.
+    pub(super) path: String,
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     pub(super) vault: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(super) struct AuditParams {
-    /// At most this many records, newest last.
+    #[schemars(range(min = 0))]
     pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     /// Only records since this time (RFC 3339, or a duration like `10m` ago).
     pub(super) since: Option<String>,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -230,7 +237,9 @@ pub(super) struct GrepParams {
     pub(super) files_only: bool,
     /// Search the files as they were at this checkpoint.
     pub(super) at: Option<String>,
-    /// A vault or fork name, or a .avfs file's path.
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     pub(super) vault: Option<String>,
 }
 
@@ -259,7 +268,9 @@ pub(super) struct FindParams {
     pub(super) max_depth: Option<u64>,
     /// Search the tree as it was at this checkpoint.
     pub(super) at: Option<String>,
-    /// A vault or fork name, or a .avfs file's path.
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+    pub(super) cursor: Option<String>,
     pub(super) vault: Option<String>,
 }
 
@@ -274,7 +285,6 @@ pub(super) struct SearchParams {
     /// The query is raw SQLite FTS5 syntax (AND, OR, NEAR, "phrases", prefix*).
     #[serde(default)]
     pub(super) fts: bool,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 
@@ -287,7 +297,6 @@ pub(super) struct TagParams {
     /// Remove these tags instead of adding them.
     #[serde(default)]
     pub(super) remove: bool,
-    /// A vault or fork name, or a .avfs file's path.
     pub(super) vault: Option<String>,
 }
 

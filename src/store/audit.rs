@@ -179,14 +179,28 @@ pub fn parse_anchor(line: &str) -> Option<(i64, String)> {
     Some((row?, hash?))
 }
 
-pub fn list(db: &Connection, limit: Option<usize>, since_ns: Option<i64>) -> Result<Vec<AuditRow>> {
+/// The newest `limit` rows at or after `since_ns` with an id below `before_id`, oldest
+/// first, and how many rows are at or after `since_ns` in all.
+pub fn list(
+    db: &Connection,
+    limit: Option<usize>,
+    since_ns: Option<i64>,
+    before_id: Option<i64>,
+) -> Result<(Vec<AuditRow>, usize)> {
+    let since = since_ns.unwrap_or(i64::MIN);
+    let total: i64 = db.query_row(
+        "SELECT count(*) FROM audit WHERE ts_ns >= ?1",
+        params![since],
+        |r| r.get(0),
+    )?;
     let mut stmt = db.prepare(
-        "SELECT id, ts_ns, workspace, actor, action, detail, hash FROM audit WHERE ts_ns >= ?1 ORDER BY id DESC LIMIT ?2",
+        "SELECT id, ts_ns, workspace, actor, action, detail, hash FROM audit WHERE ts_ns >= ?1 AND id < ?3 ORDER BY id DESC LIMIT ?2",
     )?;
     let rows = stmt.query_map(
         params![
-            since_ns.unwrap_or(i64::MIN),
-            limit.map(|l| l as i64).unwrap_or(-1)
+            since,
+            limit.map(|l| l as i64).unwrap_or(-1),
+            before_id.unwrap_or(i64::MAX)
         ],
         |r| {
             let detail: String = r.get(5)?;
@@ -204,7 +218,7 @@ pub fn list(db: &Connection, limit: Option<usize>, since_ns: Option<i64>) -> Res
     )?;
     let mut out: Vec<AuditRow> = rows.collect::<rusqlite::Result<_>>()?;
     out.reverse();
-    Ok(out)
+    Ok((out, total as usize))
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -131,7 +131,11 @@ def test_every_document_tool_declares_its_generated_schema_and_its_results_match
 
             await checked("write_file", path="/src/a.py", content="print('a')\n", parents=True)
             await checked("read_file", path="/src/a.py")
-            await checked("list_dir", path="/src")
+            ls = await checked("list_dir", path="/src")
+            # Compact: name, type and size of each entry, with the page's total.
+            assert ls["entries"] == [{"name": "a.py", "size": 11, "type": "file"}], ls
+            assert (ls["total"], ls["next_cursor"]) == (1, None), ls
+            assert len(json.dumps(ls)) < 200, ls
             await checked("stat", path="/src/a.py")
             await checked("tag", path="/src/a.py", tags=["todo", "wip"])
             await checked("tag", path="/src/a.py", tags=["wip"], remove=True)
@@ -142,9 +146,17 @@ def test_every_document_tool_declares_its_generated_schema_and_its_results_match
             page = await checked("checkpoint_list", limit=1)
             assert [c["name"] for c in page["checkpoints"]] == ["c1"], page
             assert page["total"] == 1 and page["next_cursor"] is None, page
-            await checked("log", path="/src/a.py")
+            log = await checked("log", path="/src/a.py", limit=1)
+            assert log["total"] == 2 and log["next_cursor"] == "1", log
+            assert [v["at"] for v in log["versions"]] == ["live"], log
+            older = await checked("log", path="/src/a.py", cursor=log["next_cursor"])
+            assert [v["at"] for v in older["versions"]] == ["c1"], older
             await checked("grep", pattern="print")
+            g = await checked("grep", pattern="print", limit=0)
+            assert (g["matches"], g["total"], g["next_cursor"]) == ([], 1, "0"), g
             await checked("find", tag=["todo"])
+            f = await checked("find", limit=1, cursor="1")
+            assert [e["path"] for e in f["entries"]] == ["/src"], f
             await checked("search", query="print")
             await checked("fork", name="task")
             await checked("write_file", path="/src/b.py", content="b\n", vault="task")
@@ -152,7 +164,10 @@ def test_every_document_tool_declares_its_generated_schema_and_its_results_match
             await checked("merge", fork="task")
             await checked("checkpoint_restore", name="c1")
             await checked("approvals_list", all=True)
-            await checked("audit", limit=5)
+            a = await checked("audit", limit=5)
+            assert len(a["entries"]) == 5 and a["total"] > 5, a
+            back = await checked("audit", limit=5, cursor=a["next_cursor"])
+            assert back["entries"][-1]["id"] == a["entries"][0]["id"] - 1, back
             assert seen == set(DOCUMENT_SCHEMAS), set(DOCUMENT_SCHEMAS) - seen
 
     run(go())
@@ -355,14 +370,15 @@ def test_every_single_byte_name_round_trips_through_mcp(home: str) -> None:
 
     async def go() -> None:
         async with session(home) as s:
-            ls = await call(s, "list_dir", path="/d")
+            ls = await call(s, "list_dir", path="/d", limit=300)
             printed = [e["name"] for e in ls["entries"]]
             assert len(printed) == len(names) == len(set(printed))
             for p in printed:
                 r = await call(s, "read_file", path="/d/" + p)
                 assert r["encoding"] == "utf-8", (p, r)
                 await call(s, "write_file", path="/e/" + p, content=r["content"], parents=True)
-            assert [e["name"] for e in (await call(s, "list_dir", path="/e"))["entries"]] == printed
+            again = await call(s, "list_dir", path="/e", limit=300)
+            assert [e["name"] for e in again["entries"]] == printed
 
     run(go())
     # The bytes in the vault: exported back to the host, each file is its byte's hex.

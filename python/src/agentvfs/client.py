@@ -479,7 +479,7 @@ class Workspace(ToolsMixin):
         args = ["ls"]
         if all:
             args.append("-a")
-        return [Stat.from_json(e) for e in self._run(*args, "--", path)["entries"]]
+        return [Stat.from_json(e) for e in self._whole(args, ["--", path], "entries")["entries"]]
 
     def stat(self, path: str) -> Stat:
         """A path's attributes (a final symlink is not followed)."""
@@ -632,8 +632,9 @@ class Workspace(ToolsMixin):
         return Checkpoint.from_json(self._run(*args)["checkpoint"])
 
     def checkpoints(self) -> List[Checkpoint]:
-        """This workspace's checkpoints, oldest first."""
-        return [Checkpoint.from_json(c) for c in self._run("checkpoint", "list")["checkpoints"]]
+        """This workspace's checkpoints, oldest first (every page of them)."""
+        doc = self._whole(["checkpoint", "list"], [], "checkpoints", back=True)
+        return [Checkpoint.from_json(c) for c in doc["checkpoints"]]
 
     def head(self) -> Optional[str]:
         """The head checkpoint (for a fresh fork, the parent's checkpoint it started

@@ -19,6 +19,19 @@ class ToolsMixin:
     def _run(self, *args: str, input: Optional[bytes] = None) -> Dict[str, Any]:  # pragma: no cover
         raise NotImplementedError
 
+    def _whole(self, args: Sequence[str], tail: Sequence[str], *keys: str, back: bool = False) -> Dict[str, Any]:
+        """Runs a paged listing (``--limit``/``--cursor``, default page 100) and follows
+        ``next_cursor`` to the end: the document with every page's ``keys`` joined, in
+        order. ``back``: pages go back from the newest (``log``, ``audit``, ``checkpoint
+        list``), so older pages come first."""
+        doc = dict(self._run(*args, *tail))
+        while doc.get("next_cursor") is not None:
+            page = self._run(*args, f"--cursor={doc['next_cursor']}", *tail)
+            for k in keys:
+                doc[k] = (page[k] + doc[k]) if back else (doc[k] + page[k])
+            doc["next_cursor"] = page.get("next_cursor")
+        return doc
+
     def grep(
         self,
         pattern: str,
@@ -46,7 +59,10 @@ class ToolsMixin:
                 args.append(flag)
         if at is not None:
             args.append(f"--at={at}")
-        return GrepResult.from_json(self._run(*args, "--", pattern, path))
+        doc = self._whole(args, ["--", pattern, path], "matches", "files")
+        # A file whose matches span two pages is on both.
+        doc["files"] = list(dict.fromkeys(doc["files"]))
+        return GrepResult.from_json(doc)
 
     def find(
         self,
@@ -75,7 +91,7 @@ class ToolsMixin:
             args.append(f"--max-depth={int(max_depth)}")
         if at is not None:
             args.append(f"--at={at}")
-        return FindResult.from_json(self._run(*args, "--", path))
+        return FindResult.from_json(self._whole(args, ["--", path], "entries"))
 
     def search(
         self, query: str, *, path: Optional[str] = None, limit: Optional[int] = None, fts: bool = False

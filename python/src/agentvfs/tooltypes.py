@@ -60,7 +60,8 @@ class GrepResult:
     matches: List[GrepMatch]
     """Matching lines in path order, then line order (empty with ``files_only``)."""
     files: List[str]
-    """Files with at least one match, in path order."""
+    """Files with at least one match, in path order (the client joins every page of
+    ``avfs grep --json``)."""
     files_searched: int
     binary_files_skipped: int
     raw: Json = field(repr=False, compare=False)
