@@ -68,18 +68,16 @@ fn ignored_files_stay_in_place_but_out_of_the_history() {
         ),
     );
     let got = paths(&v);
-    let want: BTreeSet<String> = [
-        "/.gitignore",
-        "/keep.txt",
-        "/src",
-        "/src/a.py",
-        "/src/pkg",
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
+    let want: BTreeSet<String> = ["/.gitignore", "/keep.txt", "/src", "/src/a.py", "/src/pkg"]
+        .into_iter()
+        .map(String::from)
+        .collect();
     assert_eq!(got, want, "{}", v["changes"]);
-    assert_eq!(v["change_summary"]["ignored"]["files"], 5, "{}", v["change_summary"]);
+    assert_eq!(
+        v["change_summary"]["ignored"]["files"], 5,
+        "{}",
+        v["change_summary"]
+    );
     assert_eq!(v["change_summary"]["ignored"]["bytes"], 5 + 4 + 2 + 2 + 5);
     // The next run sees them at the same paths.
     let v = sh(
@@ -91,7 +89,11 @@ fn ignored_files_stay_in_place_but_out_of_the_history() {
     assert!(paths(&v).is_empty(), "{}", v["changes"]);
     // Not in the history: not in the vault's tree, not in a diff from the empty tree.
     let ls = env.run(&["--vault", "t", "ls", "/"]);
-    assert!(!ls.stdout.contains(".venv") && !ls.stdout.contains("build"), "{}", ls.stdout);
+    assert!(
+        !ls.stdout.contains(".venv") && !ls.stdout.contains("build"),
+        "{}",
+        ls.stdout
+    );
     let d = env.json(&["--vault", "t", "diff", "(empty)", "live", "--name-only"]);
     let s = d.to_string();
     for p in [".venv", "build/out", "a.pyc", "notes.txt", "x.pyc"] {
@@ -218,7 +220,12 @@ fn a_venv_is_ignored_and_works_in_the_next_run() {
     let v = ok_in(
         &env,
         "t",
-        &["--", ".venv/bin/python", "-c", "import sys; print(sys.prefix)"],
+        &[
+            "--",
+            ".venv/bin/python",
+            "-c",
+            "import sys; print(sys.prefix)",
+        ],
     );
     assert!(stdout(&v).trim().ends_with("/.venv"), "{}", stdout(&v));
 }

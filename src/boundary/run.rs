@@ -294,8 +294,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
             job.dog.tell(
                 json!({"run": envelope.id, "keep_owners": keep_owners, "keep_setuid": keep_setuid}),
             );
-            let ignored_dir =
-                ignored::ensure(&ctx.home, &v.path, &v.workspace, parent.as_deref())?;
+            let ignored_dir = ignored::ensure(&ctx.home, &v.path, &v.workspace, parent.as_deref())?;
             let site = overlay::RunSite {
                 home: &ctx.home,
                 id: &envelope.id,
@@ -462,8 +461,10 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                     orun.store_upper(&mut store)
                 })
                 .and_then(|stored| {
-                store.write(|db| take_in_tx(db, &v.workspace, &orun, Some(stored), opts, !rollback))
-            });
+                    store.write(|db| {
+                        take_in_tx(db, &v.workspace, &orun, Some(stored), opts, !rollback)
+                    })
+                });
             if taken.is_err() {
                 // Content stored ahead of a failed ingest is garbage: let reclaim have it.
                 let _ = store.write(|db| crate::store::pins::unpin(db, &orun.ingest_pin()));

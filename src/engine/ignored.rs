@@ -33,7 +33,9 @@ use super::materialize::remove_tree;
 use crate::error::{Error, Result};
 
 /// Ignored files and their bytes (regular files; directories and links not counted).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct IgnoredCount {
     pub files: u64,
     pub bytes: u64,
@@ -66,7 +68,12 @@ pub fn holds_any(dir: &Path) -> bool {
 
 /// The workspace's ignored directory, made on its first run: a copy of its parent's
 /// (a fork), else empty.
-pub fn ensure(home: &Path, vault_path: &Path, workspace: &str, parent: Option<&str>) -> Result<PathBuf> {
+pub fn ensure(
+    home: &Path,
+    vault_path: &Path,
+    workspace: &str,
+    parent: Option<&str>,
+) -> Result<PathBuf> {
     let dir = ignored_dir(home, vault_path, workspace);
     if dir.is_dir() {
         return Ok(dir);
@@ -151,14 +158,8 @@ fn xattr_get(p: &Path, name: &[u8]) -> Option<Vec<u8>> {
     let cn = std::ffi::CString::new(name).ok()?;
     let mut buf = [0u8; 8];
     // SAFETY: valid C strings and a buffer of the given length.
-    let n = unsafe {
-        libc::lgetxattr(
-            cp.as_ptr(),
-            cn.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
+    let n =
+        unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     (n >= 0).then(|| buf[..n as usize].to_vec())
 }
 
