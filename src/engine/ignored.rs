@@ -329,7 +329,8 @@ fn visit(
         };
         comps.push(name.as_bytes().to_vec());
         let dst = ignored.join(&rel_child);
-        let r = (|| -> Result<()> {
+        // An error ends the whole walk (`comps` is not needed after it).
+        'entry: {
             if is_whiteout(&m) {
                 // A deletion: of an ignored file (it goes from the ignored directory; the
                 // whiteout goes too when the history never had the path), or of a
@@ -346,14 +347,14 @@ fn visit(
                         }
                     }
                 }
-                return Ok(());
+                break 'entry;
             }
             let is_dir = m.is_dir();
             let ign = dir_ignored || rules.ignored(&rel_child, is_dir);
             if ign && !(view.tracked)(comps)? {
                 found.any = true;
                 if dry {
-                    return Ok(());
+                    break 'entry;
                 }
                 let c = measure(&src);
                 found.count.files += c.files;
@@ -361,7 +362,7 @@ fn visit(
                 make_parents(view.upper, ignored, rel)?;
                 move_into(&src, &dst)?;
                 moved = true;
-                return Ok(());
+                break 'entry;
             }
             if is_dir {
                 let opaque = is_opaque(&src);
@@ -389,10 +390,8 @@ fn visit(
                     moved = true;
                 }
             }
-            Ok(())
-        })();
+        }
         comps.pop();
-        r?;
     }
     if rules.stack.last().is_some_and(|(d, _)| *d == depth) {
         rules.stack.pop();

@@ -304,8 +304,8 @@ impl OverlayRun {
         let mut tracked = |comps: &[Vec<u8>]| -> Result<bool> {
             let mut at = head;
             for (i, c) in comps.iter().enumerate() {
-                if !trees.contains_key(&at) {
-                    trees.insert(at, get_tree(db, &at)?);
+                if let std::collections::hash_map::Entry::Vacant(v) = trees.entry(at) {
+                    v.insert(get_tree(db, &at)?);
                 }
                 let t = &trees[&at];
                 let Ok(k) = t.entries.binary_search_by(|e| e.name.as_slice().cmp(c)) else {
