@@ -72,6 +72,7 @@ pub fn layer(db: &Connection, changes: Vec<Change>, limits: &ReportLimits) -> Re
             counts,
             total,
             by_directory,
+            ignored: Default::default(),
         },
         page: ChangesPage {
             mode: limits.changes.name(),

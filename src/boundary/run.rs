@@ -16,6 +16,7 @@ use super::{CheckpointMode, Command, ExecRequest, audit_record};
 use crate::context::Context;
 use crate::diff::{Change, diff_roots};
 use crate::engine::fuse::{MountGuard, exec_mountpoint, quota_refusals};
+use crate::engine::ignored::{self, IgnoredCount};
 use crate::engine::ingest::{IngestOptions, Ingested, Stored};
 use crate::engine::overlay::{self, OverlayRun};
 use crate::engine::{EngineInfo, EngineKind, IngestInfo, LayersInfo};
@@ -293,14 +294,23 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
             job.dog.tell(
                 json!({"run": envelope.id, "keep_owners": keep_owners, "keep_setuid": keep_setuid}),
             );
+            let ignored_dir = ignored::ensure(&ctx.home, &v.path, &v.workspace, parent.as_deref())?;
             let site = overlay::RunSite {
                 home: &ctx.home,
                 id: &envelope.id,
                 vault_path: &v.path,
                 workspace: &v.workspace,
+                ignored: Some(&ignored_dir),
             };
-            // An ephemeral fork runs once: nothing to keep its overlay for.
-            let keep = crate::engine::kept::enabled() && !req.ephemeral;
+            // An ephemeral fork runs once: nothing to keep its overlay for. A workspace
+            // with ignored files runs in a fresh overlay each time: a kept overlay's
+            // lower layers cannot change under it, and the ignored directory does.
+            let keep = crate::engine::kept::enabled()
+                && !req.ephemeral
+                && !ignored::holds_any(&ignored_dir);
+            if !keep && crate::engine::kept::enabled() {
+                crate::engine::kept::discard(&ctx.home, &v.path, &v.workspace);
+            }
             let run = store.read(|db| {
                 if keep {
                     OverlayRun::prepare_kept(&site, db, &before, &hints, keep_owners)
@@ -434,6 +444,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
         layers: None,
         ingest: None,
     };
+    let mut ignored_count = IgnoredCount::default();
     let changes = match prepared {
         Prepared::Overlay(orun, layers) => {
             engine_info.layers = Some(layers);
@@ -443,9 +454,17 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                 keep_setuid,
             };
             ctx.sync_mount(v)?;
-            let taken = orun.store_upper(&mut store).and_then(|stored| {
-                store.write(|db| take_in_tx(db, &v.workspace, &orun, Some(stored), opts, !rollback))
-            });
+            let taken = store
+                .read(|db| orun.separate_ignored(db))
+                .and_then(|count| {
+                    ignored_count = count;
+                    orun.store_upper(&mut store)
+                })
+                .and_then(|stored| {
+                    store.write(|db| {
+                        take_in_tx(db, &v.workspace, &orun, Some(stored), opts, !rollback)
+                    })
+                });
             if taken.is_err() {
                 // Content stored ahead of a failed ingest is garbage: let reclaim have it.
                 let _ = store.write(|db| crate::store::pins::unpin(db, &orun.ingest_pin()));
@@ -571,6 +590,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
         ));
     }
     envelope.change_summary = summary;
+    envelope.change_summary.ignored = ignored_count;
     envelope.changes = changes;
     envelope.changes_page = page;
     let r = run?;
@@ -681,6 +701,7 @@ pub(crate) fn take_in(
 ) -> Result<(Ingested, Vec<Change>)> {
     ctx.sync_mount(v)?;
     let mut store = Store::open(&v.path)?;
+    store.read(|db| run.separate_ignored(db))?;
     let r = store.write(|db| take_in_tx(db, &v.workspace, run, None, opts, true))?;
     ctx.invalidate_mount(v)?;
     let root = store.read(|db| Workspace::open(db, &v.workspace).map(|w| w.info.base_root))?;

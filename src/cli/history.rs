@@ -146,6 +146,14 @@ pub fn status(ctx: &Ctx) -> Result<i32> {
                     .unwrap_or_default()
             );
         }
+        if let Some(i) = st.ignored.as_ref().filter(|i| i.files > 0) {
+            println!(
+                "ignored (not versioned, outside the vault file): {} files ({} bytes) in {}",
+                i.files,
+                i.bytes,
+                i.path.display()
+            );
+        }
         for a in &st.pending_approvals {
             println!("waiting for approval: {} {}", a.id, a.command);
         }

@@ -629,6 +629,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
     let _runs = crate::vaultguard::hold_runs(&ctx.home, &v.path, &going)?;
     for ws in &going {
         crate::engine::kept::discard(&ctx.home, &v.path, ws);
+        crate::engine::ignored::discard(&ctx.home, &v.path, ws);
     }
     let mut unmounted = Vec::new();
     for m in &mounts {

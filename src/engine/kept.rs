@@ -401,6 +401,14 @@ impl Kept {
         }
     }
 
+    /// Ends the keeper and waits for its overlay to go, keeping the directory: the
+    /// upper can then be changed (its ignored files move out) before it is retired.
+    pub fn end_keeper(&self) {
+        if let Some(k) = &self.record.keeper {
+            stop(k);
+        }
+    }
+
     /// The upper becomes the cached layer of `shows` (when the overlay showed a root of
     /// its own); returns the layer's id.
     fn adopt(&self, home: &Path, shows: Option<&Hash>) -> Option<String> {

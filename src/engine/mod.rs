@@ -11,6 +11,7 @@
 //! Either way the run sees the workspace at its stable path (`sandbox::setup`).
 
 pub mod fuse;
+pub mod ignored;
 pub mod ingest;
 pub mod kept;
 pub mod layers;

@@ -8,12 +8,14 @@
 //! $AVFS_HOME/runs/<exec id>/run.json the run's base root and stack (for the watchdog)
 //! ```
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 
+use super::ignored::{self, IgnoredCount};
 use super::ingest::{self, IngestOptions, Ingested};
 use super::kept::{self, Kept};
 use super::layers::{LayerCache, Stack};
@@ -37,6 +39,9 @@ pub struct RunRecord {
     pub kept: Option<PathBuf>,
     #[serde(default)]
     pub head_root: Option<String>,
+    /// The workspace's ignored directory (`ignored`), the run's topmost lower layer.
+    #[serde(default)]
+    pub ignored: Option<PathBuf>,
 }
 
 /// Whose run it is: `$AVFS_HOME`, the exec id, the vault file and the workspace.
@@ -45,6 +50,8 @@ pub struct RunSite<'a> {
     pub id: &'a str,
     pub vault_path: &'a Path,
     pub workspace: &'a str,
+    /// The workspace's ignored directory (`ignored::ensure`).
+    pub ignored: Option<&'a Path>,
 }
 
 pub struct OverlayRun {
@@ -59,6 +66,8 @@ pub struct OverlayRun {
     /// upper also holds earlier runs' changes.
     pub head_root: Hash,
     pub kept: Option<Kept>,
+    /// The kept overlay's keeper was ended after the run (`separate_ignored`).
+    kept_ended: std::cell::Cell<bool>,
 }
 
 pub fn runs_dir(home: &Path) -> PathBuf {
@@ -139,6 +148,7 @@ impl OverlayRun {
             stack,
             kept: None,
             head_root: None,
+            ignored: site.ignored.map(Path::to_path_buf),
         };
         write_run_record(&dir, &record)?;
         Ok(OverlayRun {
@@ -149,6 +159,7 @@ impl OverlayRun {
             base_root: *base_root,
             head_root: *base_root,
             kept: None,
+            kept_ended: Default::default(),
         })
     }
 
@@ -186,6 +197,7 @@ impl OverlayRun {
             stack,
             kept: Some(kept_dir),
             head_root: Some(head.to_hex()),
+            ignored: site.ignored.map(Path::to_path_buf),
         };
         write_run_record(&dir, &record)?;
         Ok(OverlayRun {
@@ -196,6 +208,7 @@ impl OverlayRun {
             head_root: *head,
             record,
             kept: Some(k),
+            kept_ended: Default::default(),
         })
     }
 
@@ -233,6 +246,7 @@ impl OverlayRun {
             base_root,
             head_root,
             kept,
+            kept_ended: Default::default(),
         })
     }
 
@@ -243,8 +257,12 @@ impl OverlayRun {
                 merged: k.merged(),
             };
         }
+        // The ignored directory lies above the history's layers (a run's changes to it
+        // land in the upper, and `separate_ignored` moves them back).
+        let mut lowers: Vec<PathBuf> = self.record.ignored.iter().cloned().collect();
+        lowers.extend(self.record.stack.dirs.iter().cloned());
         View::Overlay {
-            lowers: self.record.stack.dirs.clone(),
+            lowers,
             upper: self.upper.clone(),
             work: self.work.clone(),
         }
@@ -273,6 +291,53 @@ impl OverlayRun {
         ingest::store_upper(store, &self.upper, &self.ingest_pin(), memo.as_ref())
     }
 
+    /// Moves the ignored, untracked entries of the upper into the workspace's ignored
+    /// directory (see `ignored`), before anything reads the upper for the history;
+    /// returns what moved. A kept overlay's keeper ends first when there is anything to
+    /// move (its upper must not change under a live overlay); `finish` then retires it.
+    pub fn separate_ignored(&self, db: &Connection) -> Result<IgnoredCount> {
+        let Some(dir) = &self.record.ignored else {
+            return Ok(IgnoredCount::default());
+        };
+        let mut trees: HashMap<Hash, crate::store::objects::Tree> = HashMap::new();
+        let head = self.head_root;
+        let mut tracked = |comps: &[Vec<u8>]| -> Result<bool> {
+            let mut at = head;
+            for (i, c) in comps.iter().enumerate() {
+                if let std::collections::hash_map::Entry::Vacant(v) = trees.entry(at) {
+                    v.insert(get_tree(db, &at)?);
+                }
+                let t = &trees[&at];
+                let Ok(k) = t.entries.binary_search_by(|e| e.name.as_slice().cmp(c)) else {
+                    return Ok(false);
+                };
+                let e = &t.entries[k];
+                if i + 1 == comps.len() {
+                    return Ok(true);
+                }
+                match e.hash {
+                    Some(h) if e.kind == crate::store::objects::Kind::Dir => at = h,
+                    _ => return Ok(false),
+                }
+            }
+            Ok(true)
+        };
+        let mut view = ignored::View {
+            upper: &self.upper,
+            lowers: &self.record.stack.dirs,
+            tracked: &mut tracked,
+        };
+        if let Some(k) = &self.kept {
+            let (_, any) = ignored::separate(&mut view, dir, true)?;
+            if !any {
+                return Ok(IgnoredCount::default());
+            }
+            k.end_keeper();
+            self.kept_ended.set(true);
+        }
+        Ok(ignored::separate(&mut view, dir, false)?.0)
+    }
+
     /// The pin that keeps content stored ahead of the ingest until it is referenced.
     pub fn ingest_pin(&self) -> String {
         format!("{}.ingest", self.record.id)
@@ -284,6 +349,13 @@ impl OverlayRun {
     /// small; else it is retired the same way.
     pub fn finish(self, home: &Path, ingested: Option<&Ingested>, head: Option<&Hash>) {
         if let Some(k) = self.kept {
+            if self.kept_ended.get() {
+                // Its keeper ended so that ignored files could leave the upper: the upper
+                // becomes the layer of what it shows, and the next run mounts anew.
+                k.retire(home, ingested.filter(|i| i.exact).map(|i| &i.root));
+                let _ = remove_tree(&self.dir);
+                return;
+            }
             match (ingested, head) {
                 (Some(i), Some(h)) if i.exact => k.after_run(home, h, i),
                 (Some(i), None) if i.exact => k.retire_in_background(home, Some(&i.root)),

@@ -147,6 +147,11 @@ pub struct Summary {
     /// largest first; only when the list is longer than what is shown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by_directory: Option<Vec<DirectoryCount>>,
+    /// Files the run wrote that the workspace's ignore rules match (`.gitignore`,
+    /// `.git/info/exclude`, `.avfsignore`) and the history does not hold: they went to
+    /// the workspace's ignored directory, not into the change list or the vault.
+    #[serde(default)]
+    pub ignored: crate::engine::ignored::IgnoredCount,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]

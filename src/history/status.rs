@@ -65,6 +65,14 @@ pub struct ApprovalInfo {
     pub created_at: String,
 }
 
+/// A workspace's ignored directory: what it holds and where.
+#[derive(Clone, Debug, Serialize)]
+pub struct IgnoredInfo {
+    pub files: u64,
+    pub bytes: u64,
+    pub path: PathBuf,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Status {
     pub vault: String,
@@ -93,6 +101,9 @@ pub struct Status {
     /// Kept overlays of the vault's workspaces (`docs/exec.md`): the keeper processes
     /// avfs leaves running between runs.
     pub kept_overlays: Vec<crate::engine::kept::KeptInfo>,
+    /// This workspace's ignored files: matched by its ignore rules, outside the history
+    /// and the vault file (`None` before its first run).
+    pub ignored: Option<IgnoredInfo>,
     pub pending_approvals: Vec<ApprovalInfo>,
     /// Commands worth running next.
     pub next: Vec<String>,
@@ -201,6 +212,7 @@ pub fn status(ctx: &Context) -> Result<Status> {
             mounts: vec![],
             runs,
             kept_overlays,
+            ignored: ignored_info(&ctx.home, &v.path, &v.workspace),
             pending_approvals: approvals,
             next: vec![],
         })
@@ -217,6 +229,19 @@ pub fn status(ctx: &Context) -> Result<Status> {
         .collect();
     st.next = next_steps(&st);
     Ok(st)
+}
+
+fn ignored_info(home: &Path, vault: &Path, workspace: &str) -> Option<IgnoredInfo> {
+    let path = crate::engine::ignored::ignored_dir(home, vault, workspace);
+    if !path.is_dir() {
+        return None;
+    }
+    let c = crate::engine::ignored::measure(&path);
+    Some(IgnoredInfo {
+        files: c.files,
+        bytes: c.bytes,
+        path,
+    })
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

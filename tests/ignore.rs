@@ -1,0 +1,238 @@
+//! Ignore rules, driven through the real binary: what `.gitignore` (any depth),
+//! `.git/info/exclude` and `.avfsignore` match and the history does not hold stays in the
+//! workspace (the next run and a fork see it) but out of the change report, checkpoints,
+//! diffs and merges, and out of the vault file; `status` shows it; deleting the workspace
+//! reclaims it.
+//!
+//! Every test needs the overlay engine; under `AVFS_REQUIRE_FUSE=1` a machine without it
+//! fails them instead of skipping.
+
+mod common;
+#[path = "common/overlay.rs"]
+mod overlay;
+
+use std::collections::BTreeSet;
+
+use common::Env;
+use overlay::{exec_in, ok_in, overlay_or_skip, setup_with, stdout};
+use serde_json::Value;
+
+const POLICY: &str = r#"
+[[rule]]
+name = "test-sh"
+program = "sh"
+category = "mutating"
+decision = "allow_with_checkpoint"
+
+[[rule]]
+name = "test-python"
+program = "python3"
+category = "mutating"
+decision = "allow_with_checkpoint"
+"#;
+
+fn paths(v: &Value) -> BTreeSet<String> {
+    v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn sh(env: &Env, vault: &str, script: &str) -> Value {
+    ok_in(env, vault, &["--", "sh", "-c", script])
+}
+
+fn ignored_dir(env: &Env, vault: &str) -> std::path::PathBuf {
+    let st = env.json(&["--vault", vault, "status"]);
+    std::path::PathBuf::from(st["ignored"]["path"].as_str().expect("status names it"))
+}
+
+const RULES: &str = "printf '.venv/\\n*.pyc\\nbuild/\\n*.txt\\n!keep.txt\\n' > .gitignore";
+
+#[test]
+fn ignored_files_stay_in_place_but_out_of_the_history() {
+    if !overlay_or_skip("ignored_files_stay_in_place_but_out_of_the_history") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    // The run writes its own rules: they count for what it writes.
+    let v = sh(
+        &env,
+        "t",
+        &format!(
+            "{RULES}; mkdir -p .venv/bin build src/pkg && echo tool > .venv/bin/tool \
+             && echo out > build/out && echo src > src/a.py && echo c > src/a.pyc \
+             && echo n > notes.txt && echo k > keep.txt && echo deep > src/pkg/x.pyc"
+        ),
+    );
+    let got = paths(&v);
+    let want: BTreeSet<String> = ["/.gitignore", "/keep.txt", "/src", "/src/a.py", "/src/pkg"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(got, want, "{}", v["changes"]);
+    assert_eq!(
+        v["change_summary"]["ignored"]["files"], 5,
+        "{}",
+        v["change_summary"]
+    );
+    assert_eq!(v["change_summary"]["ignored"]["bytes"], 5 + 4 + 2 + 2 + 5);
+    // The next run sees them at the same paths.
+    let v = sh(
+        &env,
+        "t",
+        "cat .venv/bin/tool build/out src/a.pyc notes.txt src/pkg/x.pyc",
+    );
+    assert_eq!(stdout(&v), "tool\nout\nc\nn\ndeep\n");
+    assert!(paths(&v).is_empty(), "{}", v["changes"]);
+    // Not in the history: not in the vault's tree, not in a diff from the empty tree.
+    let ls = env.run(&["--vault", "t", "ls", "/"]);
+    assert!(
+        !ls.stdout.contains(".venv") && !ls.stdout.contains("build"),
+        "{}",
+        ls.stdout
+    );
+    let d = env.json(&["--vault", "t", "diff", "--name-only"]);
+    let s = d.to_string();
+    for p in [".venv", "build/out", "a.pyc", "notes.txt", "x.pyc"] {
+        assert!(!s.contains(p), "{p} in the diff: {s}");
+    }
+    assert!(s.contains("keep.txt"), "{s}");
+    // Status shows them.
+    let st = env.json(&["--vault", "t", "status"]);
+    assert_eq!(st["ignored"]["files"], 5, "{}", st["ignored"]);
+    // Their bytes are not in the vault file.
+    let marker = "ignored-bytes-marker-7f3a9c";
+    // Made inside the run, so that the command line (which the audit log keeps) does not
+    // hold it.
+    sh(
+        &env,
+        "t",
+        "printf '%s%s\\n' ignored-bytes- marker-7f3a9c > build/secret",
+    );
+    assert!(ignored_dir(&env, "t").join("build/secret").is_file());
+    let vault_file = env.home().join("vaults/t.avfs");
+    let mut bytes = std::fs::read(&vault_file).unwrap();
+    for ext in ["-wal"] {
+        let mut p = vault_file.clone().into_os_string();
+        p.push(ext);
+        bytes.extend(std::fs::read(p).unwrap_or_default());
+    }
+    assert!(
+        !bytes.windows(marker.len()).any(|w| w == marker.as_bytes()),
+        "an ignored file's bytes reached the vault"
+    );
+}
+
+#[test]
+fn a_tracked_file_stays_tracked_when_a_rule_later_matches_it() {
+    if !overlay_or_skip("a_tracked_file_stays_tracked_when_a_rule_later_matches_it") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(&env, "t", "mkdir logs && echo 1 > logs/old.log");
+    let v = sh(
+        &env,
+        "t",
+        "echo '*.log' > .gitignore && echo 2 >> logs/old.log && echo new > logs/new.log",
+    );
+    let got = paths(&v);
+    assert!(got.contains("/logs/old.log"), "{got:?}");
+    assert!(!got.contains("/logs/new.log"), "{got:?}");
+    assert_eq!(v["change_summary"]["ignored"]["files"], 1);
+    assert_eq!(env.cat(Some("t"), "/logs/old.log"), "1\n2\n");
+}
+
+#[test]
+fn deleting_ignored_files_and_exclude_and_avfsignore() {
+    if !overlay_or_skip("deleting_ignored_files_and_exclude_and_avfsignore") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        "mkdir -p .git/info cache sub && echo 'cache/' > .git/info/exclude \
+         && echo 'tmp*' > sub/.avfsignore && echo a > cache/a && echo b > cache/b \
+         && echo t > sub/tmp1 && echo v > sub/kept",
+    );
+    let dir = ignored_dir(&env, "t");
+    assert!(dir.join("cache/a").is_file() && dir.join("sub/tmp1").is_file());
+    assert!(!dir.join("sub/kept").exists());
+    // Deleting an ignored file is no change of the history, and it is gone for good.
+    let v = sh(&env, "t", "rm cache/a sub/tmp1");
+    assert!(paths(&v).is_empty(), "{}", v["changes"]);
+    let v = exec_in(&env, "t", &["--", "sh", "-c", "ls cache sub"]);
+    assert_eq!(stdout(&v), "cache:\nb\n\nsub:\nkept\n");
+    assert!(!dir.join("cache/a").exists());
+    // A whole ignored directory replaced: the old content goes.
+    sh(&env, "t", "rm -rf cache && mkdir cache && echo c > cache/c");
+    let v = sh(&env, "t", "ls cache");
+    assert_eq!(stdout(&v), "c\n");
+}
+
+#[test]
+fn a_fork_sees_its_parents_ignored_files_and_keeps_its_own() {
+    if !overlay_or_skip("a_fork_sees_its_parents_ignored_files_and_keeps_its_own") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!("{RULES} && mkdir -p .venv/bin && echo parent > .venv/bin/tool && echo s > a.py"),
+    );
+    env.ok(&["vault", "fork", "t", "f1"]);
+    let v = sh(&env, "f1", "cat .venv/bin/tool");
+    assert_eq!(stdout(&v), "parent\n");
+    // The fork's writes to ignored files stay the fork's.
+    let v = sh(
+        &env,
+        "f1",
+        "echo fork > .venv/bin/tool && echo new > .venv/bin/new && echo f >> a.py",
+    );
+    assert_eq!(paths(&v), BTreeSet::from(["/a.py".to_string()]));
+    let v = sh(&env, "t", "cat .venv/bin/tool; ls .venv/bin");
+    assert_eq!(stdout(&v), "parent\ntool\n");
+    let v = sh(&env, "f1", "cat .venv/bin/tool .venv/bin/new");
+    assert_eq!(stdout(&v), "fork\nnew\n");
+    // A merge brings the fork's versioned change, never its ignored files.
+    env.ok(&["vault", "merge", "f1", "--into", "t"]);
+    assert_eq!(env.cat(Some("t"), "/a.py"), "s\nf\n");
+    let v = sh(&env, "t", "cat .venv/bin/tool; ls .venv/bin");
+    assert_eq!(stdout(&v), "parent\ntool\n");
+    // Deleting the fork reclaims its ignored files; the parent's stay.
+    let fork_dir = ignored_dir(&env, "f1");
+    let parent_dir = ignored_dir(&env, "t");
+    assert!(fork_dir.join(".venv/bin/new").is_file());
+    env.ok(&["vault", "delete", "f1", "-y"]);
+    assert!(!fork_dir.exists());
+    assert!(parent_dir.join(".venv/bin/tool").is_file());
+    env.ok(&["vault", "delete", "t", "-y"]);
+    assert!(!parent_dir.exists());
+}
+
+#[test]
+fn a_venv_is_ignored_and_works_in_the_next_run() {
+    if !overlay_or_skip("a_venv_is_ignored_and_works_in_the_next_run") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(&env, "t", "echo '.venv/' > .gitignore");
+    let made = ok_in(&env, "t", &["--", "python3", "-m", "venv", ".venv"]);
+    assert!(paths(&made).is_empty(), "{}", made["changes"]);
+    assert!(made["change_summary"]["ignored"]["files"].as_u64().unwrap() > 0);
+    let v = ok_in(
+        &env,
+        "t",
+        &[
+            "--",
+            ".venv/bin/python",
+            "-c",
+            "import sys; print(sys.prefix)",
+        ],
+    );
+    assert!(stdout(&v).trim().ends_with("/.venv"), "{}", stdout(&v));
+}
