@@ -281,6 +281,14 @@ impl RunCgroup {
     }
 }
 
+impl RunCgroup {
+    /// Leaves the cgroups in place (a service's, removed by its supervisor when it
+    /// ends); returns their directories.
+    pub fn keep(mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.dirs)
+    }
+}
+
 impl Drop for RunCgroup {
     /// Removes the cgroups once the run's processes are gone (they are when the run's
     /// PID 1 has been reaped; a short wait covers the kernel's bookkeeping).
