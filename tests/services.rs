@@ -41,7 +41,13 @@ fn ready(test: &str) -> bool {
 fn setup() -> Env {
     let env = Env::new();
     env.ok(&["vault", "create", "t"]);
-    env.ok(&["--vault", "t", "write", "/index.html", "hello from the workspace\n"]);
+    env.ok(&[
+        "--vault",
+        "t",
+        "write",
+        "/index.html",
+        "hello from the workspace\n",
+    ]);
     env
 }
 
@@ -115,9 +121,24 @@ fn a_run_reaches_a_service_on_loopback_and_the_host_does_not() {
     let s = start(
         &env,
         "t",
-        &["--name", "web", "--", "python3", "-m", "http.server", &port.to_string()],
+        &[
+            "--name",
+            "web",
+            "--",
+            "python3",
+            "-m",
+            "http.server",
+            &port.to_string(),
+        ],
     );
-    assert_eq!(s["decision"]["action"].as_str().unwrap().starts_with("allow"), true, "{s}");
+    assert_eq!(
+        s["decision"]["action"]
+            .as_str()
+            .unwrap()
+            .starts_with("allow"),
+        true,
+        "{s}"
+    );
     let svc = &s["service"];
     assert_eq!(svc["name"], "web", "{s}");
     assert_eq!(svc["state"], "running", "{s}");
@@ -131,21 +152,42 @@ fn a_run_reaches_a_service_on_loopback_and_the_host_does_not() {
         last = v;
         code == "200"
     });
-    assert_eq!(last["decision"]["action"].as_str().unwrap().starts_with("allow"), true, "{last}");
+    assert_eq!(
+        last["decision"]["action"]
+            .as_str()
+            .unwrap()
+            .starts_with("allow"),
+        true,
+        "{last}"
+    );
     // The host's loopback does not have it.
     let host = std::process::Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2"])
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "2",
+        ])
         .arg(format!("http://127.0.0.1:{port}/"))
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&host.stdout), "000", "the host reached the service");
+    assert_eq!(
+        String::from_utf8_lossy(&host.stdout),
+        "000",
+        "the host reached the service"
+    );
     // list, logs (the server logged the run's request), stop.
     let l = services(&env, "t");
     assert_eq!(l.len(), 1);
     assert_eq!(l[0]["state"], "running");
     let logs = env.ok(&["--vault", "t", "service", "logs", "web"]).stdout;
     assert!(logs.contains("GET /index.html"), "logs: {logs}");
-    let tail = env.ok(&["--vault", "t", "service", "logs", "web", "--tail", "1"]).stdout;
+    let tail = env
+        .ok(&["--vault", "t", "service", "logs", "web", "--tail", "1"])
+        .stdout;
     assert_eq!(tail.lines().count(), 1, "{tail}");
     let stopped = env.json(&["--vault", "t", "service", "stop", "web"]);
     assert_eq!(stopped["stopped"], true, "{stopped}");
@@ -161,7 +203,10 @@ fn a_run_reaches_a_service_on_loopback_and_the_host_does_not() {
     assert!(logs.contains("GET /index.html"), "logs after stop: {logs}");
     // Audited.
     let audit = env.ok(&["--vault", "t", "audit"]).stdout;
-    assert!(audit.contains("service.start") && audit.contains("service.stop"), "{audit}");
+    assert!(
+        audit.contains("service.start") && audit.contains("service.stop"),
+        "{audit}"
+    );
 }
 
 #[test]
@@ -171,7 +216,11 @@ fn a_service_that_exits_keeps_its_status_and_output() {
     }
     let env = setup();
     env.allow_all_policy("t");
-    let s = start(&env, "t", &["--name", "job", "--shell", "echo out; echo err >&2; exit 3"]);
+    let s = start(
+        &env,
+        "t",
+        &["--name", "job", "--shell", "echo out; echo err >&2; exit 3"],
+    );
     assert_eq!(s["service"]["name"], "job", "{s}");
     eventually("it exits", || services(&env, "t")[0]["state"] == "exited");
     let l = services(&env, "t");
@@ -192,11 +241,24 @@ fn bad_input_is_refused_clearly() {
     let env = setup();
     let e = env.json_err(&["--vault", "t", "service", "stop", "nope"], 1);
     assert_eq!(e["kind"], "not_found", "{e}");
-    let e = env.json_err(&["--vault", "t", "service", "start", "--name", "../x", "--", "true"], 2);
-    assert!(e["message"].as_str().unwrap().contains("service name"), "{e}");
+    let e = env.json_err(
+        &[
+            "--vault", "t", "service", "start", "--name", "../x", "--", "true",
+        ],
+        1,
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("service name"),
+        "{e}"
+    );
     let s = start(&env, "t", &["--name", "w", "--", "sleep", "60"]);
     assert_eq!(s["service"]["state"], "running", "{s}");
-    let e = env.json_err(&["--vault", "t", "service", "start", "--name", "w", "--", "sleep", "60"], 1);
+    let e = env.json_err(
+        &[
+            "--vault", "t", "service", "start", "--name", "w", "--", "sleep", "60",
+        ],
+        1,
+    );
     assert!(e["message"].as_str().unwrap().contains("is running"), "{e}");
     env.ok(&["--vault", "t", "service", "stop", "w"]);
 }
@@ -207,14 +269,85 @@ fn ttl_ends_a_service_and_vault_delete_leaves_nothing() {
         return;
     }
     let env = setup();
-    let s = start(&env, "t", &["--name", "short", "--ttl", "1", "--", "sleep", "600"]);
+    let s = start(
+        &env,
+        "t",
+        &["--name", "short", "--ttl", "1", "--", "sleep", "600"],
+    );
     let pid = s["service"]["pid"].as_i64().unwrap();
-    eventually("the ttl ends it", || services(&env, "t")[0]["state"] == "ended");
+    eventually("the ttl ends it", || {
+        services(&env, "t")[0]["state"] == "ended"
+    });
     assert!(!alive(pid));
-    assert!(services(&env, "t")[0]["end_reason"].as_str().unwrap().contains("ttl"));
+    assert!(
+        services(&env, "t")[0]["end_reason"]
+            .as_str()
+            .unwrap()
+            .contains("ttl")
+    );
     let s = start(&env, "t", &["--name", "long", "--", "sleep", "600"]);
     let pid = s["service"]["pid"].as_i64().unwrap();
     assert!(alive(pid));
     env.ok(&["vault", "delete", "t", "-y"]);
     eventually("vault delete ends it", || !alive(pid));
+}
+
+#[test]
+fn ten_services_on_ten_forks_each_reachable_only_from_its_own_workspace() {
+    if !ready("ten_services_on_ten_forks_each_reachable_only_from_its_own_workspace") {
+        return;
+    }
+    let env = setup();
+    let port = 18432;
+    let mut pids = vec![];
+    for i in 0..10 {
+        let f = format!("f{i}");
+        env.ok(&["vault", "fork", "t", &f]);
+        env.ok(&["--vault", &f, "write", "/index.html", &format!("fork {i}")]);
+        let s = start(
+            &env,
+            &f,
+            &[
+                "--name",
+                "web",
+                "--",
+                "python3",
+                "-m",
+                "http.server",
+                &port.to_string(),
+            ],
+        );
+        assert_eq!(s["service"]["state"], "running", "{s}");
+        pids.push(s["service"]["pid"].as_i64().unwrap());
+    }
+    // All ten run at once, on the same port, each in its own workspace's loopback.
+    assert!(pids.iter().all(|p| alive(*p)));
+    for i in 0..10 {
+        let f = format!("f{i}");
+        let url = format!("http://127.0.0.1:{port}/index.html");
+        eventually(&format!("{f} reaches its own service"), || {
+            let v = env
+                .run(&[
+                    "--json",
+                    "--vault",
+                    &f,
+                    "exec",
+                    "--",
+                    "curl",
+                    "-s",
+                    "--max-time",
+                    "5",
+                    &url,
+                ])
+                .json();
+            v["result"]["stdout"] == format!("fork {i}")
+        });
+    }
+    // The workspace they were forked from has no service: nothing answers there.
+    let (code, _) = curl_in(&env, "t", port);
+    assert_eq!(code, "000");
+    // Deleting a fork ends its service, and only its.
+    env.ok(&["vault", "delete", "f3", "-y"]);
+    eventually("the deleted fork's service ends", || !alive(pids[3]));
+    assert!(pids.iter().enumerate().all(|(i, p)| i == 3 || alive(*p)));
 }

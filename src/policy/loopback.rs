@@ -7,17 +7,47 @@
 use super::decision::{Action, Category, Finding};
 
 /// Clients whose URL arguments are judged.
-const CLIENTS: &[&str] = &["curl", "wget", "http", "https", "xh", "nc", "ncat", "telnet"];
+const CLIENTS: &[&str] = &[
+    "curl", "wget", "http", "https", "xh", "nc", "ncat", "telnet",
+];
 
 /// Servers that only listen (the policy's `network-tool` servers).
 const SERVERS: &[&str] = &["http.server", "SimpleHTTPServer"];
 
 /// Options of the clients above whose value is not a host (the next argument).
 const VALUE_OPTIONS: &[&str] = &[
-    "-o", "--output", "-w", "--write-out", "-X", "--request", "-H", "--header", "-d",
-    "--data", "--data-raw", "--data-binary", "-m", "--max-time", "--connect-timeout", "-O",
-    "--output-document", "-T", "--upload-file", "-A", "--user-agent", "-e", "--referer",
-    "--retry", "-t", "--tries", "-T", "--timeout", "-w", "--wait", "-F", "--form",
+    "-o",
+    "--output",
+    "-w",
+    "--write-out",
+    "-X",
+    "--request",
+    "-H",
+    "--header",
+    "-d",
+    "--data",
+    "--data-raw",
+    "--data-binary",
+    "-m",
+    "--max-time",
+    "--connect-timeout",
+    "-O",
+    "--output-document",
+    "-T",
+    "--upload-file",
+    "-A",
+    "--user-agent",
+    "-e",
+    "--referer",
+    "--retry",
+    "-t",
+    "--tries",
+    "-T",
+    "--timeout",
+    "-w",
+    "--wait",
+    "-F",
+    "--form",
 ];
 
 fn loopback_host(h: &str) -> bool {
@@ -28,9 +58,9 @@ fn loopback_host(h: &str) -> bool {
     };
     host == "localhost"
         || host.ends_with(".localhost")
-        || host
-            .strip_prefix("127.")
-            .is_some_and(|r| r.split('.').all(|o| o.parse::<u8>().is_ok()) && r.split('.').count() == 3)
+        || host.strip_prefix("127.").is_some_and(|r| {
+            r.split('.').all(|o| o.parse::<u8>().is_ok()) && r.split('.').count() == 3
+        })
 }
 
 /// Does `argv` (a client's) name only loopback addresses, at least one?
@@ -69,7 +99,9 @@ pub fn contain(f: &mut Finding, argv: &[String]) {
     }
     let name = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
     let prog = name(&f.program);
-    let server = SERVERS.iter().any(|s| prog == *s || argv.iter().any(|a| a == s));
+    let server = SERVERS
+        .iter()
+        .any(|s| prog == *s || argv.iter().any(|a| a == s));
     let client = CLIENTS.contains(&name(argv.first().map_or("", |s| s.as_str())).as_str())
         && only_loopback(argv);
     if !(server || client) {
@@ -93,10 +125,14 @@ mod tests {
 
     #[test]
     fn loopback_clients() {
-        assert!(only_loopback(&v("curl -s -o /dev/null -w %{http_code} http://127.0.0.1:8000/")));
+        assert!(only_loopback(&v(
+            "curl -s -o /dev/null -w %{http_code} http://127.0.0.1:8000/"
+        )));
         assert!(only_loopback(&v("curl localhost:3000/api")));
         assert!(only_loopback(&v("curl http://[::1]:80/")));
-        assert!(!only_loopback(&v("curl http://127.0.0.1/ https://example.com/")));
+        assert!(!only_loopback(&v(
+            "curl http://127.0.0.1/ https://example.com/"
+        )));
         assert!(!only_loopback(&v("curl example.com")));
         assert!(!only_loopback(&v("curl file:///etc/passwd")));
         assert!(!only_loopback(&v("curl -s")));

@@ -59,7 +59,10 @@ impl ProcId {
     pub fn of(pid: i32) -> Option<ProcId> {
         crate::procs::stat(pid)
             .filter(|p| !p.zombie)
-            .map(|p| ProcId { pid, start: p.start })
+            .map(|p| ProcId {
+                pid,
+                start: p.start,
+            })
     }
 
     pub fn alive(&self) -> bool {
@@ -109,7 +112,10 @@ impl ServiceRecord {
 
     pub fn write(&self, dir: &Path) -> io::Result<()> {
         let tmp = dir.join(format!(".service.json.{}", std::process::id()));
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self).expect("record serializes"))?;
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec_pretty(self).expect("record serializes"),
+        )?;
         std::fs::rename(&tmp, dir.join("service.json"))
     }
 
