@@ -77,7 +77,7 @@ fn only_loopback(argv: &[String]) -> bool {
             continue;
         }
         let host = match a.split_once("://") {
-            Some((scheme, rest)) if matches!(scheme, "http" | "https" | "ws" | "wss") => rest,
+            Some(("http" | "https" | "ws" | "wss", rest)) => rest,
             Some(_) => return false,
             None if a.chars().all(|c| c.is_ascii_digit()) => continue,
             None => a.as_str(),
