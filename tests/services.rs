@@ -131,12 +131,11 @@ fn a_run_reaches_a_service_on_loopback_and_the_host_does_not() {
             &port.to_string(),
         ],
     );
-    assert_eq!(
+    assert!(
         s["decision"]["action"]
             .as_str()
             .unwrap()
             .starts_with("allow"),
-        true,
         "{s}"
     );
     let svc = &s["service"];
@@ -152,12 +151,11 @@ fn a_run_reaches_a_service_on_loopback_and_the_host_does_not() {
         last = v;
         code == "200"
     });
-    assert_eq!(
+    assert!(
         last["decision"]["action"]
             .as_str()
             .unwrap()
             .starts_with("allow"),
-        true,
         "{last}"
     );
     // The host's loopback does not have it.
