@@ -161,6 +161,23 @@ fn a_tree_deeper_than_path_max_goes_through_the_cli() {
     env.ok(&["--vault", "t", "export", "/", out.to_str().unwrap()]);
     assert_eq!(read_chain(&out), (DEPTH, "changed\n".to_string()));
 
+    // A fork adds a file at the bottom while the vault edits the one there: the merge
+    // walks both chains to the bottom and takes the fork's file.
+    env.ok(&["vault", "fork", "t", "deepfork"]);
+    let beside = format!("{}/g", deep.trim_end_matches("/f"));
+    env.run_stdin(&["--vault", "deepfork", "write", &beside], b"from the fork\n");
+    env.run_stdin(&["--vault", "t", "write", &deep], b"changed again\n");
+    env.ok(&["--vault", "t", "checkpoint", "save", "before-merge"]);
+    let merged = env.json(&["--vault", "t", "vault", "merge", "deepfork"]);
+    assert!(
+        merged.to_string().contains(&format!("\"{beside}\"")),
+        "the merge names the fork's deep file: {}",
+        &merged.to_string()[..merged.to_string().len().min(400)]
+    );
+    assert_eq!(env.cat(Some("t"), &beside), "from the fork\n");
+    assert_eq!(env.cat(Some("t"), &deep), "changed again\n");
+    env.ok(&["--vault", "t", "checkpoint", "restore", "edited"]);
+
     let v = env.json(&["vault", "verify", "t"]);
     assert_eq!(v["report"]["ok"], true, "verify: {v}");
     env.ok(&["--vault", "t", "checkpoint", "restore", "imported"]);
