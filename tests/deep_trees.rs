@@ -165,7 +165,10 @@ fn a_tree_deeper_than_path_max_goes_through_the_cli() {
     // walks both chains to the bottom and takes the fork's file.
     env.ok(&["vault", "fork", "t", "deepfork"]);
     let beside = format!("{}/g", deep.trim_end_matches("/f"));
-    env.run_stdin(&["--vault", "deepfork", "write", &beside], b"from the fork\n");
+    env.run_stdin(
+        &["--vault", "deepfork", "write", &beside],
+        b"from the fork\n",
+    );
     env.run_stdin(&["--vault", "t", "write", &deep], b"changed again\n");
     env.ok(&["--vault", "t", "checkpoint", "save", "before-merge"]);
     let merged = env.json(&["--vault", "t", "vault", "merge", "deepfork"]);
