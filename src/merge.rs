@@ -339,6 +339,11 @@ pub fn plan(
     Ok(w.plan)
 }
 
+/// Room left on the stack below which a level of the merge walk moves to a new segment,
+/// and the size of that segment (about a thousand levels).
+const STACK_RED_ZONE: usize = 128 * 1024;
+const STACK_SEGMENT: usize = 4 * 1024 * 1024;
+
 impl Walker<'_> {
     fn select(&self, comps: &[Vec<u8>]) -> Sel {
         if self.opts.paths.is_empty() {
@@ -363,8 +368,22 @@ impl Walker<'_> {
         }
     }
 
-    /// Merges one directory level: every name in the base or the fork.
+    /// Merges one directory level: every name in the base or the fork. The walk recurses
+    /// once per level through here, so the stack grows on the heap as a tree deepens (a
+    /// 5 000-deep chain overflowed the main thread's 8 MiB).
     fn dir(
+        &mut self,
+        prefix: &mut Vec<Vec<u8>>,
+        b: &[Entry],
+        f: &[Entry],
+        t: &[Entry],
+    ) -> Result<()> {
+        stacker::maybe_grow(STACK_RED_ZONE, STACK_SEGMENT, || {
+            self.dir_level(prefix, b, f, t)
+        })
+    }
+
+    fn dir_level(
         &mut self,
         prefix: &mut Vec<Vec<u8>>,
         b: &[Entry],

@@ -1926,7 +1926,8 @@ fn change_report_has_exactly_the_expected_kinds() {
     assert_eq!(
         e["change_summary"],
         json!({"added": 2, "modified": 1, "deleted": 1, "type_changed": 1, "mode_changed": 1,
-               "meta_changed": 0, "renamed": 1, "total": 7})
+               "meta_changed": 0, "renamed": 1, "total": 7,
+               "ignored": {"files": 0, "bytes": 0}})
     );
     // The move is one rename (same content: 100 %), from its old path.
     let ren = change(e, "/renamed.txt");
