@@ -24,7 +24,6 @@ pub mod remote;
 pub mod sandbox;
 pub mod schema;
 pub mod search;
-pub mod service;
 pub mod store;
 pub mod tags;
 pub mod textmerge;

@@ -493,11 +493,6 @@ fn docs_cli() {
 }
 
 #[test]
-fn docs_services() {
-    check_doc("docs/services.md");
-}
-
-#[test]
 fn docs_exec() {
     check_doc("docs/exec.md");
 }

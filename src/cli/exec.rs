@@ -274,7 +274,6 @@ fn request(ctx: &Ctx, a: ExecArgs) -> Result<ExecRequest> {
                 tail: a.output_tail,
             },
         },
-        service: None,
     })
 }
 

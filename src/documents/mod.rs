@@ -11,7 +11,6 @@
 
 pub mod files;
 pub mod history;
-pub mod services;
 pub mod tools;
 
 use schemars::JsonSchema;

@@ -16,7 +16,6 @@ pub mod init;
 pub mod keeper;
 pub mod limits;
 pub mod root;
-pub mod service;
 pub mod setup;
 mod sys;
 pub mod unpin;
