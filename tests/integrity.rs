@@ -641,7 +641,7 @@ fn all_single_byte_names_round_trip() {
         }
     }
     want.sort();
-    let ls = env.json(&["ls", "-a", "/d"]);
+    let ls = env.json(&["ls", "-a", "/d", "--limit", "1000"]);
     let names: Vec<String> = ls["entries"]
         .as_array()
         .unwrap()
@@ -690,7 +690,7 @@ fn all_single_byte_names_round_trip() {
     on_host.sort();
     assert_eq!(on_host, want, "export changed names");
     env.ok(&["import", host.to_str().unwrap(), "/back"]);
-    let back = env.json(&["ls", "-a", "/back"]);
+    let back = env.json(&["ls", "-a", "/back", "--limit", "1000"]);
     let back: Vec<String> = back["entries"]
         .as_array()
         .unwrap()
@@ -718,7 +718,9 @@ fn single_byte_names_round_trip_through_the_mount() {
         made.push(vec![b]);
     }
     made.sort();
-    let ls = m.env.json(&["--vault", "t", "ls", "-a", "/d"]);
+    let ls = m
+        .env
+        .json(&["--vault", "t", "ls", "-a", "/d", "--limit", "1000"]);
     let names: Vec<String> = ls["entries"]
         .as_array()
         .unwrap()

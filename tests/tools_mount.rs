@@ -76,7 +76,8 @@ fn shell_runs_in_the_mount_with_a_checkpoint_and_a_summary() {
     assert_eq!(v["workspace"], "main");
     assert_eq!(
         v["summary"],
-        json!({"added": 2, "modified": 0, "deleted": 1, "type_changed": 0, "mode_changed": 0, "meta_changed": 0, "total": 3})
+        json!({"added": 2, "modified": 0, "deleted": 1, "type_changed": 0, "mode_changed": 0, "meta_changed": 0, "total": 3,
+               "ignored": {"files": 0, "bytes": 0}})
     );
     assert_eq!(
         common::changes(&v),
