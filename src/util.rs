@@ -34,24 +34,6 @@ pub fn rfc3339(ns: i64) -> String {
     )
 }
 
-/// Bytes a directory tree takes on disk (allocated blocks), not following symlinks; what
-/// cannot be read counts as nothing.
-pub fn dir_size(path: &std::path::Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(m) = std::fs::symlink_metadata(path) else {
-        return 0;
-    };
-    let mut total = m.blocks() * 512;
-    if m.is_dir()
-        && let Ok(rd) = std::fs::read_dir(path)
-    {
-        for e in rd.flatten() {
-            total += dir_size(&e.path());
-        }
-    }
-    total
-}
-
 /// Parses 64 hexadecimal digits into 32 bytes.
 pub fn hex32(s: &str) -> Option<[u8; 32]> {
     if s.len() != 64 {

@@ -132,6 +132,22 @@ fn a_tree_deeper_than_path_max_goes_through_the_cli() {
         found.to_string().contains("/d/d/d"),
         "find reaches the bottom: {found}"
     );
+    // `tree` and `stat` walk it deep as well. (The whole chain through `tree` would be
+    // hundreds of MB of indentation, so 1 000 levels of it.)
+    let tree = env.ok(&["--vault", "t", "tree", "/", "-L", "1000"]);
+    assert!(
+        tree.stdout.ends_with("\n1000 directories, 0 files\n"),
+        "tree --level 1000 ends: {}",
+        &tree.stdout[tree.stdout.len().saturating_sub(200)..]
+    );
+    let tree = env.ok(&["--json", "--vault", "t", "tree", "/", "-L", "300"]);
+    assert_eq!(
+        tree.stdout.matches("\"name\": \"d\"").count(),
+        300,
+        "tree --json nests 300 levels"
+    );
+    let stat = env.json(&["--vault", "t", "stat", &deep]);
+    assert_eq!(stat["size"], 7, "stat at the bottom: {stat}");
     let ls = env.ok(&[
         "--vault",
         "t",

@@ -305,42 +305,91 @@ struct TreeNode {
     children: Option<Vec<TreeNode>>,
 }
 
+/// A directory of the tree being built: its node and name, the children still to visit
+/// (last first) and the ones done.
+struct Pending {
+    name: String,
+    node: Node,
+    depth: usize,
+    todo: Vec<(String, Node)>,
+    done: Vec<TreeNode>,
+}
+
+/// The tree below `node`, built with an explicit stack so that a chain of any depth costs
+/// no call stack (a run can leave a tree deeper than PATH_MAX).
 fn tree_of(
     p: &Peek,
-    node: &Node,
+    node: Node,
     name: String,
-    depth: usize,
     max: Option<usize>,
     all: bool,
 ) -> Result<TreeNode> {
-    let children = if node.is_dir() && max.is_none_or(|m| depth < m) {
-        let mut v = Vec::new();
-        let mut kids = Vec::new();
-        p.list(node, &mut |n, c| {
+    let open = |node: Node, name: String, depth: usize| -> Result<Pending> {
+        let mut todo = Vec::new();
+        p.list(&node, &mut |n, c| {
             if all || !n.starts_with(b".") {
-                kids.push((escape(n), c));
+                todo.push((escape(n), c));
             }
             Ok(true)
         })?;
-        for (n, c) in kids {
-            v.push(tree_of(p, &c, n, depth + 1, max, all)?);
-        }
-        Some(v)
-    } else {
-        None
+        todo.reverse();
+        Ok(Pending {
+            name,
+            node,
+            depth,
+            todo,
+            done: Vec::new(),
+        })
     };
-    Ok(TreeNode {
+    let expands = |node: &Node, depth: usize| node.is_dir() && max.is_none_or(|m| depth < m);
+    let leaf = |node: &Node, name: String| TreeNode {
         name,
         kind: node.kind().name(),
         size: node.size(),
-        children,
-    })
+        children: None,
+    };
+    if !expands(&node, 0) {
+        return Ok(leaf(&node, name));
+    }
+    let mut stack = vec![open(node, name, 0)?];
+    loop {
+        let top = stack.last_mut().expect("the root stays until it is returned");
+        if let Some((n, c)) = top.todo.pop() {
+            let depth = top.depth + 1;
+            if expands(&c, depth) {
+                stack.push(open(c, n, depth)?);
+            } else {
+                top.done.push(leaf(&c, n));
+            }
+            continue;
+        }
+        let dir = stack.pop().expect("checked above");
+        let built = TreeNode {
+            kind: dir.node.kind().name(),
+            size: dir.node.size(),
+            name: dir.name,
+            children: Some(dir.done),
+        };
+        match stack.last_mut() {
+            Some(parent) => parent.done.push(built),
+            None => return Ok(built),
+        }
+    }
 }
 
-fn print_tree(t: &TreeNode, prefix: &str, counts: &mut (usize, usize)) {
-    let Some(children) = &t.children else { return };
-    for (i, c) in children.iter().enumerate() {
-        let last = i + 1 == children.len();
+/// Prints the children of `t` as `tree` does, with an explicit stack (see `tree_of`).
+fn print_tree(t: &TreeNode, counts: &mut (usize, usize)) {
+    // (the children left to print, the prefix of their lines)
+    let mut stack: Vec<(std::slice::Iter<'_, TreeNode>, String)> = Vec::new();
+    if let Some(children) = &t.children {
+        stack.push((children.iter(), String::new()));
+    }
+    while let Some((iter, prefix)) = stack.last_mut() {
+        let Some(c) = iter.next() else {
+            stack.pop();
+            continue;
+        };
+        let last = iter.len() == 0;
         let suffix = if c.kind == "dir" { "/" } else { "" };
         println!(
             "{prefix}{}{}{suffix}",
@@ -352,11 +401,10 @@ fn print_tree(t: &TreeNode, prefix: &str, counts: &mut (usize, usize)) {
         } else {
             counts.1 += 1;
         }
-        print_tree(
-            c,
-            &format!("{prefix}{}", if last { "    " } else { "│   " }),
-            counts,
-        );
+        if let Some(children) = &c.children {
+            let deeper = format!("{prefix}{}", if last { "    " } else { "│   " });
+            stack.push((children.iter(), deeper));
+        }
     }
 }
 
@@ -365,12 +413,12 @@ pub fn tree(ctx: &Ctx, a: TreeArgs) -> Result<i32> {
     let t = ctx.view(|ws| {
         let p = ws.peek();
         let node = p.resolve_existing(&comps, true)?;
-        tree_of(&p, &node, display(&comps), 0, a.level, a.all)
+        tree_of(&p, node, display(&comps), a.level, a.all)
     })?;
     ctx.out.emit(&t, || {
         println!("{}", t.name);
         let mut counts = (0, 0);
-        print_tree(&t, "", &mut counts);
+        print_tree(&t, &mut counts);
         println!("\n{} directories, {} files", counts.0, counts.1);
     });
     Ok(0)

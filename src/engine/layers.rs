@@ -369,7 +369,7 @@ impl LayerCache {
                     continue;
                 }
                 n += 1;
-                bytes += crate::util::dir_size(&e.path());
+                bytes += super::scan::tree_size(&e.path());
             }
         }
         (bytes, n)
@@ -424,10 +424,10 @@ impl LayerCache {
                         continue;
                     }
                     if keep.contains(&name) || !old(&e.path()) {
-                        total += crate::util::dir_size(&e.path());
+                        total += super::scan::tree_size(&e.path());
                         continue;
                     }
-                    stats.freed_bytes += crate::util::dir_size(&e.path());
+                    stats.freed_bytes += super::scan::tree_size(&e.path());
                     if remove_tree(&e.path()).is_ok() {
                         stats.removed_layers += 1;
                     }

@@ -96,6 +96,64 @@ impl Meta {
 
 pub use crate::relpath::{Rel, readlink_at};
 
+/// The disk space (allocated blocks) of the tree at `path`, at any depth: an explicit
+/// stack of directories named through [`Rel`], so neither the call stack nor a path
+/// grows with the tree's depth (a run can leave an upper deeper than PATH_MAX). What
+/// cannot be read counts as nothing: this is a figure for reports and budgets.
+pub fn tree_size(path: &std::path::Path) -> u64 {
+    let Ok(top) = fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let mut total = top.blocks() * 512;
+    if !top.is_dir() {
+        return total;
+    }
+    let Ok(root) = Rel::root(path) else {
+        return total;
+    };
+    let mut pending = vec![root];
+    while let Some(dir) = pending.pop() {
+        let Ok(mut open) = OpenDir::open_at(&dir) else {
+            continue;
+        };
+        let mut anchor = None;
+        while let Ok(Some(e)) = open.next_entry() {
+            let Ok(name) = CString::new(e.name.as_slice()) else {
+                continue;
+            };
+            let Ok((blocks, is_dir)) = blocks_at(&open.file, &name) else {
+                continue;
+            };
+            total += blocks * 512;
+            if is_dir && let Ok(child) = dir.child(&mut anchor, &e.name) {
+                pending.push(child);
+            }
+        }
+    }
+    total
+}
+
+/// 512-byte blocks allocated to `name` in the directory open as `dir`, and whether it
+/// is a directory (never following a symlink).
+fn blocks_at(dir: &File, name: &CStr) -> io::Result<(u64, bool)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor, C string and stat buffer.
+    let r = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatat filled it.
+    let st = unsafe { st.assume_init() };
+    Ok((st.st_blocks as u64, st.st_mode & libc::S_IFMT == libc::S_IFDIR))
+}
+
 /// `lstat` of `name` in the directory open as `dir` (no lookup of the directory's path).
 pub fn lstat_at(dir: &File, name: &CStr) -> io::Result<Meta> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
@@ -248,5 +306,45 @@ fn grow_read(start: usize, factor: usize, read: impl Fn(&mut [u8]) -> isize) -> 
             continue;
         }
         return None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file at the bottom of a chain far deeper than PATH_MAX still counts: its blocks
+    /// are reached through the chain's anchors, not a path.
+    #[test]
+    fn tree_size_counts_a_file_below_path_max() {
+        let top = tempfile::tempdir().unwrap();
+        let name = "d".repeat(200);
+        let mut dir = File::open(top.path()).unwrap();
+        for _ in 0..60 {
+            let c = CString::new(name.as_str()).unwrap();
+            // SAFETY: a valid descriptor and C string.
+            assert_eq!(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) }, 0);
+            // SAFETY: as above; the new descriptor is ours.
+            let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_DIRECTORY) };
+            assert!(fd >= 0);
+            // SAFETY: just opened, owned by nobody else.
+            dir = unsafe { File::from_raw_fd(fd) };
+        }
+        // SAFETY: a valid descriptor and C string; the new descriptor is ours.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                c"f".as_ptr(),
+                libc::O_CREAT | libc::O_WRONLY,
+                0o644,
+            )
+        };
+        assert!(fd >= 0);
+        // SAFETY: just opened, owned by nobody else.
+        let mut f = unsafe { File::from_raw_fd(fd) };
+        std::io::Write::write_all(&mut f, &vec![7u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        // 60 × 201 bytes of path: three times PATH_MAX.
+        assert!(tree_size(top.path()) >= 1 << 20);
     }
 }

@@ -322,17 +322,21 @@ fn blank_entry() -> Entry {
     }
 }
 
-/// Counts the members of every link group below tree `h` (only directories that hold one).
+/// Counts the members of every link group below tree `h` (only directories that hold
+/// one), with an explicit stack of trees so that depth costs no call stack.
 fn count_links(db: &rusqlite::Connection, h: &Hash, counts: &mut HashMap<u64, u32>) -> Result<()> {
-    for e in get_tree(db, h)?.entries {
-        if e.link_group != 0 {
-            *counts.entry(e.link_group).or_default() += 1;
-        }
-        if e.kind == Kind::Dir
-            && e.has_links
-            && let Some(sub) = e.hash
-        {
-            count_links(db, &sub, counts)?;
+    let mut pending = vec![*h];
+    while let Some(tree) = pending.pop() {
+        for e in get_tree(db, &tree)?.entries {
+            if e.link_group != 0 {
+                *counts.entry(e.link_group).or_default() += 1;
+            }
+            if e.kind == Kind::Dir
+                && e.has_links
+                && let Some(sub) = e.hash
+            {
+                pending.push(sub);
+            }
         }
     }
     Ok(())
