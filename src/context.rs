@@ -8,6 +8,10 @@ use crate::registry::{DEFAULT_VAULT, Registry, VaultRef};
 use crate::store::{Store, audit};
 use crate::workspace::{MAIN, create_workspace};
 
+/// The variable that names who asked (an MCP tool call, say) in the audit rows of the
+/// avfs processes a front end starts.
+pub use crate::store::audit::ORIGIN_ENV as AUDIT_ORIGIN_ENV;
+
 /// `$AVFS_HOME` and the `--vault` selection.
 #[derive(Clone, Debug)]
 pub struct Context {

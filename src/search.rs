@@ -138,29 +138,10 @@ fn drop_text_if_unused(db: &Connection, text: i64) -> Result<()> {
     Ok(())
 }
 
-/// Deletes indexed contents no document refers to any more.
-fn purge_unused_texts(db: &Connection) -> Result<()> {
-    let unused: Vec<(i64, bool)> = db
-        .prepare("SELECT id, indexed FROM search_text t WHERE NOT EXISTS (SELECT 1 FROM search_doc d WHERE d.text = t.id)")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    for (id, indexed) in unused {
-        if indexed {
-            db.prepare_cached("DELETE FROM search_fts WHERE rowid = ?1")?
-                .execute([id])?;
-        }
-        db.prepare_cached("DELETE FROM search_text WHERE id = ?1")?
-            .execute([id])?;
-    }
-    Ok(())
-}
-
-/// Drops a workspace's index (the workspace is being deleted).
-pub fn forget_workspace(db: &Connection, ws: i64) -> Result<()> {
-    db.execute("DELETE FROM search_doc WHERE workspace = ?1", [ws])?;
-    db.execute("DELETE FROM search_state WHERE workspace = ?1", [ws])?;
-    purge_unused_texts(db)
-}
+/// Drops a workspace's index (the workspace is being deleted): the rows live in the
+/// vault's schema, so the store removes them (`workspace::delete_workspace` calls it).
+pub use crate::store::search_rows::forget_workspace;
+use crate::store::search_rows::purge_unused_texts;
 
 /// Brings the workspace's index up to date with its live state (flushed first).
 pub fn update(ws: &mut Workspace, progress: &dyn Fn(u64)) -> Result<IndexUpdate> {

@@ -480,6 +480,12 @@ fn search_ranks_snippets_and_updates_incrementally() {
     assert_eq!(v["index"]["contents_indexed"], 0);
     assert_eq!(paths(&v["results"]).len(), 2);
     env.ok(&["vault", "delete", "f", "-y"]);
+    // The deleted fork's index went with it: a new fork of the same state (which may get
+    // the same workspace id) builds its own from scratch rather than trusting f's.
+    env.ok(&["vault", "fork", "default", "g"]);
+    let v = env.json(&["--vault", "g", "search", "pool"]);
+    assert_eq!(v["index"]["full"], true, "{v}");
+    assert_eq!(paths(&v["results"]).len(), 2);
     // Human output: path:line  snippet.
     let r = env.ok(&["search", "backoff"]);
     assert_eq!(r.stdout, "");

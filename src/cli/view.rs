@@ -317,13 +317,7 @@ struct Pending {
 
 /// The tree below `node`, built with an explicit stack so that a chain of any depth costs
 /// no call stack (a run can leave a tree deeper than PATH_MAX).
-fn tree_of(
-    p: &Peek,
-    node: Node,
-    name: String,
-    max: Option<usize>,
-    all: bool,
-) -> Result<TreeNode> {
+fn tree_of(p: &Peek, node: Node, name: String, max: Option<usize>, all: bool) -> Result<TreeNode> {
     let open = |node: Node, name: String, depth: usize| -> Result<Pending> {
         let mut todo = Vec::new();
         p.list(&node, &mut |n, c| {
@@ -353,7 +347,9 @@ fn tree_of(
     }
     let mut stack = vec![open(node, name, 0)?];
     loop {
-        let top = stack.last_mut().expect("the root stays until it is returned");
+        let top = stack
+            .last_mut()
+            .expect("the root stays until it is returned");
         if let Some((n, c)) = top.todo.pop() {
             let depth = top.depth + 1;
             if expands(&c, depth) {

@@ -151,7 +151,10 @@ fn blocks_at(dir: &File, name: &CStr) -> io::Result<(u64, bool)> {
     }
     // SAFETY: fstatat filled it.
     let st = unsafe { st.assume_init() };
-    Ok((st.st_blocks as u64, st.st_mode & libc::S_IFMT == libc::S_IFDIR))
+    Ok((
+        st.st_blocks as u64,
+        st.st_mode & libc::S_IFMT == libc::S_IFDIR,
+    ))
 }
 
 /// `lstat` of `name` in the directory open as `dir` (no lookup of the directory's path).
@@ -323,7 +326,10 @@ mod tests {
         for _ in 0..60 {
             let c = CString::new(name.as_str()).unwrap();
             // SAFETY: a valid descriptor and C string.
-            assert_eq!(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) }, 0);
+            assert_eq!(
+                unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) },
+                0
+            );
             // SAFETY: as above; the new descriptor is ours.
             let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_DIRECTORY) };
             assert!(fd >= 0);

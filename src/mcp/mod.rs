@@ -32,8 +32,8 @@ use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConf
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use serde_json::Value;
 
+use crate::context::AUDIT_ORIGIN_ENV;
 use crate::error::{Error, Result};
-use crate::store::audit::ORIGIN_ENV;
 use args::{Line, decode_content};
 use params::*;
 use session::SessionMount;
@@ -154,7 +154,7 @@ impl AvfsServer {
         if !line.positional.is_empty() {
             cmd.arg("--").args(&line.positional);
         }
-        cmd.env(ORIGIN_ENV, "mcp")
+        cmd.env(AUDIT_ORIGIN_ENV, "mcp")
             .stdin(if line.stdin.is_some() {
                 Stdio::piped()
             } else {

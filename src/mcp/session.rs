@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::store::audit::ORIGIN_ENV;
+use crate::context::AUDIT_ORIGIN_ENV;
 
 /// The workspace mounted for the length of a session, unmounted when the session ends.
 pub(super) struct SessionMount {
@@ -29,7 +29,7 @@ impl SessionMount {
         let out = cmd
             .arg("mount")
             .arg(&mountpoint)
-            .env(ORIGIN_ENV, "mcp")
+            .env(AUDIT_ORIGIN_ENV, "mcp")
             // Unmounted also when this server is killed (SIGKILL) and cannot do it.
             .env(crate::mount::OWNER_ENV, std::process::id().to_string())
             .stdin(Stdio::null())

@@ -13,6 +13,7 @@ pub mod quota;
 pub mod schema;
 mod schema_check;
 pub mod scratch;
+pub mod search_rows;
 pub mod stamp;
 mod treecodec;
 pub mod upgrade;

@@ -746,7 +746,7 @@ pub fn delete_workspace(db: &Connection, name: &str) -> Result<WorkspaceInfo> {
     db.execute("UPDATE workspace SET head = NULL WHERE head IN (SELECT id FROM checkpoint WHERE workspace = ?1) AND id != ?1", [info.id])?;
     db.execute("DELETE FROM checkpoint WHERE workspace = ?1", [info.id])?;
     db.execute("DELETE FROM workspace WHERE id = ?1", [info.id])?;
-    crate::search::forget_workspace(db, info.id)?;
+    crate::store::search_rows::forget_workspace(db, info.id)?;
     purge_dead_layers(db)?;
     Ok(info)
 }
