@@ -54,10 +54,10 @@ pub struct CatArgs {
 #[derive(Args, Debug)]
 pub struct TreeArgs {
     /// Descend at most N levels.
-    #[arg(short = 'L', value_name = "N")]
+    #[arg(short = 'L', long = "level", value_name = "N")]
     level: Option<usize>,
     /// Show names that start with '.'.
-    #[arg(short = 'a')]
+    #[arg(short = 'a', long = "all")]
     all: bool,
     #[arg(default_value = "/")]
     path: OsString,
