@@ -22,42 +22,7 @@ pub const PACK_TARGET: usize = 16 * 1024 * 1024;
 
 pub const INDEX_FORMAT: u32 = 1;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum ObjKind {
-    Chunk = 1,
-    Content = 2,
-    Tree = 3,
-    Checkpoint = 4,
-}
-
-impl ObjKind {
-    pub fn from_u8(v: u8) -> Option<ObjKind> {
-        Some(match v {
-            1 => ObjKind::Chunk,
-            2 => ObjKind::Content,
-            3 => ObjKind::Tree,
-            4 => ObjKind::Checkpoint,
-            _ => return None,
-        })
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            ObjKind::Chunk => "chunk",
-            ObjKind::Content => "content",
-            ObjKind::Tree => "tree",
-            ObjKind::Checkpoint => "checkpoint",
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct IndexEntry {
-    pub kind: u8,
-    pub hash: [u8; 32],
-    pub offset: u64,
-    pub length: u32,
-}
+pub use crate::store::packrecords::{IndexEntry, ObjKind};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PackIndex {

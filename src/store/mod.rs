@@ -7,6 +7,7 @@ pub mod content;
 mod creating;
 pub mod missing;
 pub mod objects;
+pub mod packrecords;
 pub mod pagesum;
 pub mod pins;
 pub mod quota;
@@ -17,6 +18,7 @@ pub mod search_rows;
 pub mod stamp;
 mod treecodec;
 pub mod upgrade;
+pub mod verify;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -178,7 +180,7 @@ fn writable(path: &Path) -> bool {
 /// everything `avfs vault verify` checks. Any problem refuses the write.
 fn full_check(path: &Path) -> Result<()> {
     let mut store = Store::open_read(path)?;
-    let report = store.read(crate::maintenance::verify)?;
+    let report = store.read(verify::verify)?;
     if report.ok {
         return Ok(());
     }

@@ -115,7 +115,7 @@ fn copy_and_swap(path: &Path, tmp: &Path) -> Result<u64> {
     drop(store);
     let left = stamp::of(path).map_err(|e| Error::host(path.display(), e))?;
     let pages = seal(tmp)?;
-    let report = crate::maintenance::verify_file(tmp)?;
+    let report = super::verify::verify_file(tmp)?;
     if !report.ok || !report.page_checksums {
         let first = report
             .problems

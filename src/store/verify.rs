@@ -1,4 +1,9 @@
-//! The full consistency check (see the module docs).
+//! The full consistency check of a vault file (`avfs vault verify`): it re-hashes every
+//! stored object, checks every reference between objects, roots and the live layers, runs
+//! `PRAGMA integrity_check`, checks every page against its checksum and the audit chain,
+//! and reports every problem it finds, never stopping at the first one. The store runs it
+//! itself before the first write to a file avfs did not close cleanly, and before an
+//! upgrade; objects a remote promises (`packrecords`) count as present.
 
 use std::collections::HashSet;
 
@@ -703,12 +708,12 @@ pub fn verify(db: &Connection) -> Result<VerifyReport> {
     v.trees_complete = v.run("tree index", Verifier::scan_tree_hashes)?;
     // What a remote promises (a lazy clone's unfetched objects, or a clone killed half
     // way) is not missing: known before the contents are checked for their chunks.
-    for (kind, h) in crate::remote::catalog::promised_all(db)? {
+    for (kind, h) in super::packrecords::promised_all(db)? {
         match kind {
-            crate::remote::pack::ObjKind::Chunk => v.chunks.insert(h),
-            crate::remote::pack::ObjKind::Content => v.contents.insert(h),
-            crate::remote::pack::ObjKind::Tree => v.trees.insert(h),
-            crate::remote::pack::ObjKind::Checkpoint => false,
+            super::packrecords::ObjKind::Chunk => v.chunks.insert(h),
+            super::packrecords::ObjKind::Content => v.contents.insert(h),
+            super::packrecords::ObjKind::Tree => v.trees.insert(h),
+            super::packrecords::ObjKind::Checkpoint => false,
         };
     }
     v.contents_complete = v.run("contents", Verifier::scan_contents)?;
