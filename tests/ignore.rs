@@ -234,3 +234,112 @@ fn a_venv_is_ignored_and_works_in_the_next_run() {
     );
     assert!(stdout(&v).trim().ends_with("/.venv"), "{}", stdout(&v));
 }
+
+#[test]
+fn export_include_ignored_brings_them_out_beside_the_tracked_files() {
+    if !overlay_or_skip("export_include_ignored_brings_them_out_beside_the_tracked_files") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!(
+            "{RULES} && mkdir -p .venv/bin src/pkg && echo tool > .venv/bin/tool \
+             && chmod 755 .venv/bin/tool && ln -s tool .venv/bin/alias \
+             && echo src > src/a.py && echo c > src/pkg/x.pyc && echo n > notes.txt"
+        ),
+    );
+    // A tracked file at a path the rules match, written after them (by the CLI): on the
+    // host the history's version wins.
+    env.ok(&["--vault", "t", "write", "/later.txt", "tracked"]);
+    std::fs::write(ignored_dir(&env, "t").join("later.txt"), "stale").unwrap();
+    let plain = env.path("plain");
+    let x = env.json(&["--vault", "t", "export", "/", plain.to_str().unwrap()]);
+    assert!(!plain.join(".venv").exists() && !plain.join("notes.txt").exists());
+    assert_eq!(x["stats"]["files"], 3, "{x}");
+    let all = env.path("all");
+    let x = env.json(&[
+        "--vault",
+        "t",
+        "export",
+        "--include-ignored",
+        "/",
+        all.to_str().unwrap(),
+    ]);
+    let read = |p: &str| std::fs::read_to_string(all.join(p)).unwrap();
+    assert_eq!(read(".venv/bin/tool"), "tool\n");
+    assert_eq!(read("src/pkg/x.pyc"), "c\n");
+    assert_eq!(read("notes.txt"), "n\n");
+    assert_eq!(read("src/a.py"), "src\n");
+    assert_eq!(read("later.txt"), "tracked");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(all.join(".venv/bin/tool"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755);
+    assert_eq!(
+        std::fs::read_link(all.join(".venv/bin/alias")).unwrap(),
+        std::path::Path::new("tool")
+    );
+    // 3 tracked + 3 ignored files; the stale ignored copy of a tracked path is skipped.
+    assert_eq!(x["stats"]["files"], 6, "{x}");
+    assert_eq!(x["stats"]["symlinks"], 1, "{x}");
+    let skipped = x["stats"]["skipped"].to_string();
+    assert!(skipped.contains("/later.txt"), "{skipped}");
+    // An ignored directory alone, which the history does not hold.
+    let venv = env.path("venv");
+    env.ok(&[
+        "--vault",
+        "t",
+        "export",
+        "--include-ignored",
+        "/.venv",
+        venv.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(venv.join("bin/tool")).unwrap(),
+        "tool\n"
+    );
+    // Without the flag, it is not found; a non-empty host directory is refused; with
+    // --force, a stale copy of an ignored file is replaced.
+    let e = env.json_err(
+        &[
+            "--vault",
+            "t",
+            "export",
+            "/.venv",
+            env.path("x").to_str().unwrap(),
+        ],
+        1,
+    );
+    assert_eq!(e["kind"], "not_found", "{e}");
+    let e = env.json_err(
+        &[
+            "--vault",
+            "t",
+            "export",
+            "--include-ignored",
+            "/.venv",
+            venv.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert_eq!(e["kind"], "refused", "{e}");
+    std::fs::write(venv.join("bin/tool"), "old").unwrap();
+    env.ok(&[
+        "--vault",
+        "t",
+        "export",
+        "--force",
+        "--include-ignored",
+        "/.venv",
+        venv.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(venv.join("bin/tool")).unwrap(),
+        "tool\n"
+    );
+}
+
