@@ -8,6 +8,8 @@
 //! fails them instead of skipping.
 
 mod common;
+#[path = "common/fuse.rs"]
+mod fuse;
 #[path = "common/overlay.rs"]
 mod overlay;
 
@@ -341,5 +343,82 @@ fn export_include_ignored_brings_them_out_beside_the_tracked_files() {
         std::fs::read_to_string(venv.join("bin/tool")).unwrap(),
         "tool\n"
     );
+}
+
+/// Unmounts when the test ends, whatever happened.
+struct Mounted<'a>(&'a Env, std::path::PathBuf);
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(&["unmount", self.1.to_str().unwrap()]);
+    }
+}
+
+#[test]
+fn the_mount_shows_ignored_files_read_only() {
+    if !overlay_or_skip("the_mount_shows_ignored_files_read_only")
+        || !fuse::fuse_or_skip("the_mount_shows_ignored_files_read_only")
+    {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!(
+            "{RULES} && mkdir -p .venv/bin src && echo tool > .venv/bin/tool \
+             && chmod 755 .venv/bin/tool && ln -s tool .venv/bin/alias \
+             && echo s > src/a.py && echo c > src/a.pyc"
+        ),
+    );
+    let mp = env.path("mnt");
+    std::fs::create_dir_all(&mp).unwrap();
+    env.ok(&["mount", "t", mp.to_str().unwrap()]);
+    let _m = Mounted(&env, mp.clone());
+    let read = |p: &str| std::fs::read_to_string(mp.join(p));
+    assert_eq!(read(".venv/bin/tool").unwrap(), "tool\n");
+    assert_eq!(read("src/a.pyc").unwrap(), "c\n");
+    assert_eq!(read("src/a.py").unwrap(), "s\n");
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(mp.join(".venv/bin/tool")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o755);
+    assert_eq!(m.len(), 5);
+    assert_eq!(
+        std::fs::read_link(mp.join(".venv/bin/alias")).unwrap(),
+        std::path::Path::new("tool")
+    );
+    let names = |p: &str| -> BTreeSet<String> {
+        std::fs::read_dir(mp.join(p))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        names(""),
+        BTreeSet::from([".gitignore", ".venv", "src"].map(String::from))
+    );
+    assert_eq!(
+        names("src"),
+        BTreeSet::from(["a.py", "a.pyc"].map(String::from))
+    );
+    assert_eq!(
+        names(".venv/bin"),
+        BTreeSet::from(["alias", "tool"].map(String::from))
+    );
+    // Read-only: a write, a new file, a removal all fail with EROFS and change nothing.
+    let erofs = |r: std::io::Result<()>| {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EROFS));
+    };
+    erofs(std::fs::write(mp.join(".venv/bin/tool"), "x"));
+    erofs(std::fs::write(mp.join(".venv/bin/new"), "x"));
+    erofs(std::fs::remove_file(mp.join(".venv/bin/tool")));
+    erofs(std::fs::create_dir(mp.join(".venv/lib")));
+    assert_eq!(read(".venv/bin/tool").unwrap(), "tool\n");
+    // The tracked files stay writable, and into the vault.
+    std::fs::write(mp.join("src/b.py"), "b").unwrap();
+    assert_eq!(env.cat(Some("t"), "/src/b.py"), "b");
+    // A run while mounted: what it adds to the ignored files shows up.
+    sh(&env, "t", "echo new > .venv/bin/new");
+    assert_eq!(read(".venv/bin/new").unwrap(), "new\n");
 }
 

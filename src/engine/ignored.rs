@@ -52,9 +52,9 @@ pub fn ignored_root(home: &Path) -> PathBuf {
     home.join("ignored")
 }
 
-/// The directory of one workspace's ignored files.
+/// The directory of one workspace's ignored files (the mount shows it too).
 pub fn ignored_dir(home: &Path, vault_path: &Path, workspace: &str) -> PathBuf {
-    ignored_root(home).join(crate::mount::mount_id(vault_path, workspace))
+    crate::mount::ignored_dir(home, vault_path, workspace)
 }
 
 fn host_err(p: &Path, e: std::io::Error) -> Error {
