@@ -422,3 +422,49 @@ fn the_mount_shows_ignored_files_read_only() {
     assert_eq!(read(".venv/bin/new").unwrap(), "new\n");
 }
 
+#[test]
+fn a_fork_shares_its_parents_ignored_files_until_either_writes() {
+    if !overlay_or_skip("a_fork_shares_its_parents_ignored_files_until_either_writes") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!(
+            "{RULES} && mkdir -p .venv/bin && echo one > .venv/bin/a && echo two > .venv/bin/b"
+        ),
+    );
+    env.ok(&["vault", "fork", "t", "f1"]);
+    let v = sh(&env, "f1", "cat .venv/bin/a");
+    assert_eq!(stdout(&v), "one\n");
+    // The fork's files are the parent's (one inode, no second copy of the bytes).
+    use std::os::unix::fs::MetadataExt;
+    let (pd, fd) = (ignored_dir(&env, "t"), ignored_dir(&env, "f1"));
+    assert_ne!(pd, fd);
+    for f in [".venv/bin/a", ".venv/bin/b"] {
+        let (p, k) = (
+            std::fs::metadata(pd.join(f)).unwrap(),
+            std::fs::metadata(fd.join(f)).unwrap(),
+        );
+        assert_eq!((p.dev(), p.ino()), (k.dev(), k.ino()), "{f} is not shared");
+    }
+    // Either side's writes, appends and deletions stay its own, in both directions.
+    sh(&env, "t", "echo parent >> .venv/bin/a && rm .venv/bin/b");
+    sh(
+        &env,
+        "f1",
+        "echo fork >> .venv/bin/b && chmod 700 .venv/bin/a",
+    );
+    let v = sh(&env, "t", "cat .venv/bin/a; ls .venv/bin");
+    assert_eq!(stdout(&v), "one\nparent\na\n");
+    let v = sh(
+        &env,
+        "f1",
+        "cat .venv/bin/a .venv/bin/b; stat -c %a .venv/bin/a",
+    );
+    assert_eq!(stdout(&v), "one\ntwo\nfork\n700\n");
+    let v = sh(&env, "t", "stat -c %a .venv/bin/a");
+    assert_ne!(stdout(&v), "700\n");
+}
+

@@ -16,9 +16,12 @@
 //! The rules are read from the workspace as the run left it (the upper over the lowers),
 //! so a `.gitignore` the run itself wrote counts.
 //!
-//! A fork's directory is a copy of its parent's made at the fork's first run (`cp -a
-//! --reflink=auto`: copy-on-write where the file system can), so a fork of a workspace
-//! with a `.venv` has a working `.venv`, and what the fork writes stays its own.
+//! A fork's directory is made at the fork's first run from its parent's: the directories
+//! copied, the files hard links to the parent's (`ensure`), so a fork of a workspace
+//! with a `.venv` has a working `.venv` for the price of its directories. What either
+//! writes afterwards stays its own, because a file here is never changed in place, only
+//! replaced: this directory is a lower layer of every run (a write copies the file up
+//! into the run's upper) and `separate` moves the new file over the old name.
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -88,14 +91,28 @@ pub fn ensure(
         .filter(|p| holds_any(p));
     match from {
         Some(from) => {
-            // cp knows reflinks, holes and every attribute; a fork's copy is what the
-            // parent's directory held when the fork first ran.
-            let st = std::process::Command::new("cp")
-                .args(["-a", "--reflink=auto", "--"])
-                .arg(&from)
-                .arg(&tmp)
-                .status()
-                .map_err(|e| host_err(Path::new("cp"), e))?;
+            // A fork's directory is what the parent's held when the fork first ran: its
+            // directories copied, its files shared as hard links (`cp -al`). Sharing is
+            // safe because no file of an ignored directory is ever changed in place: it
+            // is a lower layer, so a run that writes one copies it up, and `separate`
+            // then *replaces* the name (rename); the mount shows it read-only. Where
+            // hard links cannot be made (another file system, a link count at its
+            // limit), a copy (reflinks where the file system has them).
+            let cp = |args: &[&str]| -> Result<std::process::ExitStatus> {
+                let _ = remove_tree(&tmp);
+                std::process::Command::new("cp")
+                    .args(args)
+                    .arg("--")
+                    .arg(&from)
+                    .arg(&tmp)
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .map_err(|e| host_err(Path::new("cp"), e))
+            };
+            let mut st = cp(&["-a", "-l"])?;
+            if !st.success() {
+                st = cp(&["-a", "--reflink=auto"])?;
+            }
             if !st.success() {
                 let _ = remove_tree(&tmp);
                 return Err(Error::Host {
