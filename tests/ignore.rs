@@ -468,3 +468,46 @@ fn a_fork_shares_its_parents_ignored_files_until_either_writes() {
     assert_ne!(stdout(&v), "700\n");
 }
 
+fn how(v: &Value) -> String {
+    v["engine"]["layers"]["how"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn a_workspace_with_ignored_files_keeps_its_overlay() {
+    if !overlay_or_skip("a_workspace_with_ignored_files_keeps_its_overlay") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "SKIPPED a_workspace_with_ignored_files_keeps_its_overlay: kept overlays need root"
+        );
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!("{RULES} && mkdir -p .venv/bin && echo tool > .venv/bin/tool && echo s > a.py"),
+    );
+    // Runs that write no ignored file reuse the overlay, and see the ignored files.
+    let v = sh(&env, "t", "cat .venv/bin/tool");
+    let v2 = sh(&env, "t", "cat .venv/bin/tool && echo t >> a.py");
+    assert_eq!(stdout(&v), "tool\n");
+    assert_eq!(stdout(&v2), "tool\n");
+    assert_eq!(how(&v2), "kept", "{}", v2["engine"]);
+    assert_eq!(paths(&v2), BTreeSet::from(["/a.py".to_string()]));
+    // A run that writes one: it still leaves the history, and the next runs see it.
+    let w = sh(&env, "t", "echo new > .venv/bin/new && echo u >> a.py");
+    assert_eq!(paths(&w), BTreeSet::from(["/a.py".to_string()]));
+    assert_eq!(w["change_summary"]["ignored"]["files"], 1);
+    assert!(ignored_dir(&env, "t").join(".venv/bin/new").is_file());
+    sh(&env, "t", "true");
+    let v = sh(&env, "t", "cat .venv/bin/new a.py");
+    assert_eq!(stdout(&v), "new\ns\nt\nu\n");
+    assert_eq!(how(&v), "kept", "{}", v["engine"]);
+    assert_eq!(env.cat(Some("t"), "/a.py"), "s\nt\nu\n");
+}
