@@ -511,3 +511,45 @@ fn a_workspace_with_ignored_files_keeps_its_overlay() {
     assert_eq!(how(&v), "kept", "{}", v["engine"]);
     assert_eq!(env.cat(Some("t"), "/a.py"), "s\nt\nu\n");
 }
+
+#[test]
+fn gits_global_excludes_file_counts_weakest() {
+    if !overlay_or_skip("gits_global_excludes_file_counts_weakest") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    // The user's global excludes file, where git looks for it by default.
+    let xdg = env.path("xdg");
+    std::fs::create_dir_all(xdg.join("git")).unwrap();
+    std::fs::write(xdg.join("git/ignore"), "*.tmp\n.idea/\n").unwrap();
+    let run = |script: &str| -> Value {
+        let out = env
+            .cmd(["--json", "--vault", "t", "exec", "--", "sh", "-c", script])
+            .env("XDG_CONFIG_HOME", &xdg)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["exit_code"], 0, "{v}");
+        v
+    };
+    // A .gitignore (stronger) re-includes one of them.
+    let v = run(
+        "echo '!keep.tmp' > .gitignore && mkdir .idea && echo x > .idea/ws.xml \
+         && echo a > a.tmp && echo k > keep.tmp && echo s > s.py",
+    );
+    assert_eq!(
+        paths(&v),
+        ["/.gitignore", "/keep.tmp", "/s.py"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    );
+    assert_eq!(
+        v["change_summary"]["ignored"]["files"], 2,
+        "{}",
+        v["change_summary"]
+    );
+    // Without the global file (another user), the same names are versioned.
+    let v = sh(&env, "t", "echo b > b.tmp");
+    assert_eq!(paths(&v), BTreeSet::from(["/b.tmp".to_string()]));
+}

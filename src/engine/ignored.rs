@@ -1,5 +1,5 @@
 //! Ignored paths: what git's ignore rules (`.gitignore` at any depth, `.git/info/exclude`,
-//! `.avfsignore`) match and the history does not hold lives in a per-workspace directory
+//! git's global excludes file, `.avfsignore`) match and the history does not hold lives in a per-workspace directory
 //! beside the vault, never in the vault file.
 //!
 //! ```text
@@ -246,33 +246,48 @@ impl View<'_> {
     /// `.git/info/exclude`: rules of the root, weaker than any `.gitignore`.
     fn exclude(&self) -> Option<Gitignore> {
         let text = self.read(Path::new(".git/info/exclude"), false)?;
-        let mut b = GitignoreBuilder::new("/");
-        for line in String::from_utf8_lossy(&text).lines() {
-            let _ = b.add_line(Some(PathBuf::from("/.git/info/exclude")), line);
-        }
-        b.build().ok()
+        root_rules(&text, Path::new("/.git/info/exclude"))
     }
 }
 
-/// The rules in force in one directory: its own and its parents', deepest first.
+/// Rules read as if from the workspace's root (`.git/info/exclude`, the global file).
+fn root_rules(text: &[u8], from: &Path) -> Option<Gitignore> {
+    let mut b = GitignoreBuilder::new("/");
+    for line in String::from_utf8_lossy(text).lines() {
+        let _ = b.add_line(Some(from.to_path_buf()), line);
+    }
+    b.build().ok()
+}
+
+/// git's global excludes file of the user running avfs (`core.excludesFile` in
+/// `$GIT_CONFIG_GLOBAL`, `~/.gitconfig`, `$XDG_CONFIG_HOME/git/config` or
+/// `/etc/gitconfig`, else `$XDG_CONFIG_HOME/git/ignore`), as git reads it: the weakest
+/// rules, below `.git/info/exclude`.
+fn global_excludes() -> Option<Gitignore> {
+    let path = ignore::gitignore::gitconfig_excludes_path()?;
+    let text = fs::read(&path).ok()?;
+    root_rules(&text, &path)
+}
+
+/// The rules in force in one directory: its own and its parents', deepest first; then
+/// `.git/info/exclude` and the global excludes file, strongest first.
 struct Rules {
     stack: Vec<(usize, Gitignore)>,
-    exclude: Option<Gitignore>,
+    exclude: Vec<Gitignore>,
 }
 
 impl Rules {
     fn ignored(&self, rel: &Path, is_dir: bool) -> bool {
         let p = Path::new("/").join(rel);
-        for (_, g) in self.stack.iter().rev() {
+        let (stack, exclude) = (self.stack.iter().rev().map(|(_, g)| g), self.exclude.iter());
+        for g in stack.chain(exclude) {
             match g.matched(&p, is_dir) {
                 Match::Ignore(_) => return true,
                 Match::Whitelist(_) => return false,
                 Match::None => {}
             }
         }
-        self.exclude
-            .as_ref()
-            .is_some_and(|g| g.matched(&p, is_dir).is_ignore())
+        false
     }
 }
 
@@ -291,7 +306,11 @@ struct Found {
 pub fn separate(view: &mut View, ignored: &Path, dry: bool) -> Result<(IgnoredCount, bool)> {
     let mut rules = Rules {
         stack: vec![],
-        exclude: view.exclude(),
+        exclude: view
+            .exclude()
+            .into_iter()
+            .chain(global_excludes())
+            .collect(),
     };
     let mut found = Found::default();
     let mut comps = Vec::new();
