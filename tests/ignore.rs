@@ -8,6 +8,8 @@
 //! fails them instead of skipping.
 
 mod common;
+#[path = "common/fuse.rs"]
+mod fuse;
 #[path = "common/overlay.rs"]
 mod overlay;
 
@@ -233,4 +235,321 @@ fn a_venv_is_ignored_and_works_in_the_next_run() {
         ],
     );
     assert!(stdout(&v).trim().ends_with("/.venv"), "{}", stdout(&v));
+}
+
+#[test]
+fn export_include_ignored_brings_them_out_beside_the_tracked_files() {
+    if !overlay_or_skip("export_include_ignored_brings_them_out_beside_the_tracked_files") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!(
+            "{RULES} && mkdir -p .venv/bin src/pkg && echo tool > .venv/bin/tool \
+             && chmod 755 .venv/bin/tool && ln -s tool .venv/bin/alias \
+             && echo src > src/a.py && echo c > src/pkg/x.pyc && echo n > notes.txt"
+        ),
+    );
+    // A tracked file at a path the rules match, written after them (by the CLI): on the
+    // host the history's version wins.
+    env.ok(&["--vault", "t", "write", "/later.txt", "tracked"]);
+    std::fs::write(ignored_dir(&env, "t").join("later.txt"), "stale").unwrap();
+    let plain = env.path("plain");
+    let x = env.json(&["--vault", "t", "export", "/", plain.to_str().unwrap()]);
+    assert!(!plain.join(".venv").exists() && !plain.join("notes.txt").exists());
+    assert_eq!(x["stats"]["files"], 3, "{x}");
+    let all = env.path("all");
+    let x = env.json(&[
+        "--vault",
+        "t",
+        "export",
+        "--include-ignored",
+        "/",
+        all.to_str().unwrap(),
+    ]);
+    let read = |p: &str| std::fs::read_to_string(all.join(p)).unwrap();
+    assert_eq!(read(".venv/bin/tool"), "tool\n");
+    assert_eq!(read("src/pkg/x.pyc"), "c\n");
+    assert_eq!(read("notes.txt"), "n\n");
+    assert_eq!(read("src/a.py"), "src\n");
+    assert_eq!(read("later.txt"), "tracked");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(all.join(".venv/bin/tool"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755);
+    assert_eq!(
+        std::fs::read_link(all.join(".venv/bin/alias")).unwrap(),
+        std::path::Path::new("tool")
+    );
+    // 3 tracked + 3 ignored files; the stale ignored copy of a tracked path is skipped.
+    assert_eq!(x["stats"]["files"], 6, "{x}");
+    assert_eq!(x["stats"]["symlinks"], 1, "{x}");
+    let skipped = x["stats"]["skipped"].to_string();
+    assert!(skipped.contains("/later.txt"), "{skipped}");
+    // An ignored directory alone, which the history does not hold.
+    let venv = env.path("venv");
+    env.ok(&[
+        "--vault",
+        "t",
+        "export",
+        "--include-ignored",
+        "/.venv",
+        venv.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(venv.join("bin/tool")).unwrap(),
+        "tool\n"
+    );
+    // Without the flag, it is not found; a non-empty host directory is refused; with
+    // --force, a stale copy of an ignored file is replaced.
+    let e = env.json_err(
+        &[
+            "--vault",
+            "t",
+            "export",
+            "/.venv",
+            env.path("x").to_str().unwrap(),
+        ],
+        1,
+    );
+    assert_eq!(e["kind"], "not_found", "{e}");
+    let e = env.json_err(
+        &[
+            "--vault",
+            "t",
+            "export",
+            "--include-ignored",
+            "/.venv",
+            venv.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert_eq!(e["kind"], "refused", "{e}");
+    std::fs::write(venv.join("bin/tool"), "old").unwrap();
+    env.ok(&[
+        "--vault",
+        "t",
+        "export",
+        "--force",
+        "--include-ignored",
+        "/.venv",
+        venv.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(venv.join("bin/tool")).unwrap(),
+        "tool\n"
+    );
+}
+
+/// Unmounts when the test ends, whatever happened.
+struct Mounted<'a>(&'a Env, std::path::PathBuf);
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.run(&["unmount", self.1.to_str().unwrap()]);
+    }
+}
+
+#[test]
+fn the_mount_shows_ignored_files_read_only() {
+    if !overlay_or_skip("the_mount_shows_ignored_files_read_only")
+        || !fuse::fuse_or_skip("the_mount_shows_ignored_files_read_only")
+    {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!(
+            "{RULES} && mkdir -p .venv/bin src && echo tool > .venv/bin/tool \
+             && chmod 755 .venv/bin/tool && ln -s tool .venv/bin/alias \
+             && echo s > src/a.py && echo c > src/a.pyc"
+        ),
+    );
+    let mp = env.path("mnt");
+    std::fs::create_dir_all(&mp).unwrap();
+    env.ok(&["mount", "t", mp.to_str().unwrap()]);
+    let _m = Mounted(&env, mp.clone());
+    let read = |p: &str| std::fs::read_to_string(mp.join(p));
+    assert_eq!(read(".venv/bin/tool").unwrap(), "tool\n");
+    assert_eq!(read("src/a.pyc").unwrap(), "c\n");
+    assert_eq!(read("src/a.py").unwrap(), "s\n");
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(mp.join(".venv/bin/tool")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o755);
+    assert_eq!(m.len(), 5);
+    assert_eq!(
+        std::fs::read_link(mp.join(".venv/bin/alias")).unwrap(),
+        std::path::Path::new("tool")
+    );
+    let names = |p: &str| -> BTreeSet<String> {
+        std::fs::read_dir(mp.join(p))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        names(""),
+        BTreeSet::from([".gitignore", ".venv", "src"].map(String::from))
+    );
+    assert_eq!(
+        names("src"),
+        BTreeSet::from(["a.py", "a.pyc"].map(String::from))
+    );
+    assert_eq!(
+        names(".venv/bin"),
+        BTreeSet::from(["alias", "tool"].map(String::from))
+    );
+    // Read-only: a write, a new file, a removal all fail with EROFS and change nothing.
+    let erofs = |r: std::io::Result<()>| {
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EROFS));
+    };
+    erofs(std::fs::write(mp.join(".venv/bin/tool"), "x"));
+    erofs(std::fs::write(mp.join(".venv/bin/new"), "x"));
+    erofs(std::fs::remove_file(mp.join(".venv/bin/tool")));
+    erofs(std::fs::create_dir(mp.join(".venv/lib")));
+    assert_eq!(read(".venv/bin/tool").unwrap(), "tool\n");
+    // The tracked files stay writable, and into the vault.
+    std::fs::write(mp.join("src/b.py"), "b").unwrap();
+    assert_eq!(env.cat(Some("t"), "/src/b.py"), "b");
+    // A run while mounted: what it adds to the ignored files shows up.
+    sh(&env, "t", "echo new > .venv/bin/new");
+    assert_eq!(read(".venv/bin/new").unwrap(), "new\n");
+}
+
+#[test]
+fn a_fork_shares_its_parents_ignored_files_until_either_writes() {
+    if !overlay_or_skip("a_fork_shares_its_parents_ignored_files_until_either_writes") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!(
+            "{RULES} && mkdir -p .venv/bin && echo one > .venv/bin/a && echo two > .venv/bin/b"
+        ),
+    );
+    env.ok(&["vault", "fork", "t", "f1"]);
+    let v = sh(&env, "f1", "cat .venv/bin/a");
+    assert_eq!(stdout(&v), "one\n");
+    // The fork's files are the parent's (one inode, no second copy of the bytes).
+    use std::os::unix::fs::MetadataExt;
+    let (pd, fd) = (ignored_dir(&env, "t"), ignored_dir(&env, "f1"));
+    assert_ne!(pd, fd);
+    for f in [".venv/bin/a", ".venv/bin/b"] {
+        let (p, k) = (
+            std::fs::metadata(pd.join(f)).unwrap(),
+            std::fs::metadata(fd.join(f)).unwrap(),
+        );
+        assert_eq!((p.dev(), p.ino()), (k.dev(), k.ino()), "{f} is not shared");
+    }
+    // Either side's writes, appends and deletions stay its own, in both directions.
+    sh(&env, "t", "echo parent >> .venv/bin/a && rm .venv/bin/b");
+    sh(
+        &env,
+        "f1",
+        "echo fork >> .venv/bin/b && chmod 700 .venv/bin/a",
+    );
+    let v = sh(&env, "t", "cat .venv/bin/a; ls .venv/bin");
+    assert_eq!(stdout(&v), "one\nparent\na\n");
+    let v = sh(
+        &env,
+        "f1",
+        "cat .venv/bin/a .venv/bin/b; stat -c %a .venv/bin/a",
+    );
+    assert_eq!(stdout(&v), "one\ntwo\nfork\n700\n");
+    let v = sh(&env, "t", "stat -c %a .venv/bin/a");
+    assert_ne!(stdout(&v), "700\n");
+}
+
+fn how(v: &Value) -> String {
+    v["engine"]["layers"]["how"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn a_workspace_with_ignored_files_keeps_its_overlay() {
+    if !overlay_or_skip("a_workspace_with_ignored_files_keeps_its_overlay") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!(
+            "SKIPPED a_workspace_with_ignored_files_keeps_its_overlay: kept overlays need root"
+        );
+        return;
+    }
+    let env = setup_with(POLICY);
+    sh(
+        &env,
+        "t",
+        &format!("{RULES} && mkdir -p .venv/bin && echo tool > .venv/bin/tool && echo s > a.py"),
+    );
+    // Runs that write no ignored file reuse the overlay, and see the ignored files.
+    let v = sh(&env, "t", "cat .venv/bin/tool");
+    let v2 = sh(&env, "t", "cat .venv/bin/tool && echo t >> a.py");
+    assert_eq!(stdout(&v), "tool\n");
+    assert_eq!(stdout(&v2), "tool\n");
+    assert_eq!(how(&v2), "kept", "{}", v2["engine"]);
+    assert_eq!(paths(&v2), BTreeSet::from(["/a.py".to_string()]));
+    // A run that writes one: it still leaves the history, and the next runs see it.
+    let w = sh(&env, "t", "echo new > .venv/bin/new && echo u >> a.py");
+    assert_eq!(paths(&w), BTreeSet::from(["/a.py".to_string()]));
+    assert_eq!(w["change_summary"]["ignored"]["files"], 1);
+    assert!(ignored_dir(&env, "t").join(".venv/bin/new").is_file());
+    sh(&env, "t", "true");
+    let v = sh(&env, "t", "cat .venv/bin/new a.py");
+    assert_eq!(stdout(&v), "new\ns\nt\nu\n");
+    assert_eq!(how(&v), "kept", "{}", v["engine"]);
+    assert_eq!(env.cat(Some("t"), "/a.py"), "s\nt\nu\n");
+}
+
+#[test]
+fn gits_global_excludes_file_counts_weakest() {
+    if !overlay_or_skip("gits_global_excludes_file_counts_weakest") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    // The user's global excludes file, where git looks for it by default.
+    let xdg = env.path("xdg");
+    std::fs::create_dir_all(xdg.join("git")).unwrap();
+    std::fs::write(xdg.join("git/ignore"), "*.tmp\n.idea/\n").unwrap();
+    let run = |script: &str| -> Value {
+        let out = env
+            .cmd(["--json", "--vault", "t", "exec", "--", "sh", "-c", script])
+            .env("XDG_CONFIG_HOME", &xdg)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["exit_code"], 0, "{v}");
+        v
+    };
+    // A .gitignore (stronger) re-includes one of them.
+    let v = run(
+        "echo '!keep.tmp' > .gitignore && mkdir .idea && echo x > .idea/ws.xml \
+         && echo a > a.tmp && echo k > keep.tmp && echo s > s.py",
+    );
+    assert_eq!(
+        paths(&v),
+        ["/.gitignore", "/keep.tmp", "/s.py"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    );
+    assert_eq!(
+        v["change_summary"]["ignored"]["files"], 2,
+        "{}",
+        v["change_summary"]
+    );
+    // Without the global file (another user), the same names are versioned.
+    let v = sh(&env, "t", "echo b > b.tmp");
+    assert_eq!(paths(&v), BTreeSet::from(["/b.tmp".to_string()]));
 }

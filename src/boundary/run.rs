@@ -302,12 +302,10 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                 workspace: &v.workspace,
                 ignored: Some(&ignored_dir),
             };
-            // An ephemeral fork runs once: nothing to keep its overlay for. A workspace
-            // with ignored files runs in a fresh overlay each time: a kept overlay's
-            // lower layers cannot change under it, and the ignored directory does.
-            let keep = crate::engine::kept::enabled()
-                && !req.ephemeral
-                && !ignored::holds_any(&ignored_dir);
+            // An ephemeral fork runs once: nothing to keep its overlay for. The ignored
+            // directory is the kept overlay's topmost lower too: a run that wrote ignored
+            // files ends the keeper before they move there (`separate_ignored`).
+            let keep = crate::engine::kept::enabled() && !req.ephemeral;
             if !keep && crate::engine::kept::enabled() {
                 crate::engine::kept::discard(&ctx.home, &v.path, &v.workspace);
             }

@@ -103,6 +103,10 @@ pub struct ExportArgs {
     /// Keep setuid/setgid bits (dropped by default).
     #[arg(long)]
     keep_setuid: bool,
+    /// Also copy the workspace's ignored files (.venv, node_modules, target/: kept
+    /// outside the vault) beside the tracked ones.
+    #[arg(long)]
+    include_ignored: bool,
 }
 
 fn lossy(p: &OsString) -> String {
@@ -474,8 +478,20 @@ pub fn import(ctx: &Ctx, a: ImportArgs) -> Result<i32> {
 pub fn export(ctx: &Ctx, a: ExportArgs) -> Result<i32> {
     let src = parse(&a.vault_dir)?;
     let pb = progress_bar(ctx, "exporting");
+    let ignored = match a.include_ignored {
+        true => {
+            let (_, v) = ctx.existing()?;
+            Some(crate::engine::ignored::ignored_dir(
+                &ctx.home,
+                &v.path,
+                &v.workspace,
+            ))
+        }
+        false => None,
+    };
     let stats = ctx.view_loading(|ws| {
-        crate::hostio::export(ws, &src, &a.host_dir, a.force, a.keep_setuid, &|n| {
+        let flags = (a.force, a.keep_setuid);
+        crate::hostio::export(ws, &src, &a.host_dir, flags, ignored.as_deref(), &|n| {
             if let Some(pb) = &pb {
                 pb.set_position(n)
             }

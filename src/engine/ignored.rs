@@ -1,5 +1,5 @@
 //! Ignored paths: what git's ignore rules (`.gitignore` at any depth, `.git/info/exclude`,
-//! `.avfsignore`) match and the history does not hold lives in a per-workspace directory
+//! git's global excludes file, `.avfsignore`) match and the history does not hold lives in a per-workspace directory
 //! beside the vault, never in the vault file.
 //!
 //! ```text
@@ -16,9 +16,12 @@
 //! The rules are read from the workspace as the run left it (the upper over the lowers),
 //! so a `.gitignore` the run itself wrote counts.
 //!
-//! A fork's directory is a copy of its parent's made at the fork's first run (`cp -a
-//! --reflink=auto`: copy-on-write where the file system can), so a fork of a workspace
-//! with a `.venv` has a working `.venv`, and what the fork writes stays its own.
+//! A fork's directory is made at the fork's first run from its parent's: the directories
+//! copied, the files hard links to the parent's (`ensure`), so a fork of a workspace
+//! with a `.venv` has a working `.venv` for the price of its directories. What either
+//! writes afterwards stays its own, because a file here is never changed in place, only
+//! replaced: this directory is a lower layer of every run (a write copies the file up
+//! into the run's upper) and `separate` moves the new file over the old name.
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -52,9 +55,9 @@ pub fn ignored_root(home: &Path) -> PathBuf {
     home.join("ignored")
 }
 
-/// The directory of one workspace's ignored files.
+/// The directory of one workspace's ignored files (the mount shows it too).
 pub fn ignored_dir(home: &Path, vault_path: &Path, workspace: &str) -> PathBuf {
-    ignored_root(home).join(crate::mount::mount_id(vault_path, workspace))
+    crate::mount::ignored_dir(home, vault_path, workspace)
 }
 
 fn host_err(p: &Path, e: std::io::Error) -> Error {
@@ -88,14 +91,28 @@ pub fn ensure(
         .filter(|p| holds_any(p));
     match from {
         Some(from) => {
-            // cp knows reflinks, holes and every attribute; a fork's copy is what the
-            // parent's directory held when the fork first ran.
-            let st = std::process::Command::new("cp")
-                .args(["-a", "--reflink=auto", "--"])
-                .arg(&from)
-                .arg(&tmp)
-                .status()
-                .map_err(|e| host_err(Path::new("cp"), e))?;
+            // A fork's directory is what the parent's held when the fork first ran: its
+            // directories copied, its files shared as hard links (`cp -al`). Sharing is
+            // safe because no file of an ignored directory is ever changed in place: it
+            // is a lower layer, so a run that writes one copies it up, and `separate`
+            // then *replaces* the name (rename); the mount shows it read-only. Where
+            // hard links cannot be made (another file system, a link count at its
+            // limit), a copy (reflinks where the file system has them).
+            let cp = |args: &[&str]| -> Result<std::process::ExitStatus> {
+                let _ = remove_tree(&tmp);
+                std::process::Command::new("cp")
+                    .args(args)
+                    .arg("--")
+                    .arg(&from)
+                    .arg(&tmp)
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .map_err(|e| host_err(Path::new("cp"), e))
+            };
+            let mut st = cp(&["-a", "-l"])?;
+            if !st.success() {
+                st = cp(&["-a", "--reflink=auto"])?;
+            }
             if !st.success() {
                 let _ = remove_tree(&tmp);
                 return Err(Error::Host {
@@ -229,33 +246,48 @@ impl View<'_> {
     /// `.git/info/exclude`: rules of the root, weaker than any `.gitignore`.
     fn exclude(&self) -> Option<Gitignore> {
         let text = self.read(Path::new(".git/info/exclude"), false)?;
-        let mut b = GitignoreBuilder::new("/");
-        for line in String::from_utf8_lossy(&text).lines() {
-            let _ = b.add_line(Some(PathBuf::from("/.git/info/exclude")), line);
-        }
-        b.build().ok()
+        root_rules(&text, Path::new("/.git/info/exclude"))
     }
 }
 
-/// The rules in force in one directory: its own and its parents', deepest first.
+/// Rules read as if from the workspace's root (`.git/info/exclude`, the global file).
+fn root_rules(text: &[u8], from: &Path) -> Option<Gitignore> {
+    let mut b = GitignoreBuilder::new("/");
+    for line in String::from_utf8_lossy(text).lines() {
+        let _ = b.add_line(Some(from.to_path_buf()), line);
+    }
+    b.build().ok()
+}
+
+/// git's global excludes file of the user running avfs (`core.excludesFile` in
+/// `$GIT_CONFIG_GLOBAL`, `~/.gitconfig`, `$XDG_CONFIG_HOME/git/config` or
+/// `/etc/gitconfig`, else `$XDG_CONFIG_HOME/git/ignore`), as git reads it: the weakest
+/// rules, below `.git/info/exclude`.
+fn global_excludes() -> Option<Gitignore> {
+    let path = ignore::gitignore::gitconfig_excludes_path()?;
+    let text = fs::read(&path).ok()?;
+    root_rules(&text, &path)
+}
+
+/// The rules in force in one directory: its own and its parents', deepest first; then
+/// `.git/info/exclude` and the global excludes file, strongest first.
 struct Rules {
     stack: Vec<(usize, Gitignore)>,
-    exclude: Option<Gitignore>,
+    exclude: Vec<Gitignore>,
 }
 
 impl Rules {
     fn ignored(&self, rel: &Path, is_dir: bool) -> bool {
         let p = Path::new("/").join(rel);
-        for (_, g) in self.stack.iter().rev() {
+        let (stack, exclude) = (self.stack.iter().rev().map(|(_, g)| g), self.exclude.iter());
+        for g in stack.chain(exclude) {
             match g.matched(&p, is_dir) {
                 Match::Ignore(_) => return true,
                 Match::Whitelist(_) => return false,
                 Match::None => {}
             }
         }
-        self.exclude
-            .as_ref()
-            .is_some_and(|g| g.matched(&p, is_dir).is_ignore())
+        false
     }
 }
 
@@ -274,7 +306,11 @@ struct Found {
 pub fn separate(view: &mut View, ignored: &Path, dry: bool) -> Result<(IgnoredCount, bool)> {
     let mut rules = Rules {
         stack: vec![],
-        exclude: view.exclude(),
+        exclude: view
+            .exclude()
+            .into_iter()
+            .chain(global_excludes())
+            .collect(),
     };
     let mut found = Found::default();
     let mut comps = Vec::new();

@@ -63,6 +63,12 @@ pub struct KeptRecord {
     /// The root the overlay shows: the workspace's head after the last ingest.
     pub root: String,
     pub keeper: Option<KeeperId>,
+    /// The workspace's ignored directory, the overlay's topmost lower (see
+    /// `engine::ignored`). It changes only in its own workspace's runs, after the run
+    /// and with the keeper ended first (`OverlayRun::separate_ignored`), so it never
+    /// changes under a mounted overlay.
+    #[serde(default)]
+    pub ignored: Option<PathBuf>,
 }
 
 pub struct Kept {
@@ -153,10 +159,10 @@ fn read_record(dir: &Path) -> Option<KeptRecord> {
 }
 
 /// Starts a keeper for the overlay of `dir`; returns it once the overlay is mounted.
-fn start_keeper(dir: &Path, stack: &Stack, vault: &Path) -> Result<KeeperId> {
+fn start_keeper(dir: &Path, rec: &KeptRecord) -> Result<KeeperId> {
     let plan = KeepPlan {
-        vault: vault.to_path_buf(),
-        lowers: stack.dirs.clone(),
+        vault: rec.vault_path.clone(),
+        lowers: rec.ignored.iter().chain(&rec.stack.dirs).cloned().collect(),
         upper: dir.join("upper"),
         work: dir.join("work"),
         merged: dir.join("merged"),
@@ -276,7 +282,7 @@ impl Kept {
         db: &Connection,
         (vault_path, workspace): (&Path, &str),
         dir: &Path,
-        head: &Hash,
+        (head, ignored): (&Hash, Option<&Path>),
         hints: &[Hash],
         keep_owners: bool,
     ) -> Result<(Kept, String)> {
@@ -296,7 +302,11 @@ impl Kept {
             // keeper may still be up (it waits 10 s to be named). Its upper holds nothing
             // new (no command ran), so the overlay is made anew beside it, not mounted
             // again over the same upper.
-            if k.record.root == head.to_hex() && layers_there && k.record.keeper.is_some() {
+            if k.record.root == head.to_hex()
+                && layers_there
+                && k.record.keeper.is_some()
+                && k.record.ignored.as_deref() == ignored
+            {
                 match k.record.keeper {
                     Some(id) if alive(&id) => {
                         // Also marks it used, for the keeper's idle clock.
@@ -307,8 +317,7 @@ impl Kept {
                         clear_work(&k.work())?;
                         k.record.keeper = None;
                         write_record(dir, &k.record)?;
-                        k.record.keeper =
-                            Some(start_keeper(dir, &k.record.stack, &k.record.vault_path)?);
+                        k.record.keeper = Some(start_keeper(dir, &k.record)?);
                         write_record(dir, &k.record)?;
                         return Ok((k, "remounted".into()));
                     }
@@ -336,10 +345,11 @@ impl Kept {
             stack,
             root: head.to_hex(),
             keeper: None,
+            ignored: ignored.map(Path::to_path_buf),
         };
         write_record(dir, &record)?;
         let held = hold(dir);
-        record.keeper = Some(start_keeper(dir, &record.stack, vault_path)?);
+        record.keeper = Some(start_keeper(dir, &record)?);
         write_record(dir, &record)?;
         Ok((
             Kept {

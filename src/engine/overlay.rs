@@ -177,7 +177,7 @@ impl OverlayRun {
             db,
             (site.vault_path, site.workspace),
             &kept_dir,
-            head,
+            (head, site.ignored),
             hints,
             keep_owners,
         )?;

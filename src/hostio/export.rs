@@ -330,42 +330,53 @@ fn shown_as(e: Error, disp: &Path) -> Error {
 /// nodes and sockets are recreated only by root and otherwise reported in `skipped`.
 /// A file exported into an existing directory keeps its name there. Setuid and setgid
 /// bits are dropped (and counted) unless `keep_setuid`.
+///
+/// With `ignored` (the workspace's ignored directory, `--include-ignored`), the ignored
+/// files below `src` are copied out too, after the tracked ones (`export_ignored`); `src`
+/// may then be an ignored directory the history does not hold.
 pub fn export(
     ws: &Workspace,
     src: &[Vec<u8>],
     host: &Path,
-    force: bool,
-    keep_setuid: bool,
+    (force, keep_setuid): (bool, bool),
+    ignored: Option<&Path>,
     progress: &dyn Fn(u64),
 ) -> Result<ExportStats> {
-    let (node, resolved) = ws
-        .resolve_full(src, true)?
-        .ok_or_else(|| Error::NotFound(path::display(src)))?;
+    let found = match ws.resolve_full(src, true) {
+        Ok(f) => f,
+        Err(Error::NotFound(_)) if ignored.is_some() => None,
+        Err(e) => return Err(e),
+    };
+    // The ignored directory's part below a workspace path (its names are taken as
+    // written: the ignored directory holds no symlink the history resolves).
+    let ignored_src = |comps: &[Vec<u8>]| {
+        ignored.map(|d| d.join(OsStr::from_bytes(&path::join_bytes(comps)[1..])))
+    };
+    let (node, resolved) = match found {
+        Some(f) => f,
+        // Only in the ignored directory (`export --include-ignored /.venv DIR`).
+        None => match ignored_src(src).filter(|p| p.is_dir()) {
+            Some(from) => {
+                refuse_nonempty(host, force)?;
+                fs::create_dir_all(host).map_err(|e| host_err(host, e))?;
+                let mut stats = ExportStats::default();
+                super::export_ignored::copy_ignored(ws, &from, src, host, keep_setuid, &mut stats)?;
+                progress(stats.files);
+                return Ok(stats);
+            }
+            None => return Err(Error::NotFound(path::display(src))),
+        },
+    };
     let existing = match fs::symlink_metadata(host) {
         Ok(m) => Some(m),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(host_err(host, e)),
     };
-    match &existing {
-        Some(m) => {
-            let nonempty = !m.is_dir()
-                || fs::read_dir(host)
-                    .map_err(|e| host_err(host, e))?
-                    .next()
-                    .is_some();
-            if nonempty && !force {
-                return Err(Error::Refused(format!(
-                    "{}: already exists and is not empty; pass --force to export into it \
-                     (same-named files are replaced, other files are kept)",
-                    host.display()
-                )));
-            }
-        }
-        None => {
-            if let Some(parent) = host.parent().filter(|p| !p.as_os_str().is_empty()) {
-                fs::create_dir_all(parent).map_err(|e| host_err(parent, e))?;
-            }
-        }
+    refuse_nonempty(host, force)?;
+    if existing.is_none()
+        && let Some(parent) = host.parent().filter(|p| !p.as_os_str().is_empty())
+    {
+        fs::create_dir_all(parent).map_err(|e| host_err(parent, e))?;
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
@@ -403,5 +414,33 @@ pub fn export(
         ex.leaf(&node, &at, &target, existing.is_some(), &shown)?;
     }
     progress(ex.done);
-    Ok(ex.stats)
+    let mut stats = ex.stats;
+    if node.kind == Kind::Dir
+        && let Some(from) = ignored_src(&resolved).filter(|p| p.is_dir())
+    {
+        super::export_ignored::copy_ignored(ws, &from, &resolved, host, keep_setuid, &mut stats)?;
+    }
+    Ok(stats)
+}
+
+/// An existing, non-empty `host` is refused unless `force`.
+fn refuse_nonempty(host: &Path, force: bool) -> Result<()> {
+    let m = match fs::symlink_metadata(host) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(host_err(host, e)),
+    };
+    let nonempty = !m.is_dir()
+        || fs::read_dir(host)
+            .map_err(|e| host_err(host, e))?
+            .next()
+            .is_some();
+    if nonempty && !force {
+        return Err(Error::Refused(format!(
+            "{}: already exists and is not empty; pass --force to export into it \
+             (same-named files are replaced, other files are kept)",
+            host.display()
+        )));
+    }
+    Ok(())
 }

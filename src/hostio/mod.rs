@@ -160,6 +160,7 @@ fn ignore_eperm(r: io::Result<()>) -> io::Result<()> {
 }
 
 mod export;
+mod export_ignored;
 mod import;
 
 pub use export::export;

@@ -180,8 +180,8 @@ fn round_trip_into_root() {
                 &Workspace::open(db, "main")?,
                 &[],
                 &out,
-                false,
-                true,
+                (false, true),
+                None,
                 &|_| {},
             )
         })
@@ -198,7 +198,7 @@ fn round_trip_into_root() {
             let mut ws = Workspace::open(db, "main")?;
             let cp = ws.find_checkpoint("c1")?;
             ws.restore(&cp)?;
-            export(&ws, &[], &out2, false, true, &|_| {})
+            export(&ws, &[], &out2, (false, true), None, &|_| {})
         })
         .unwrap();
     compare(&host, &out2, false);
@@ -219,7 +219,7 @@ fn round_trip_into_new_dir() {
             ws.checkpoint(Some("c1"), None, "test")?;
             let cp = ws.find_checkpoint("c1")?;
             ws.restore(&cp)?;
-            export(&ws, &comps("/sub/dir"), &out, false, true, &|_| {})
+            export(&ws, &comps("/sub/dir"), &out, (false, true), None, &|_| {})
         })
         .unwrap();
     // The import root took the host directory's own attributes.
@@ -233,8 +233,22 @@ fn round_trip_into_new_dir() {
     store
         .write(|db| {
             let ws = Workspace::open(db, "main")?;
-            export(&ws, &comps("/sub/dir/a/x.sh"), &one, false, true, &|_| {})?;
-            export(&ws, &comps("/sub/dir/a/x.sh"), &into, false, true, &|_| {})
+            export(
+                &ws,
+                &comps("/sub/dir/a/x.sh"),
+                &one,
+                (false, true),
+                None,
+                &|_| {},
+            )?;
+            export(
+                &ws,
+                &comps("/sub/dir/a/x.sh"),
+                &into,
+                (false, true),
+                None,
+                &|_| {},
+            )
         })
         .unwrap();
     compare(&host.join("a/x.sh"), &one, true);
@@ -265,7 +279,7 @@ fn hard_link_change_reaches_both_names() {
             ws.checkpoint(Some("c2"), None, "test")?;
             let cp = ws.find_checkpoint("c2")?;
             ws.restore(&cp)?;
-            export(&ws, &[], &out, false, true, &|_| {})
+            export(&ws, &[], &out, (false, true), None, &|_| {})
         })
         .unwrap();
     assert_eq!(fs::read(out.join("d1/h1")).unwrap(), b"new");
@@ -296,8 +310,8 @@ fn export_refuses_non_empty_target() {
                     &Workspace::open(db, "main")?,
                     &[],
                     target,
-                    false,
-                    true,
+                    (false, true),
+                    None,
                     &|_| {},
                 )
             })
@@ -327,8 +341,8 @@ fn export_refuses_non_empty_target() {
                 &Workspace::open(db, "main")?,
                 &[],
                 &out,
-                true,
-                true,
+                (true, true),
+                None,
                 &|_| {},
             )
         })
@@ -370,7 +384,7 @@ fn import_merges_into_existing_dir() {
             ws.checkpoint(Some("c1"), None, "test")?;
             let cp = ws.find_checkpoint("c1")?;
             ws.restore(&cp)?;
-            export(&ws, &comps("/m"), &out, false, true, &|_| {})
+            export(&ws, &comps("/m"), &out, (false, true), None, &|_| {})
         })
         .unwrap();
     // The merged d1 keeps its extra file and takes the host's attributes.
@@ -497,8 +511,8 @@ fn import_speed() {
                 &Workspace::open(db, "main")?,
                 &dest,
                 &out,
-                false,
-                true,
+                (false, true),
+                None,
                 &|_| {},
             )
         })

@@ -27,6 +27,7 @@ use rusqlite::Connection;
 mod attrs;
 mod dirs;
 mod files;
+mod ignored;
 mod kernel;
 mod outside;
 mod state;
@@ -36,6 +37,7 @@ pub use upkeep::{RECLAIM_EVERY, TRIM_EVERY, audit_every};
 
 use attrs::{attr_of, dummy_dir, file_type, full_attr, kill_suid};
 use dirs::new_node;
+use ignored::{erofs as ign_erofs, is_ign};
 
 use super::buffer::DirtyFile;
 use crate::error::{Error, Result};
@@ -140,6 +142,8 @@ pub struct State {
     pub busy_ns: Counters,
     /// The root the last mount audit row accounts for (see `upkeep`).
     audited: Option<Hash>,
+    /// The workspace's ignored files, shown read-only (`ignored`); `None`: not shown.
+    ign: Option<ignored::Ignored>,
 }
 
 pub struct AvfsFs {
@@ -208,6 +212,7 @@ impl AvfsFs {
             counters: HashMap::new(),
             busy_ns: HashMap::new(),
             audited: None,
+            ign: None,
         };
         Ok(AvfsFs {
             inner: Mutex::new((store, state)),

@@ -35,6 +35,12 @@ pub fn run_dir(home: &Path) -> PathBuf {
     home.join("run")
 }
 
+/// The directory of a workspace's ignored files (see `engine::ignored`), which the mount
+/// shows read-only.
+pub fn ignored_dir(home: &Path, vault_path: &Path, workspace: &str) -> PathBuf {
+    home.join("ignored").join(mount_id(vault_path, workspace))
+}
+
 /// Stable id of (vault file, workspace): one mount at a time per workspace.
 pub fn mount_id(vault_path: &Path, workspace: &str) -> String {
     let mut h = blake3::Hasher::new();
@@ -255,6 +261,7 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     crate::workspace::find_workspace(&store.conn, &opts.workspace)?
         .ok_or_else(|| Error::NoSuchVault(opts.workspace.clone()))?;
     let fs = AvfsFs::new(store, &opts.workspace, opts.readonly)?;
+    fs.show_ignored(ignored_dir(&opts.home, &opts.vault_path, &opts.workspace));
 
     let mut config = fuser::Config::default();
     config.mount_options = vec![

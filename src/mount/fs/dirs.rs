@@ -26,11 +26,22 @@ impl AvfsFs {
             return reply.error(Errno::from_i32(libc::ENAMETOOLONG));
         }
         let r = self.with("lookup", |db, st| {
+            let ign = |i: Inode| (attr_of(&i, None), Generation(0));
+            if is_ign(parent.0) {
+                return Ok(st.ign_child(db, parent.0, name.as_bytes())?.map(ign));
+            }
             let ws = st.ws(db)?;
             let p = ws.get(parent.0)?;
             let child = ws.lookup(&p, name.as_bytes())?;
             st.known.insert((parent.0, name.as_bytes().to_vec()));
-            child.map(|c| st.entry(db, &c)).transpose()
+            match child {
+                Some(c) => st.entry(db, &c).map(Some),
+                // A name the vault lacks may be an ignored file's (one branch without).
+                None if st.ign.is_some() => {
+                    Ok(st.ign_child(db, parent.0, name.as_bytes())?.map(ign))
+                }
+                None => Ok(None),
+            }
         });
         match r {
             Ok(Some((a, g))) => reply.entry(&TTL, &a, g),
@@ -264,8 +275,27 @@ impl AvfsFs {
                 i = 2;
             }
             let mut added = Vec::new();
+            let mut ign_names = Vec::new();
             let mut done = true;
             for (n, (name, inode)) in entries.iter().enumerate().skip((i - 2) as usize) {
+                if is_ign(inode.ino) {
+                    // Served from the host: no vault attributes, no bookkeeping.
+                    let a = attr_of(inode, None);
+                    let at = OsStr::from_bytes(name);
+                    if reply.add(
+                        INodeNo(inode.ino),
+                        n as u64 + 3,
+                        at,
+                        &TTL,
+                        &a,
+                        Generation(0),
+                    ) {
+                        done = false;
+                        break;
+                    }
+                    ign_names.push(name.clone());
+                    continue;
+                }
                 let a = full_attr(&st.ws(db)?, inode, st.dirty.get(&inode.ino))?;
                 let g = Generation(st.gens.get(&inode.ino).copied().unwrap_or(0));
                 if reply.add(
@@ -280,6 +310,9 @@ impl AvfsFs {
                     break;
                 }
                 added.push((name.clone(), inode.ino, inode.kind, inode.hash, inode.size));
+            }
+            for name in ign_names {
+                st.known.insert((ino.0, name));
             }
             for (name, child, kind, hash, size) in added {
                 st.kernel_ref(child);

@@ -38,11 +38,17 @@ impl Filesystem for AvfsFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if is_ign(ino.0) {
+            return; // numbers of ignored entries stay for the mount's life
+        }
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         guard.1.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if is_ign(ino.0) {
+            return self.ign_getattr(ino, reply);
+        }
         match self.with("getattr", |db, st| st.attr(db, &st.ws(db)?.get(ino.0)?)) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(errno(&e)),
@@ -67,10 +73,16 @@ impl Filesystem for AvfsFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if is_ign(ino.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_setattr(req, ino, mode, uid, gid, size, atime, mtime, reply)
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        if is_ign(ino.0) {
+            return self.ign_readlink(ino, reply);
+        }
         match self.with("readlink", |db, st| st.ws(db)?.get(ino.0)) {
             Ok(i) => match i.target {
                 Some(t) => reply.data(&t),
@@ -90,6 +102,9 @@ impl Filesystem for AvfsFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        if is_ign(parent.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_mknod(req, parent, name, mode, rdev, reply)
     }
 
@@ -102,6 +117,9 @@ impl Filesystem for AvfsFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        if is_ign(parent.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_mkdir(req, parent, name, mode, reply)
     }
 
@@ -113,14 +131,23 @@ impl Filesystem for AvfsFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        if is_ign(parent.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_symlink(req, parent, link_name, target, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if is_ign(parent.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_unlink(parent, name, reply)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if is_ign(parent.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_rmdir(parent, name, reply)
     }
 
@@ -134,6 +161,9 @@ impl Filesystem for AvfsFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if is_ign(parent.0) || is_ign(newparent.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_rename(parent, name, newparent, newname, flags, reply)
     }
 
@@ -145,10 +175,16 @@ impl Filesystem for AvfsFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if is_ign(ino.0) || is_ign(newparent.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_link(ino, newparent, newname, reply)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if is_ign(ino.0) {
+            return self.ign_open(ino, flags, reply);
+        }
         self.on_open(ino, flags, reply)
     }
 
@@ -163,6 +199,9 @@ impl Filesystem for AvfsFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if is_ign(ino.0) {
+            return self.ign_read(ino, offset, size, reply);
+        }
         self.on_read(ino, offset, size, reply)
     }
 
@@ -178,6 +217,9 @@ impl Filesystem for AvfsFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if is_ign(ino.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_write(ino, offset, data, write_flags, reply)
     }
 
@@ -189,6 +231,9 @@ impl Filesystem for AvfsFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if is_ign(ino.0) {
+            return reply.ok();
+        }
         self.on_flush(ino, fh, reply)
     }
 
@@ -202,6 +247,9 @@ impl Filesystem for AvfsFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if is_ign(ino.0) {
+            return reply.ok();
+        }
         self.on_release(ino, fh, reply)
     }
 
@@ -213,6 +261,9 @@ impl Filesystem for AvfsFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if is_ign(ino.0) {
+            return reply.ok();
+        }
         self.on_fsync(req, ino, reply)
     }
 
@@ -295,18 +346,34 @@ impl Filesystem for AvfsFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if is_ign(ino.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_setxattr(ino, name, value, flags, reply)
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if is_ign(ino.0) {
+            return reply.error(Errno::from_i32(libc::ENODATA));
+        }
         self.on_getxattr(ino, name, size, reply)
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if is_ign(ino.0) {
+            return if size == 0 {
+                reply.size(0)
+            } else {
+                reply.data(&[])
+            };
+        }
         self.on_listxattr(ino, size, reply)
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if is_ign(ino.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_removexattr(ino, name, reply)
     }
 
@@ -325,6 +392,9 @@ impl Filesystem for AvfsFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if is_ign(parent.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_create(req, parent, name, mode, flags, reply)
     }
 
@@ -338,6 +408,9 @@ impl Filesystem for AvfsFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if is_ign(ino.0) {
+            return reply.error(ign_erofs());
+        }
         self.on_fallocate(ino, offset, length, mode, reply)
     }
 
@@ -350,6 +423,9 @@ impl Filesystem for AvfsFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        if is_ign(ino.0) {
+            return self.ign_lseek(ino, offset, whence, reply);
+        }
         self.on_lseek(ino, offset, whence, reply)
     }
 }

@@ -17,6 +17,10 @@ impl AvfsFs {
         self.with_commit("invalidate", End::Commit, |db, st| {
             st.info = None;
             st.budget.forget_usage();
+            // A run may have made (or emptied) the ignored directory.
+            if let Some(g) = &mut st.ign {
+                g.refresh();
+            }
             st.info = Some(
                 crate::workspace::find_workspace(db, &st.ws_name)?
                     .ok_or_else(|| Error::NoSuchVault(st.ws_name.clone()))?,

@@ -108,7 +108,12 @@ impl State {
     /// starts, else the one in progress.
     pub(super) fn listing(&mut self, db: &Connection, dir: u64, offset: u64) -> Result<&Listing> {
         if offset == 0 || !self.listings.contains_key(&dir) {
-            let entries = {
+            let mut entries = if is_ign(dir) {
+                if self.ign_get(dir)?.kind != Kind::Dir {
+                    return Err(Error::NotADirectory(String::new()));
+                }
+                vec![]
+            } else {
                 let ws = self.ws(db)?;
                 let d = ws.get(dir)?;
                 if d.kind != Kind::Dir {
@@ -116,6 +121,10 @@ impl State {
                 }
                 ws.readdir(&d)?
             };
+            // Costs one branch unless the workspace has ignored files.
+            if self.ign.is_some() {
+                self.ign_listing(db, dir, &mut entries)?;
+            }
             self.listed.insert(dir);
             self.listings.insert(dir, entries);
         }
