@@ -5,6 +5,7 @@ pub mod approvals;
 pub mod audit;
 pub mod content;
 mod creating;
+pub mod homedb;
 pub mod missing;
 pub mod objects;
 pub mod packrecords;

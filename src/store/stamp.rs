@@ -143,8 +143,8 @@ pub fn record(path: &Path) {
 
 /// The stamp recorded for the file at `key`, if any.
 fn book_get(key: &Path) -> Option<String> {
-    let reg = crate::registry::Registry::open(&crate::registry::default_home()).ok()?;
-    reg.stamp(key).ok().flatten()
+    let db = super::homedb::HomeDb::open(&super::homedb::default_home()).ok()?;
+    db.stamp(key).ok().flatten()
 }
 
 /// Records the stamp of the file at `key` as it is now. The stamp is taken inside the
@@ -152,7 +152,7 @@ fn book_get(key: &Path) -> Option<String> {
 /// stamp is recorded last also took it last. Best effort: without a stamp the next open
 /// checks the file in full, which is slow but safe.
 fn book_put(key: &Path) {
-    if let Ok(reg) = crate::registry::Registry::open(&crate::registry::default_home()) {
-        let _ = reg.restamp(key, || of(key).ok());
+    if let Ok(db) = super::homedb::HomeDb::open(&super::homedb::default_home()) {
+        let _ = db.restamp(key, || of(key).ok());
     }
 }
