@@ -23,8 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use super::sys;
 
-/// Where the host's tree stays until PID 1 has mounted its /proc (a /proc mount in a
-/// user namespace needs a fully visible one in the namespace), then is detached.
+/// Where the host's tree stays until it is detached: by PID 1 once it has mounted its
+/// /proc where the run is in a user namespace (a /proc mount there needs a fully visible
+/// one in the mount namespace), else by the set-up before PID 1 starts.
 pub const OLD_ROOT: &str = "/.avfs-host";
 
 /// A cache of the vault, writable in the run at `path`.
@@ -77,13 +78,26 @@ fn clone_ro(p: &Path) -> io::Result<OwnedFd> {
 /// The pieces, taken from the host's tree as it is now.
 fn take(plan: &RootPlan) -> io::Result<Vec<(PathBuf, Piece)>> {
     let mut pieces = vec![(PathBuf::from("/tmp"), Piece::Tmp)];
-    for p in &plan.visible {
+    let mut visible = plan.visible.clone();
+    visible.sort();
+    // Directories cloned so far: a path below one (`/usr/lib` under `/usr`) is shown by
+    // it and is not cloned at all. A clone that is never attached is dissolved when its
+    // descriptor closes, and every dissolve waits for an RCU grace period (up to ~10 ms
+    // on a busy machine) on the run's critical path.
+    let mut dirs: Vec<&Path> = vec![];
+    for p in &visible {
+        if dirs.iter().any(|d| p.starts_with(d) && p != d) {
+            continue;
+        }
         let Ok(meta) = std::fs::symlink_metadata(p) else {
             continue;
         };
         let piece = if meta.file_type().is_symlink() {
             Piece::Symlink(std::fs::read_link(p)?)
         } else {
+            if meta.is_dir() {
+                dirs.push(p);
+            }
             Piece::Mount {
                 fd: clone_ro(p)?,
                 dir: meta.is_dir(),

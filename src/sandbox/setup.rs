@@ -122,6 +122,7 @@ pub fn run_init_main() -> ! {
 /// fork of `avfs exec`): namespaces, the workspace, the sandbox's mounts, PID 1. Returns
 /// the run's exit status (PID 1's), or `SETUP_FAILED`.
 pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
+    let init_user_ns = in_init_user_ns();
     let joiner = match &plan.confine {
         Some(c) if !c.cgroup_procs.is_empty() => match start_join(&c.cgroup_procs) {
             Ok(pid) => Some(pid),
@@ -139,6 +140,13 @@ pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
     if let Err(e) = arrange(plan, ws) {
         return failed(e);
     }
+    // The host's tree goes here, while the helper above is still joining the cgroups:
+    // detaching it waits for an RCU grace period, which so overlaps the join's. PID 1
+    // needs it only to mount a /proc in a user namespace (`root::OLD_ROOT`).
+    let host_left = plan.confine.is_some() && !plan.user_namespace && init_user_ns;
+    if host_left && let Err(e) = root::leave_host() {
+        return failed(e);
+    }
     // Nothing of the run starts before the set-up is in its cgroups: PID 1 (and so
     // every process of the run) inherits them.
     if let Some(pid) = joiner
@@ -154,7 +162,7 @@ pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
         return failed(sys::err("fork"));
     }
     if pid == 0 {
-        leave(pid1(plan));
+        leave(pid1(plan, host_left));
     }
     // The set-up waits for PID 1 and leaves with its status. (It ignores SIGTERM, set by
     // the runner: a timeout reaches the command through PID 1.)
@@ -187,6 +195,13 @@ fn release_pipes() {
         // SAFETY: closes descriptors of this process that nothing here uses any more.
         unsafe { libc::close(fd) };
     }
+}
+
+/// True in the initial user namespace (`/proc/self/uid_map` maps every uid to itself),
+/// where mounting a /proc needs no other /proc visible in the mount namespace.
+fn in_init_user_ns() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
 }
 
 /// Starts a helper that puts this process in the run's cgroups while it goes on with
@@ -293,11 +308,12 @@ fn arrange(plan: &RunPlan, ws: OwnedFd) -> io::Result<()> {
 }
 
 /// PID 1 of the run: a /proc of its own, loopback, confinement, then the command.
-fn pid1(plan: &RunPlan) -> i32 {
+/// `host_left`: the set-up has detached the host's tree already.
+fn pid1(plan: &RunPlan, host_left: bool) -> i32 {
     // SAFETY: prctl on ourselves: if the set-up dies (exec was killed), so do we, and with
     // us every process of the run.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-    if let Err(e) = prepare_pid1(plan) {
+    if let Err(e) = prepare_pid1(plan, host_left) {
         eprintln!("avfs: the run could not be set up: {e}");
         return SETUP_FAILED;
     }
@@ -308,7 +324,7 @@ fn pid1(plan: &RunPlan) -> i32 {
     })
 }
 
-fn prepare_pid1(plan: &RunPlan) -> io::Result<()> {
+fn prepare_pid1(plan: &RunPlan, host_left: bool) -> io::Result<()> {
     sys::mount(
         Some(Path::new("proc")),
         Path::new("/proc"),
@@ -331,7 +347,9 @@ fn prepare_pid1(plan: &RunPlan) -> io::Result<()> {
                 sys::bind_ro(Path::new("/dev/null"), p)?;
             }
         }
-        root::leave_host()?;
+        if !host_left {
+            root::leave_host()?;
+        }
         if !c.network {
             sys::loopback_up()?;
         }
