@@ -26,6 +26,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
+use super::early::Early;
 use crate::procs::MARKER;
 use crate::sandbox::{REPORT_FD, RUN_INIT_ARG, RunPlan, setup};
 
@@ -125,21 +126,28 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Forks the set-up of `plan` for the run marked `id`. `report_w` becomes its
-/// `REPORT_FD`; `stat` is this process's, read just before (single-threaded, checked by
-/// the caller).
+/// What is left of the set-up's environment strings in its memory (see the module's
+/// comment): the first that fits.
+pub(crate) fn environ(id: &str, plan: &RunPlan) -> [String; 2] {
+    let marker = format!("{MARKER}={id}");
+    [
+        format!("{marker}\0AVFS_WORKSPACE_PATH={}", plan.workspace.display()),
+        marker,
+    ]
+}
+
+/// Forks the set-up of `plan` for the run marked `id`, or hands the run to the set-up
+/// forked `early` (`early`). `report_w` becomes its `REPORT_FD`; `stat` is this
+/// process's, read just before (single-threaded, checked by the caller).
 pub fn start(
     plan: &RunPlan,
     id: &str,
     stdio: &Stdio,
     report_w: RawFd,
     stat: &SelfStat,
+    early: Option<&Early>,
 ) -> io::Result<Forked> {
-    let marker = format!("{MARKER}={id}");
-    let environ = [
-        format!("{marker}\0AVFS_WORKSPACE_PATH={}", plan.workspace.display()),
-        marker,
-    ];
+    let environ = environ(id, plan);
     // The child's copy of our buffers must hold nothing still to be written.
     {
         use std::io::Write;
@@ -163,27 +171,42 @@ pub fn start(
     };
     let stderr = err.as_ref().map_or(2, |(_, w)| w.as_raw_fd());
     let parent = std::process::id() as libc::pid_t;
-    // SAFETY: this process is single-threaded (checked by the caller), so the child may
-    // run ordinary code; it never returns from `child`.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        if stdin > 2 {
-            // SAFETY: our own descriptor from above.
-            unsafe { libc::close(stdin) };
+    let pid = match early {
+        Some(e) => e
+            .hand_over(
+                plan,
+                id,
+                stdio.interactive,
+                [stdin, stdout, stderr, report_w],
+            )
+            .map(|()| e.pid()),
+        // SAFETY: this process is single-threaded (checked by the caller), so the child
+        // may run ordinary code; it never returns from `become_set_up`.
+        None => match unsafe { libc::fork() } {
+            0 => become_set_up(
+                plan,
+                stdio.interactive,
+                [stdin, stdout, stderr],
+                report_w,
+                parent,
+                stat,
+                &environ,
+                None,
+            ),
+            pid if pid < 0 => Err(io::Error::last_os_error()),
+            pid => Ok(pid),
+        },
+    };
+    let pid = match pid {
+        Ok(pid) => pid,
+        Err(e) => {
+            if stdin > 2 {
+                // SAFETY: our own descriptor from above.
+                unsafe { libc::close(stdin) };
+            }
+            return Err(e);
         }
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        child(
-            plan,
-            stdio.interactive,
-            [stdin, stdout, stderr],
-            report_w,
-            parent,
-            stat,
-            &environ,
-        );
-    }
+    };
     if stdin > 2 {
         // SAFETY: our own descriptor from above, now the child's alone.
         unsafe { libc::close(stdin) };
@@ -197,7 +220,9 @@ pub fn start(
 }
 
 /// The forked child: becomes the set-up as an `execve` of `avfs __avfs-run` would have.
-fn child(
+/// `joiner`: the helper joining it to the run's cgroups, started already (`early`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn become_set_up(
     plan: &RunPlan,
     interactive: bool,
     stdio: [RawFd; 3],
@@ -205,6 +230,7 @@ fn child(
     parent: libc::pid_t,
     stat: &SelfStat,
     environ: &[String],
+    joiner: Option<io::Result<libc::pid_t>>,
 ) -> ! {
     // SAFETY: system calls on this process and its own descriptors and memory.
     unsafe {
@@ -251,7 +277,7 @@ fn child(
         overwrite(stat.args, RUN_INIT_ARG.as_bytes());
         libc::prctl(libc::PR_SET_NAME, RUN_INIT_COMM.as_ptr(), 0, 0, 0);
     }
-    setup::leave(setup::set_up_and_wait(plan))
+    setup::leave(setup::set_up_joined(plan, joiner))
 }
 
 /// Closes every descriptor from `first` on.

@@ -122,9 +122,19 @@ pub fn run_init_main() -> ! {
 /// fork of `avfs exec`): namespaces, the workspace, the sandbox's mounts, PID 1. Returns
 /// the run's exit status (PID 1's), or `SETUP_FAILED`.
 pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
+    set_up_joined(plan, None)
+}
+
+/// `set_up_and_wait`, where `joiner` (if given) is the helper joining this process to
+/// the run's cgroups, started before the plan was known (`exec::early`).
+pub fn set_up_joined(plan: &RunPlan, joiner: Option<io::Result<libc::pid_t>>) -> i32 {
     let init_user_ns = in_init_user_ns();
-    let joiner = match &plan.confine {
-        Some(c) if !c.cgroup_procs.is_empty() => match start_join(&c.cgroup_procs) {
+    let joiner = match (joiner, &plan.confine) {
+        (Some(started), _) => match started {
+            Ok(pid) => Some(pid),
+            Err(e) => return failed(e),
+        },
+        (None, Some(c)) if !c.cgroup_procs.is_empty() => match start_join(&c.cgroup_procs) {
             Ok(pid) => Some(pid),
             Err(e) => return failed(e),
         },
@@ -152,8 +162,7 @@ pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
     if let Some(pid) = joiner
         && wait_child(pid) != Some(0)
     {
-        // The helper said why on stderr.
-        return SETUP_FAILED;
+        return failed(io::Error::other("the run could not join its cgroup"));
     }
     // SAFETY: this process is single-threaded; the child only makes system calls and
     // runs init, which starts the command.
@@ -210,7 +219,7 @@ fn in_init_user_ns() -> bool {
 /// writing), 10-20 ms on a busy machine, which so overlaps the set-up's own work instead
 /// of adding to it. The helper is forked before any namespace is entered: it writes our
 /// pid as the host sees it, with our original credentials.
-fn start_join(procs_files: &[PathBuf]) -> io::Result<libc::pid_t> {
+pub fn start_join(procs_files: &[PathBuf]) -> io::Result<libc::pid_t> {
     let me = std::process::id();
     // SAFETY: the set-up is single-threaded; the child writes a few files and leaves.
     let pid = unsafe { libc::fork() };
