@@ -227,7 +227,11 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
     // The set-up starts joining the cgroup now, while the checkpoint is taken and the
     // workspace prepared (`exec::early`): on cgroup v1 a join waits 10-20 ms.
     let early = match (&confinement, &_cgroup) {
-        (Some(_), Some(cg)) => crate::exec::early::Early::start(&cg.procs_files()),
+        (Some((c, _)), Some(cg)) => {
+            // A set-up in a user namespace (not root) mounts the caches there.
+            let caches = if is_root() { &c.root.caches[..] } else { &[] };
+            crate::exec::early::Early::start(&cg.procs_files(), caches)
+        }
         _ => None,
     };
     envelope.sandbox = match &confinement {

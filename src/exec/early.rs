@@ -8,7 +8,9 @@
 //! cannot be started inside a v1 cgroup (`clone3(CLONE_INTO_CGROUP)` is v2 only), so the
 //! set-up is started early instead: forked from the single-threaded runner like
 //! `forked::start` does, it keeps nothing of the runner's but a socket, starts the helper
-//! that joins it to the cgroup (`setup::start_join`), and waits for the rest: its
+//! that joins it to the cgroup (`setup::start_join`), makes the package caches' overlays
+//! where it runs as root (as the run would, outside a user namespace), and waits for
+//! the rest: its
 //! standard streams, the report pipe and the plan, which `forked::start` sends when the
 //! run starts. From there on it is the set-up `forked::start` would have forked.
 //!
@@ -23,6 +25,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::forked::{self, SelfStat};
+use crate::sandbox::root::{self, CacheMount};
 use crate::sandbox::{REPORT_FD, RunPlan, setup};
 
 /// The descriptors handed over: stdin, stdout, stderr, the report pipe.
@@ -55,7 +58,7 @@ impl Early {
     /// Forks the set-up, which joins the cgroups of `procs_files` at once. None where
     /// this process runs more than one thread (a fork may then not run ordinary code)
     /// or the fork fails: the run then starts its set-up the usual way.
-    pub fn start(procs_files: &[PathBuf]) -> Option<Early> {
+    pub fn start(procs_files: &[PathBuf], caches: &[CacheMount]) -> Option<Early> {
         let stat = SelfStat::read().filter(SelfStat::single_threaded)?;
         let mut fds = [0; 2];
         // SAFETY: socketpair fills two new descriptors, owned below.
@@ -83,7 +86,7 @@ impl Early {
             return None;
         }
         if pid == 0 {
-            wait_for_run(theirs.as_raw_fd(), procs_files, parent, &stat);
+            wait_for_run(theirs.as_raw_fd(), procs_files, caches, parent, &stat);
         }
         drop(theirs);
         Some(Early {
@@ -219,7 +222,13 @@ fn recv_fds(sock: RawFd) -> io::Result<(u64, [RawFd; FDS])> {
 /// The forked set-up until its run starts: nothing of the runner's kept but the socket
 /// (a copy of a descriptor would hold the runner's file locks and files open for as
 /// long as the run lasts), the cgroup helper started, then the plan awaited.
-fn wait_for_run(sock: RawFd, procs_files: &[PathBuf], parent: libc::pid_t, stat: &SelfStat) -> ! {
+fn wait_for_run(
+    sock: RawFd,
+    procs_files: &[PathBuf],
+    caches: &[CacheMount],
+    parent: libc::pid_t,
+    stat: &SelfStat,
+) -> ! {
     // SAFETY: system calls on this process and its own descriptors.
     let sock = unsafe {
         // If `avfs exec` dies (even by SIGKILL), so does the set-up.
@@ -235,6 +244,12 @@ fn wait_for_run(sock: RawFd, procs_files: &[PathBuf], parent: libc::pid_t, stat:
         placed
     };
     let joiner = setup::start_join(procs_files);
+    // Each cache is a new overlayfs (1-13 ms apiece on a busy machine): made now, while
+    // the runner works. One that fails is made again, or reported, by the set-up.
+    let caches = caches
+        .iter()
+        .filter_map(|c| Some((c.path.clone(), root::cache_mount(c).ok()?)))
+        .collect();
     let got = recv_fds(sock).and_then(|(len, fds)| {
         let mut body = vec![0u8; len as usize];
         // SAFETY: our socket, read once into `body` and closed with the File.
@@ -255,6 +270,6 @@ fn wait_for_run(sock: RawFd, procs_files: &[PathBuf], parent: libc::pid_t, stat:
         parent,
         stat,
         &environ,
-        Some(joiner),
+        Some(setup::Ahead { joiner, caches }),
     )
 }

@@ -220,7 +220,7 @@ pub fn start(
 }
 
 /// The forked child: becomes the set-up as an `execve` of `avfs __avfs-run` would have.
-/// `joiner`: the helper joining it to the run's cgroups, started already (`early`).
+/// `ahead`: what it did before the plan came (`early`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn become_set_up(
     plan: &RunPlan,
@@ -230,7 +230,7 @@ pub(crate) fn become_set_up(
     parent: libc::pid_t,
     stat: &SelfStat,
     environ: &[String],
-    joiner: Option<io::Result<libc::pid_t>>,
+    ahead: Option<setup::Ahead>,
 ) -> ! {
     // SAFETY: system calls on this process and its own descriptors and memory.
     unsafe {
@@ -265,7 +265,20 @@ pub(crate) fn become_set_up(
         }
         // No descriptor of avfs's gets into the run: one open on a host directory (or
         // the run lock) would be a way out.
-        close_from(REPORT_FD + 1);
+        // (Except the caches' mounts made ahead, the set-up's own.)
+        let mut keep: Vec<RawFd> = ahead
+            .iter()
+            .flat_map(|a| a.caches.iter().map(|(_, fd)| fd.as_raw_fd()))
+            .collect();
+        keep.sort_unstable();
+        let mut first = REPORT_FD + 1;
+        for k in keep {
+            if k > first {
+                close_range(first, k - 1);
+            }
+            first = first.max(k + 1);
+        }
+        close_from(first);
         reset_signals();
         // The set-up ignores SIGTERM: a timeout reaches the command through PID 1.
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
@@ -277,7 +290,25 @@ pub(crate) fn become_set_up(
         overwrite(stat.args, RUN_INIT_ARG.as_bytes());
         libc::prctl(libc::PR_SET_NAME, RUN_INIT_COMM.as_ptr(), 0, 0, 0);
     }
-    setup::leave(setup::set_up_joined(plan, joiner))
+    setup::leave(setup::set_up_joined(plan, ahead))
+}
+
+/// Closes the descriptors `first` to `last`.
+fn close_range(first: RawFd, last: RawFd) {
+    // SAFETY: close_range on our own descriptor table; one by one where it is missing.
+    unsafe {
+        let r = libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            0 as libc::c_uint,
+        );
+        if r != 0 {
+            for fd in first..=last {
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 /// Closes every descriptor from `first` on.

@@ -75,8 +75,23 @@ fn clone_ro(p: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// The pieces, taken from the host's tree as it is now.
-fn take(plan: &RootPlan) -> io::Result<Vec<(PathBuf, Piece)>> {
+/// The detached mount of a package cache: the vault's directory over the host's.
+pub fn cache_mount(c: &CacheMount) -> io::Result<OwnedFd> {
+    // Where overlayfs cannot have the cache's directory as its upper ($AVFS_HOME on an
+    // overlayfs itself, say), the run sees the vault's cache alone.
+    match &c.lower {
+        Some(lower) => sys::overlay(&[lower.as_path()], &c.upper, &c.work)
+            .or_else(|_| sys::clone_tree(&c.upper)),
+        None => sys::clone_tree(&c.upper),
+    }
+}
+
+/// The pieces, taken from the host's tree as it is now; `premade`: cache mounts made
+/// already (`cache_mount`), by where the run sees them.
+fn take(
+    plan: &RootPlan,
+    mut premade: Vec<(PathBuf, OwnedFd)>,
+) -> io::Result<Vec<(PathBuf, Piece)>> {
     let mut pieces = vec![(PathBuf::from("/tmp"), Piece::Tmp)];
     let mut visible = plan.visible.clone();
     visible.sort();
@@ -107,12 +122,9 @@ fn take(plan: &RootPlan) -> io::Result<Vec<(PathBuf, Piece)>> {
         pieces.push((p.clone(), piece));
     }
     for c in &plan.caches {
-        // Where overlayfs cannot have the cache's directory as its upper ($AVFS_HOME on
-        // an overlayfs itself, say), the run sees the vault's cache alone.
-        let fd = match &c.lower {
-            Some(lower) => sys::overlay(&[lower.as_path()], &c.upper, &c.work)
-                .or_else(|_| sys::clone_tree(&c.upper))?,
-            None => sys::clone_tree(&c.upper)?,
+        let fd = match premade.iter().position(|(p, _)| *p == c.path) {
+            Some(i) => premade.swap_remove(i).1,
+            None => cache_mount(c)?,
         };
         pieces.push((
             c.path.clone(),
@@ -229,8 +241,9 @@ pub fn enter(
     ws_path: &Path,
     hidden_dirs: &[PathBuf],
     hidden_files: &[PathBuf],
+    premade: Vec<(PathBuf, OwnedFd)>,
 ) -> io::Result<()> {
-    let pieces = take(plan)?;
+    let pieces = take(plan, premade)?;
     let mut devices = vec![];
     for d in &plan.devices {
         let Ok(meta) = std::fs::metadata(d) else {

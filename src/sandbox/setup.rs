@@ -125,10 +125,21 @@ pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
     set_up_joined(plan, None)
 }
 
-/// `set_up_and_wait`, where `joiner` (if given) is the helper joining this process to
-/// the run's cgroups, started before the plan was known (`exec::early`).
-pub fn set_up_joined(plan: &RunPlan, joiner: Option<io::Result<libc::pid_t>>) -> i32 {
+/// What a set-up forked before its plan was known (`exec::early`) did meanwhile.
+pub struct Ahead {
+    /// The helper joining it to the run's cgroups.
+    pub joiner: io::Result<libc::pid_t>,
+    /// The package caches' mounts (`root::cache_mount`), by where the run sees them.
+    pub caches: Vec<(PathBuf, OwnedFd)>,
+}
+
+/// `set_up_and_wait`, after what was done `ahead` of the plan.
+pub fn set_up_joined(plan: &RunPlan, ahead: Option<Ahead>) -> i32 {
     let init_user_ns = in_init_user_ns();
+    let (joiner, caches) = match ahead {
+        Some(a) => (Some(a.joiner), a.caches),
+        None => (None, vec![]),
+    };
     let joiner = match (joiner, &plan.confine) {
         (Some(started), _) => match started {
             Ok(pid) => Some(pid),
@@ -147,7 +158,7 @@ pub fn set_up_joined(plan: &RunPlan, joiner: Option<io::Result<libc::pid_t>>) ->
         Ok(fd) => fd,
         Err(e) => return failed(e),
     };
-    if let Err(e) = arrange(plan, ws) {
+    if let Err(e) = arrange(plan, ws, caches) {
         return failed(e);
     }
     // The host's tree goes here, while the helper above is still joining the cgroups:
@@ -300,7 +311,7 @@ fn mkdirs(p: &Path) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", p.display())))
 }
 
-fn arrange(plan: &RunPlan, ws: OwnedFd) -> io::Result<()> {
+fn arrange(plan: &RunPlan, ws: OwnedFd, caches: Vec<(PathBuf, OwnedFd)>) -> io::Result<()> {
     match &plan.confine {
         None => {
             mkdirs(&plan.workspace)?;
@@ -312,6 +323,7 @@ fn arrange(plan: &RunPlan, ws: OwnedFd) -> io::Result<()> {
             &plan.workspace,
             &c.hidden_dirs,
             &c.hidden_files,
+            caches,
         ),
     }
 }
