@@ -26,6 +26,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
+use super::early::Early;
 use crate::procs::MARKER;
 use crate::sandbox::{REPORT_FD, RUN_INIT_ARG, RunPlan, setup};
 
@@ -125,21 +126,28 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Forks the set-up of `plan` for the run marked `id`. `report_w` becomes its
-/// `REPORT_FD`; `stat` is this process's, read just before (single-threaded, checked by
-/// the caller).
+/// What is left of the set-up's environment strings in its memory (see the module's
+/// comment): the first that fits.
+pub(crate) fn environ(id: &str, plan: &RunPlan) -> [String; 2] {
+    let marker = format!("{MARKER}={id}");
+    [
+        format!("{marker}\0AVFS_WORKSPACE_PATH={}", plan.workspace.display()),
+        marker,
+    ]
+}
+
+/// Forks the set-up of `plan` for the run marked `id`, or hands the run to the set-up
+/// forked `early` (`early`). `report_w` becomes its `REPORT_FD`; `stat` is this
+/// process's, read just before (single-threaded, checked by the caller).
 pub fn start(
     plan: &RunPlan,
     id: &str,
     stdio: &Stdio,
     report_w: RawFd,
     stat: &SelfStat,
+    early: Option<&Early>,
 ) -> io::Result<Forked> {
-    let marker = format!("{MARKER}={id}");
-    let environ = [
-        format!("{marker}\0AVFS_WORKSPACE_PATH={}", plan.workspace.display()),
-        marker,
-    ];
+    let environ = environ(id, plan);
     // The child's copy of our buffers must hold nothing still to be written.
     {
         use std::io::Write;
@@ -163,27 +171,42 @@ pub fn start(
     };
     let stderr = err.as_ref().map_or(2, |(_, w)| w.as_raw_fd());
     let parent = std::process::id() as libc::pid_t;
-    // SAFETY: this process is single-threaded (checked by the caller), so the child may
-    // run ordinary code; it never returns from `child`.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        if stdin > 2 {
-            // SAFETY: our own descriptor from above.
-            unsafe { libc::close(stdin) };
+    let pid = match early {
+        Some(e) => e
+            .hand_over(
+                plan,
+                id,
+                stdio.interactive,
+                [stdin, stdout, stderr, report_w],
+            )
+            .map(|()| e.pid()),
+        // SAFETY: this process is single-threaded (checked by the caller), so the child
+        // may run ordinary code; it never returns from `become_set_up`.
+        None => match unsafe { libc::fork() } {
+            0 => become_set_up(
+                plan,
+                stdio.interactive,
+                [stdin, stdout, stderr],
+                report_w,
+                parent,
+                stat,
+                &environ,
+                None,
+            ),
+            pid if pid < 0 => Err(io::Error::last_os_error()),
+            pid => Ok(pid),
+        },
+    };
+    let pid = match pid {
+        Ok(pid) => pid,
+        Err(e) => {
+            if stdin > 2 {
+                // SAFETY: our own descriptor from above.
+                unsafe { libc::close(stdin) };
+            }
+            return Err(e);
         }
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        child(
-            plan,
-            stdio.interactive,
-            [stdin, stdout, stderr],
-            report_w,
-            parent,
-            stat,
-            &environ,
-        );
-    }
+    };
     if stdin > 2 {
         // SAFETY: our own descriptor from above, now the child's alone.
         unsafe { libc::close(stdin) };
@@ -197,7 +220,9 @@ pub fn start(
 }
 
 /// The forked child: becomes the set-up as an `execve` of `avfs __avfs-run` would have.
-fn child(
+/// `ahead`: what it did before the plan came (`early`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn become_set_up(
     plan: &RunPlan,
     interactive: bool,
     stdio: [RawFd; 3],
@@ -205,6 +230,7 @@ fn child(
     parent: libc::pid_t,
     stat: &SelfStat,
     environ: &[String],
+    ahead: Option<setup::Ahead>,
 ) -> ! {
     // SAFETY: system calls on this process and its own descriptors and memory.
     unsafe {
@@ -239,7 +265,20 @@ fn child(
         }
         // No descriptor of avfs's gets into the run: one open on a host directory (or
         // the run lock) would be a way out.
-        close_from(REPORT_FD + 1);
+        // (Except the caches' mounts made ahead, the set-up's own.)
+        let mut keep: Vec<RawFd> = ahead
+            .iter()
+            .flat_map(|a| a.caches.iter().map(|(_, fd)| fd.as_raw_fd()))
+            .collect();
+        keep.sort_unstable();
+        let mut first = REPORT_FD + 1;
+        for k in keep {
+            if k > first {
+                close_range(first, k - 1);
+            }
+            first = first.max(k + 1);
+        }
+        close_from(first);
         reset_signals();
         // The set-up ignores SIGTERM: a timeout reaches the command through PID 1.
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
@@ -251,7 +290,25 @@ fn child(
         overwrite(stat.args, RUN_INIT_ARG.as_bytes());
         libc::prctl(libc::PR_SET_NAME, RUN_INIT_COMM.as_ptr(), 0, 0, 0);
     }
-    setup::leave(setup::set_up_and_wait(plan))
+    setup::leave(setup::set_up_joined(plan, ahead))
+}
+
+/// Closes the descriptors `first` to `last`.
+fn close_range(first: RawFd, last: RawFd) {
+    // SAFETY: close_range on our own descriptor table; one by one where it is missing.
+    unsafe {
+        let r = libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            last as libc::c_uint,
+            0 as libc::c_uint,
+        );
+        if r != 0 {
+            for fd in first..=last {
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 /// Closes every descriptor from `first` on.

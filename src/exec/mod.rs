@@ -4,6 +4,7 @@
 //! SQL.
 
 pub mod capture;
+pub mod early;
 pub mod envelope;
 pub mod forked;
 pub use crate::policy;

@@ -89,6 +89,9 @@ pub struct RunSpec<'a> {
     /// `sandboxed` only: the set-up's plan, to start the set-up by forking this process
     /// rather than executing `program` (see `forked`), when this process runs one thread.
     pub setup: Option<&'a RunPlan>,
+    /// `setup` only: the set-up forked ahead of the plan (`early`), handed the run when
+    /// the fork path is taken.
+    pub early: Option<&'a super::early::Early>,
 }
 
 /// The started process: by std's `Command`, or a forked set-up.
@@ -460,7 +463,8 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
                 stream: spec.stream,
             },
             w,
-            &stat,
+            spec.early.map_or(&stat, |e| e.stat()),
+            spec.early,
         )
         .map(Proc::Forked),
         _ => cmd.spawn().map(Proc::Std),
@@ -691,6 +695,7 @@ mod tests {
             adopt_children: false,
             on_start: None,
             setup: None,
+            early: None,
         }
     }
 

@@ -23,8 +23,9 @@ use serde::{Deserialize, Serialize};
 
 use super::sys;
 
-/// Where the host's tree stays until PID 1 has mounted its /proc (a /proc mount in a
-/// user namespace needs a fully visible one in the namespace), then is detached.
+/// Where the host's tree stays until it is detached: by PID 1 once it has mounted its
+/// /proc where the run is in a user namespace (a /proc mount there needs a fully visible
+/// one in the mount namespace), else by the set-up before PID 1 starts.
 pub const OLD_ROOT: &str = "/.avfs-host";
 
 /// A cache of the vault, writable in the run at `path`.
@@ -74,16 +75,44 @@ fn clone_ro(p: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// The pieces, taken from the host's tree as it is now.
-fn take(plan: &RootPlan) -> io::Result<Vec<(PathBuf, Piece)>> {
+/// The detached mount of a package cache: the vault's directory over the host's.
+pub fn cache_mount(c: &CacheMount) -> io::Result<OwnedFd> {
+    // Where overlayfs cannot have the cache's directory as its upper ($AVFS_HOME on an
+    // overlayfs itself, say), the run sees the vault's cache alone.
+    match &c.lower {
+        Some(lower) => sys::overlay(&[lower.as_path()], &c.upper, &c.work)
+            .or_else(|_| sys::clone_tree(&c.upper)),
+        None => sys::clone_tree(&c.upper),
+    }
+}
+
+/// The pieces, taken from the host's tree as it is now; `premade`: cache mounts made
+/// already (`cache_mount`), by where the run sees them.
+fn take(
+    plan: &RootPlan,
+    mut premade: Vec<(PathBuf, OwnedFd)>,
+) -> io::Result<Vec<(PathBuf, Piece)>> {
     let mut pieces = vec![(PathBuf::from("/tmp"), Piece::Tmp)];
-    for p in &plan.visible {
+    let mut visible = plan.visible.clone();
+    visible.sort();
+    // Directories cloned so far: a path below one (`/usr/lib` under `/usr`) is shown by
+    // it and is not cloned at all. A clone that is never attached is dissolved when its
+    // descriptor closes, and every dissolve waits for an RCU grace period (up to ~10 ms
+    // on a busy machine) on the run's critical path.
+    let mut dirs: Vec<&Path> = vec![];
+    for p in &visible {
+        if dirs.iter().any(|d| p.starts_with(d) && p != d) {
+            continue;
+        }
         let Ok(meta) = std::fs::symlink_metadata(p) else {
             continue;
         };
         let piece = if meta.file_type().is_symlink() {
             Piece::Symlink(std::fs::read_link(p)?)
         } else {
+            if meta.is_dir() {
+                dirs.push(p);
+            }
             Piece::Mount {
                 fd: clone_ro(p)?,
                 dir: meta.is_dir(),
@@ -93,12 +122,9 @@ fn take(plan: &RootPlan) -> io::Result<Vec<(PathBuf, Piece)>> {
         pieces.push((p.clone(), piece));
     }
     for c in &plan.caches {
-        // Where overlayfs cannot have the cache's directory as its upper ($AVFS_HOME on
-        // an overlayfs itself, say), the run sees the vault's cache alone.
-        let fd = match &c.lower {
-            Some(lower) => sys::overlay(&[lower.as_path()], &c.upper, &c.work)
-                .or_else(|_| sys::clone_tree(&c.upper))?,
-            None => sys::clone_tree(&c.upper)?,
+        let fd = match premade.iter().position(|(p, _)| *p == c.path) {
+            Some(i) => premade.swap_remove(i).1,
+            None => cache_mount(c)?,
         };
         pieces.push((
             c.path.clone(),
@@ -215,8 +241,9 @@ pub fn enter(
     ws_path: &Path,
     hidden_dirs: &[PathBuf],
     hidden_files: &[PathBuf],
+    premade: Vec<(PathBuf, OwnedFd)>,
 ) -> io::Result<()> {
-    let pieces = take(plan)?;
+    let pieces = take(plan, premade)?;
     let mut devices = vec![];
     for d in &plan.devices {
         let Ok(meta) = std::fs::metadata(d) else {

@@ -122,8 +122,30 @@ pub fn run_init_main() -> ! {
 /// fork of `avfs exec`): namespaces, the workspace, the sandbox's mounts, PID 1. Returns
 /// the run's exit status (PID 1's), or `SETUP_FAILED`.
 pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
-    let joiner = match &plan.confine {
-        Some(c) if !c.cgroup_procs.is_empty() => match start_join(&c.cgroup_procs) {
+    set_up_joined(plan, None)
+}
+
+/// What a set-up forked before its plan was known (`exec::early`) did meanwhile.
+pub struct Ahead {
+    /// The helper joining it to the run's cgroups.
+    pub joiner: io::Result<libc::pid_t>,
+    /// The package caches' mounts (`root::cache_mount`), by where the run sees them.
+    pub caches: Vec<(PathBuf, OwnedFd)>,
+}
+
+/// `set_up_and_wait`, after what was done `ahead` of the plan.
+pub fn set_up_joined(plan: &RunPlan, ahead: Option<Ahead>) -> i32 {
+    let init_user_ns = in_init_user_ns();
+    let (joiner, caches) = match ahead {
+        Some(a) => (Some(a.joiner), a.caches),
+        None => (None, vec![]),
+    };
+    let joiner = match (joiner, &plan.confine) {
+        (Some(started), _) => match started {
+            Ok(pid) => Some(pid),
+            Err(e) => return failed(e),
+        },
+        (None, Some(c)) if !c.cgroup_procs.is_empty() => match start_join(&c.cgroup_procs) {
             Ok(pid) => Some(pid),
             Err(e) => return failed(e),
         },
@@ -136,7 +158,14 @@ pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
         Ok(fd) => fd,
         Err(e) => return failed(e),
     };
-    if let Err(e) = arrange(plan, ws) {
+    if let Err(e) = arrange(plan, ws, caches) {
+        return failed(e);
+    }
+    // The host's tree goes here, while the helper above is still joining the cgroups:
+    // detaching it waits for an RCU grace period, which so overlaps the join's. PID 1
+    // needs it only to mount a /proc in a user namespace (`root::OLD_ROOT`).
+    let host_left = plan.confine.is_some() && !plan.user_namespace && init_user_ns;
+    if host_left && let Err(e) = root::leave_host() {
         return failed(e);
     }
     // Nothing of the run starts before the set-up is in its cgroups: PID 1 (and so
@@ -144,8 +173,7 @@ pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
     if let Some(pid) = joiner
         && wait_child(pid) != Some(0)
     {
-        // The helper said why on stderr.
-        return SETUP_FAILED;
+        return failed(io::Error::other("the run could not join its cgroup"));
     }
     // SAFETY: this process is single-threaded; the child only makes system calls and
     // runs init, which starts the command.
@@ -154,7 +182,7 @@ pub fn set_up_and_wait(plan: &RunPlan) -> i32 {
         return failed(sys::err("fork"));
     }
     if pid == 0 {
-        leave(pid1(plan));
+        leave(pid1(plan, host_left));
     }
     // The set-up waits for PID 1 and leaves with its status. (It ignores SIGTERM, set by
     // the runner: a timeout reaches the command through PID 1.)
@@ -189,13 +217,20 @@ fn release_pipes() {
     }
 }
 
+/// True in the initial user namespace (`/proc/self/uid_map` maps every uid to itself),
+/// where mounting a /proc needs no other /proc visible in the mount namespace.
+fn in_init_user_ns() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+}
+
 /// Starts a helper that puts this process in the run's cgroups while it goes on with
 /// its namespaces and mounts. Joining is a cgroup migration: on cgroup v1 the kernel
 /// makes it wait for an RCU grace period (`cgroup_threadgroup_rwsem` taken for
 /// writing), 10-20 ms on a busy machine, which so overlaps the set-up's own work instead
 /// of adding to it. The helper is forked before any namespace is entered: it writes our
 /// pid as the host sees it, with our original credentials.
-fn start_join(procs_files: &[PathBuf]) -> io::Result<libc::pid_t> {
+pub fn start_join(procs_files: &[PathBuf]) -> io::Result<libc::pid_t> {
     let me = std::process::id();
     // SAFETY: the set-up is single-threaded; the child writes a few files and leaves.
     let pid = unsafe { libc::fork() };
@@ -276,7 +311,7 @@ fn mkdirs(p: &Path) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", p.display())))
 }
 
-fn arrange(plan: &RunPlan, ws: OwnedFd) -> io::Result<()> {
+fn arrange(plan: &RunPlan, ws: OwnedFd, caches: Vec<(PathBuf, OwnedFd)>) -> io::Result<()> {
     match &plan.confine {
         None => {
             mkdirs(&plan.workspace)?;
@@ -288,16 +323,18 @@ fn arrange(plan: &RunPlan, ws: OwnedFd) -> io::Result<()> {
             &plan.workspace,
             &c.hidden_dirs,
             &c.hidden_files,
+            caches,
         ),
     }
 }
 
 /// PID 1 of the run: a /proc of its own, loopback, confinement, then the command.
-fn pid1(plan: &RunPlan) -> i32 {
+/// `host_left`: the set-up has detached the host's tree already.
+fn pid1(plan: &RunPlan, host_left: bool) -> i32 {
     // SAFETY: prctl on ourselves: if the set-up dies (exec was killed), so do we, and with
     // us every process of the run.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-    if let Err(e) = prepare_pid1(plan) {
+    if let Err(e) = prepare_pid1(plan, host_left) {
         eprintln!("avfs: the run could not be set up: {e}");
         return SETUP_FAILED;
     }
@@ -308,7 +345,7 @@ fn pid1(plan: &RunPlan) -> i32 {
     })
 }
 
-fn prepare_pid1(plan: &RunPlan) -> io::Result<()> {
+fn prepare_pid1(plan: &RunPlan, host_left: bool) -> io::Result<()> {
     sys::mount(
         Some(Path::new("proc")),
         Path::new("/proc"),
@@ -331,7 +368,9 @@ fn prepare_pid1(plan: &RunPlan) -> io::Result<()> {
                 sys::bind_ro(Path::new("/dev/null"), p)?;
             }
         }
-        root::leave_host()?;
+        if !host_left {
+            root::leave_host()?;
+        }
         if !c.network {
             sys::loopback_up()?;
         }
