@@ -16,6 +16,7 @@ pub mod init;
 pub mod keeper;
 pub mod limits;
 pub mod root;
+pub mod service;
 pub mod setup;
 mod sys;
 pub mod unpin;
