@@ -305,9 +305,13 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
             // An ephemeral fork runs once: nothing to keep its overlay for. A workspace
             // with ignored files runs in a fresh overlay each time: a kept overlay's
             // lower layers cannot change under it, and the ignored directory does.
-            let keep = crate::engine::kept::enabled()
-                && !req.ephemeral
-                && !ignored::holds_any(&ignored_dir);
+            let has_ignored = ignored::holds_any(&ignored_dir);
+            if req.service.is_some() && has_ignored {
+                // Services run in the kept overlay, which such a workspace gives up (and
+                // the next run would retire, ending the service).
+                return Err(super::service::needs_overlay_ignored());
+            }
+            let keep = crate::engine::kept::enabled() && !req.ephemeral && !has_ignored;
             if !keep && crate::engine::kept::enabled() {
                 crate::engine::kept::discard(&ctx.home, &v.path, &v.workspace);
             }

@@ -27,6 +27,15 @@ pub(super) fn needs_overlay() -> Error {
     )
 }
 
+pub(super) fn needs_overlay_ignored() -> Error {
+    Error::SandboxUnavailable(
+        "a service runs in the workspace's kept overlay, and a workspace with ignored files \
+         (.gitignore, .avfsignore: a .venv, node_modules) runs each command in a fresh \
+         overlay instead; services are not supported in such a workspace yet"
+            .into(),
+    )
+}
+
 pub(super) struct Start<'a> {
     pub v: &'a VaultRef,
     pub launch: &'a ServiceLaunch,
@@ -77,6 +86,7 @@ pub(super) fn start(s: &Start, orun: &OverlayRun) -> Result<i32> {
         started_at_ns: crate::store::now_ns(),
         state: "starting".into(),
         supervisor: None,
+        starter: proc_service::ProcId::of(std::process::id() as i32),
         setup: None,
         pid: None,
         exit_code: None,
@@ -93,6 +103,11 @@ pub(super) fn start(s: &Start, orun: &OverlayRun) -> Result<i32> {
         kept_record,
         keeper,
         ttl_secs: s.launch.ttl_secs,
+        early_ms: std::env::var("AVFS_SERVICE_EARLY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(proc_service::EARLY_EXIT_MS)
+            .min(10_000),
     };
     proc_service::launch(&plan).map_err(|e| Error::SandboxUnavailable(e.to_string()))?;
     let rec = ServiceRecord::read(&dir)

@@ -182,6 +182,12 @@ fn line(s: &ServiceDoc) -> String {
 
 fn print_started(ctx: &Ctx, s: &ServiceStarted) {
     ctx.out.emit(s, || match &s.service {
+        Some(svc) if svc.state != "running" => {
+            println!("{}", line(svc));
+            if let Some(out) = svc.last_output.as_deref().filter(|o| !o.is_empty()) {
+                println!("its last output:\n{}", out.trim_end());
+            }
+        }
         Some(svc) => println!(
             "started {} ({}), pid {}",
             svc.name,

@@ -39,6 +39,10 @@ pub struct ServiceDoc {
     pub ttl_secs: Option<u64>,
     /// Bytes of output kept on disk (its last output: at most 2 MiB).
     pub log_bytes: u64,
+    /// Once it no longer runs: the last lines of its output (at most 20 lines and
+    /// 4 KiB, lossy UTF-8), so a service that exited at once says why. Null while it
+    /// runs (`avfs service logs` has all of it).
+    pub last_output: Option<String>,
 }
 
 /// `service start --json`.

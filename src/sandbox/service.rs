@@ -92,6 +92,10 @@ pub struct ServiceRecord {
     /// or its ttl passed), lost (its supervisor was killed).
     pub state: String,
     pub supervisor: Option<ProcId>,
+    /// The `avfs service start` that wrote the record first: a record still `starting`
+    /// whose starter and supervisor are gone was lost (avfs was killed mid-start).
+    #[serde(default)]
+    pub starter: Option<ProcId>,
     /// The run's set-up: its network namespace is the one the workspace's runs join.
     pub setup: Option<ProcId>,
     /// PID 1 of the service's PID namespace, as the host sees it.
@@ -131,7 +135,10 @@ impl ServiceRecord {
     pub fn current_state(&self) -> String {
         match self.state.as_str() {
             "running" | "starting" if !self.supervisor.is_some_and(|s| s.alive()) => {
-                if self.state == "starting" && self.supervisor.is_none() {
+                if self.state == "starting"
+                    && self.supervisor.is_none()
+                    && self.starter.is_some_and(|s| s.alive())
+                {
                     "starting".into()
                 } else {
                     "lost".into()
@@ -155,6 +162,8 @@ pub struct SupervisorPlan {
     pub kept_record: PathBuf,
     pub keeper: i32,
     pub ttl_secs: Option<u64>,
+    /// Milliseconds to wait for a command that exits at once.
+    pub early_ms: u64,
 }
 
 /// The line the supervisor prints once the service's set-up runs.
@@ -211,6 +220,15 @@ pub fn launch(plan: &SupervisorPlan) -> io::Result<()> {
     }
 }
 
+/// One line to `launch` on descriptor 1. An `avfs service start` killed meanwhile has
+/// closed the pipe: the write fails (EPIPE; SIGPIPE is ignored) and the supervisor goes
+/// on, as the service it keeps is recorded running (`println!` would panic here).
+fn answer(line: &str) {
+    let mut out = io::stdout();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 fn leave(code: i32) -> ! {
     super::setup::leave(code)
 }
@@ -221,7 +239,7 @@ pub fn supervise_main() -> ! {
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok());
     let Some(plan) = plan else {
-        println!("error: {SERVICE_VAR} is missing or unreadable");
+        answer(&format!("error: {SERVICE_VAR} is missing or unreadable"));
         leave(1);
     };
     // SAFETY: removes our own variable; single-threaded.
@@ -229,7 +247,7 @@ pub fn supervise_main() -> ! {
     // SAFETY: single-threaded; the intermediate process leaves at once.
     match unsafe { libc::fork() } {
         -1 => {
-            println!("error: fork: {}", io::Error::last_os_error());
+            answer(&format!("error: fork: {}", io::Error::last_os_error()));
             leave(1);
         }
         0 => {}
@@ -242,7 +260,10 @@ pub fn supervise_main() -> ! {
     // SAFETY: closes descriptors from 3 up in this process only.
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
     let Some(mut rec) = ServiceRecord::read(&plan.dir) else {
-        println!("error: no service record in {}", plan.dir.display());
+        answer(&format!(
+            "error: no service record in {}",
+            plan.dir.display()
+        ));
         leave(1);
     };
     let (mut child, out) = match spawn_setup(&plan) {
@@ -252,7 +273,7 @@ pub fn supervise_main() -> ! {
             rec.end_reason = Some(format!("the sandbox could not start: {e}"));
             rec.ended_at_ns = Some(now_ns());
             let _ = rec.write(&plan.dir);
-            println!("error: {e}");
+            answer(&format!("error: {e}"));
             leave(1);
         }
     };
@@ -261,9 +282,10 @@ pub fn supervise_main() -> ! {
     rec.state = "running".into();
     // PID 1 of the service, once the set-up has forked it (a set-up that fails ends
     // first: the caller is answered and the record says how it ended).
+    // Bounded generously (a loaded machine), but it ends as soon as PID 1 is there.
     let waited = Instant::now();
-    while rec.pid.is_none() && waited.elapsed() < Duration::from_millis(500) {
-        rec.pid = first_child(child.id() as i32);
+    while rec.pid.is_none() && waited.elapsed() < Duration::from_secs(10) {
+        rec.pid = pid1_of(child.id() as i32);
         if rec.pid.is_none() {
             if let Ok(Some(_)) = child.try_wait() {
                 break;
@@ -271,13 +293,30 @@ pub fn supervise_main() -> ! {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+    let dir = plan.dir.clone();
+    let pump = std::thread::spawn(move || pump(out, &dir));
+    // A command that exits at once (not found, a bad argument, a missing interpreter)
+    // is answered as exited, with its status and output, not as running: the wait
+    // ends as soon as the set-up does (a pidfd), and at most after EARLY_EXIT.
+    // PID 1's own exit, not the set-up's: the set-up then tears its namespaces down,
+    // which takes longer than the wait.
+    let watched = rec.pid.unwrap_or(child.id() as i32);
+    let early = crate::pidfd::Pidfd::open(watched)
+        .map(|fd| fd.wait_exit(Some(Duration::from_millis(plan.early_ms))))
+        .unwrap_or(false);
+    if early {
+        let status = child.wait().ok();
+        let _ = pump.join();
+        finish(&plan, rec, status, None);
+        answer(READY);
+        leave(0);
+    }
     if let Err(e) = rec.write(&plan.dir) {
         let _ = child.kill();
-        println!("error: writing the service's record: {e}");
+        answer(&format!("error: writing the service's record: {e}"));
         leave(1);
     }
-    println!("{READY}");
-    let _ = io::stdout().flush();
+    answer(READY);
     // SAFETY: replaces our own descriptor 1 with /dev/null: the caller's pipe goes.
     unsafe {
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
@@ -286,13 +325,26 @@ pub fn supervise_main() -> ! {
             libc::close(null);
         }
     }
-    let dir = plan.dir.clone();
-    let pump = std::thread::spawn(move || pump(out, &dir));
     let (status, reason) = watch(&plan, &mut child, &mut rec);
     let _ = pump.join();
-    let mut rec = ServiceRecord::read(&plan.dir).unwrap_or(rec);
-    rec.ended_at_ns = Some(now_ns());
+    let rec = ServiceRecord::read(&plan.dir).unwrap_or(rec);
+    finish(&plan, rec, status, reason);
+    leave(0)
+}
+
+/// How long `service start` waits for a command that exits at once, by default
+/// (`AVFS_SERVICE_EARLY_MS`): a few ms of the start's time (goal 20 ms).
+pub const EARLY_EXIT_MS: u64 = 5;
+
+/// Records how the service ended and removes its cgroups.
+fn finish(
+    plan: &SupervisorPlan,
+    mut rec: ServiceRecord,
+    status: Option<std::process::ExitStatus>,
+    reason: Option<String>,
+) {
     use std::os::unix::process::ExitStatusExt;
+    rec.ended_at_ns = Some(now_ns());
     rec.exit_code = status.and_then(|s| s.code());
     rec.signal = status.and_then(|s| s.signal());
     rec.state = match &reason {
@@ -306,7 +358,6 @@ pub fn supervise_main() -> ! {
     for cg in &rec.cgroups {
         let _ = std::fs::remove_dir(cg);
     }
-    leave(0)
 }
 
 fn now_ns() -> i64 {
@@ -424,7 +475,7 @@ fn watch(
         if reason.is_none() {
             if rec.pid.is_none() && tick < 40 {
                 // PID 1 of the service, once the set-up has forked it.
-                rec.pid = first_child(child.id() as i32);
+                rec.pid = pid1_of(child.id() as i32);
                 if rec.pid.is_some() {
                     let _ = rec.write(&plan.dir);
                 }
@@ -461,14 +512,24 @@ fn touch(p: &Path) {
     }
 }
 
-/// The first child of `pid` (PID 1 of a run, for its set-up).
-fn first_child(pid: i32) -> Option<i32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .ok()?
+/// PID 1 of the run whose set-up is `setup`: the child of the set-up that is PID 1 of
+/// its own PID namespace (`NSpid` ends in 1). Not merely its first child: the set-up
+/// forks a short-lived helper (it joins the run's cgroup) before PID 1.
+fn pid1_of(setup: i32) -> Option<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{setup}/task/{setup}/children")).ok()?;
+    children
         .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+        .filter_map(|c| c.parse::<i32>().ok())
+        .find(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/status")).is_ok_and(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("NSpid:"))
+                    .is_some_and(|ns| {
+                        let ids: Vec<&str> = ns.split_whitespace().collect();
+                        ids.len() > 1 && ids.last() == Some(&"1")
+                    })
+            })
+        })
 }
 
 /// Ends a service: SIGTERM to its PID 1 (which passes it on to every process of the
@@ -479,7 +540,7 @@ fn end(setup: i32, pid1: Option<i32>) {
         return;
     };
     let Some(fd) = setup.pidfd() else { return };
-    if let Some(p) = pid1.or_else(|| first_child(setup.pid))
+    if let Some(p) = pid1.or_else(|| pid1_of(setup.pid))
         && let Some(p1) = ProcId::of(p)
         && let Some(pfd) = p1.pidfd()
     {

@@ -45,6 +45,7 @@ fn workspace(ctx: &Context) -> Result<(VaultRef, PathBuf)> {
 }
 
 fn doc(v: &VaultRef, dir: &Path, r: &ServiceRecord) -> ServiceDoc {
+    let state = r.current_state();
     let log_bytes = ["log", "log.1"]
         .iter()
         .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
@@ -55,7 +56,6 @@ fn doc(v: &VaultRef, dir: &Path, r: &ServiceRecord) -> ServiceDoc {
         name: r.name.clone(),
         vault: v.name.clone(),
         workspace: r.workspace.clone(),
-        state: r.current_state(),
         pid: r.pid,
         command: r.command.clone(),
         cwd: r.cwd.clone(),
@@ -66,7 +66,30 @@ fn doc(v: &VaultRef, dir: &Path, r: &ServiceRecord) -> ServiceDoc {
         end_reason: r.end_reason.clone(),
         ttl_secs: r.ttl_secs,
         log_bytes,
+        last_output: (!matches!(state.as_str(), "running" | "starting"))
+            .then(|| String::from_utf8_lossy(&last_lines(dir, 20, 4096)).into_owned()),
+        state,
     }
+}
+
+/// The last `lines` lines of a service's output, at most `max` bytes of them.
+fn last_lines(dir: &Path, lines: usize, max: usize) -> Vec<u8> {
+    let mut bytes = std::fs::read(dir.join("log")).unwrap_or_default();
+    if bytes.len() < max {
+        let mut old = std::fs::read(dir.join("log.1")).unwrap_or_default();
+        old.extend(bytes);
+        bytes = old;
+    }
+    let body = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    let start = body
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(lines.saturating_sub(1))
+        .map_or(0, |(i, _)| i + 1)
+        .max(bytes.len().saturating_sub(max));
+    bytes.split_off(start)
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -110,7 +133,17 @@ pub fn start(ctx: &Context, req: StartRequest) -> Result<(ServiceStarted, i32)> 
         approval: env.approval.as_ref().map(|a| a.id.clone()),
         service,
     };
-    Ok((started, env.exit_code))
+    // A service that exited at once fails the start as its command failed (a run's
+    // exit status: 128 + N for signal N).
+    let code = match &started.service {
+        Some(d) if d.state == "exited" => match (d.exit_code, d.signal) {
+            (Some(c), _) => c,
+            (None, Some(sig)) => 128 + sig,
+            _ => 1,
+        },
+        _ => env.exit_code,
+    };
+    Ok((started, code))
 }
 
 /// The service `id` of the `--vault` workspace.
@@ -255,9 +288,12 @@ pub fn restart(ctx: &Context, which: &str) -> Result<(ServiceStarted, i32)> {
 }
 
 /// Ends every service of a workspace that is going away (`vault delete`, fork deletion)
-/// and removes their records.
-pub fn end_all(home: &Path, v: &VaultRef) {
-    let dir = boundary::service::workspace_dir(home, v);
-    proc_service::stop_all(&dir);
+/// and removes their records; returns how many were running. Their supervisors would
+/// end them too (the vault file or the kept overlay goes), but only within a poll: this
+/// is done before the workspace goes, synchronously.
+pub fn end_all(home: &Path, vault_file: &Path, workspace: &str) -> usize {
+    let dir = proc_service::workspace_dir(home, &crate::mount::mount_id(vault_file, workspace));
+    let n = proc_service::stop_all(&dir);
     let _ = std::fs::remove_dir_all(&dir);
+    n
 }
