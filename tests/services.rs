@@ -217,10 +217,17 @@ fn a_service_that_exits_keeps_its_status_and_output() {
     }
     let env = setup();
     env.allow_all_policy("t");
+    // It ends half a second in: after the start's early-exit wait (a few ms), so the
+    // start answers `running` and the exit is seen by `service list`.
     let s = start(
         &env,
         "t",
-        &["--name", "job", "--shell", "echo out; echo err >&2; exit 3"],
+        &[
+            "--name",
+            "job",
+            "--shell",
+            "echo out; echo err >&2; sleep 0.5; exit 3",
+        ],
     );
     assert_eq!(s["service"]["name"], "job", "{s}");
     eventually("it exits", || services(&env, "t")[0]["state"] == "exited");
@@ -498,11 +505,17 @@ fn processes(argv: &[&str]) -> Vec<i32> {
         .collect()
 }
 
-/// Every supervisor and set-up pid the workspace's records name (to check they end).
+/// Every supervisor and set-up pid the workspace's records name (to check they end),
+/// and every cgroup directory (to check they are removed).
 fn recorded_pids(env: &Env) -> Vec<i64> {
+    recorded(env).0
+}
+
+fn recorded(env: &Env) -> (Vec<i64>, Vec<String>) {
     let mut out = vec![];
+    let mut cgroups = vec![];
     let Ok(ws) = std::fs::read_dir(env.home().join("services")) else {
-        return out;
+        return (out, cgroups);
     };
     for w in ws.flatten() {
         for s in std::fs::read_dir(w.path()).unwrap().flatten() {
@@ -515,9 +528,12 @@ fn recorded_pids(env: &Env) -> Vec<i64> {
                     out.push(p);
                 }
             }
+            for c in v["cgroups"].as_array().into_iter().flatten() {
+                cgroups.extend(c.as_str().map(String::from));
+            }
         }
     }
-    out
+    (out, cgroups)
 }
 
 /// `kill -9` of `avfs service start` and of `avfs service stop` at points along their
@@ -578,13 +594,18 @@ fn kill_9_during_start_and_stop_leaves_no_orphan() {
     // A last one that surely runs, then the vault goes: nothing of it is left.
     let s = start(&env, "t", &["--name", "last", "--", marker[0], marker[1]]);
     assert_eq!(s["service"]["state"], "running", "{s}");
-    seen.extend(recorded_pids(&env));
+    let (pids, cgroups) = recorded(&env);
+    seen.extend(pids);
     env.ok(&["vault", "delete", "t", "-y"]);
     eventually("no marker process is left", || {
         processes(&marker).is_empty()
     });
     eventually("no supervisor or set-up is left", || {
         seen.iter().all(|p| !alive(*p))
+    });
+    // The service's cgroups went with it (each is removed once its processes are).
+    eventually("the services' cgroups are removed", || {
+        cgroups.iter().all(|c| !std::path::Path::new(c).exists())
     });
     let dirs = std::fs::read_dir(env.home().join("services"))
         .map(|d| d.flatten().count())
