@@ -612,3 +612,85 @@ fn kill_9_during_start_and_stop_leaves_no_orphan() {
         .unwrap_or(0);
     assert_eq!(dirs, 0, "vault delete left service records");
 }
+
+/// `--publish PORT`: the host reaches the service on its own 127.0.0.1:PORT, and only
+/// while the service runs; a port already taken on the host fails the start clearly.
+#[test]
+fn a_published_port_is_reached_from_the_host() {
+    if !ready("a_published_port_is_reached_from_the_host") {
+        return;
+    }
+    let env = setup();
+    let port = 18436u16;
+    let p = port.to_string();
+    let s = start(
+        &env,
+        "t",
+        &[
+            "--name",
+            "pub",
+            "--publish",
+            &p,
+            "--",
+            "python3",
+            "-m",
+            "http.server",
+            &p,
+        ],
+    );
+    assert_eq!(s["service"]["state"], "running", "{s}");
+    assert_eq!(s["service"]["published"], serde_json::json!([port]), "{s}");
+    let host_get = || {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "--max-time", "5"])
+            .arg(format!("http://127.0.0.1:{port}/index.html"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    eventually("the host gets the page through the published port", || {
+        host_get() == "hello from the workspace\n"
+    });
+    // A second service cannot publish the same host port.
+    let e = env.json_err(
+        &[
+            "--vault",
+            "t",
+            "service",
+            "start",
+            "--name",
+            "pub2",
+            "--publish",
+            &p,
+            "--",
+            "sleep",
+            "600",
+        ],
+        1,
+    );
+    assert!(e["message"].as_str().unwrap().contains(&p), "{e}");
+    let l = services(&env, "t");
+    assert!(
+        l.iter()
+            .all(|x| x["name"] != "pub2" || x["state"] != "running"),
+        "{l:?}"
+    );
+    let e = env.json_err(
+        &[
+            "--vault",
+            "t",
+            "service",
+            "start",
+            "--publish",
+            "0",
+            "--",
+            "sleep",
+            "600",
+        ],
+        1,
+    );
+    assert!(e["message"].as_str().unwrap().contains("--publish"), "{e}");
+    // Stopped: the host port is gone with it.
+    env.ok(&["--vault", "t", "service", "stop", "pub"]);
+    assert_eq!(host_get(), "");
+}

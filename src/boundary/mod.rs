@@ -143,6 +143,8 @@ pub struct ServiceLaunch {
     pub id: String,
     pub name: String,
     pub ttl_secs: Option<u64>,
+    /// Ports of the host's 127.0.0.1 that reach it (`--publish`).
+    pub publish: Vec<u16>,
 }
 
 impl ExecRequest {

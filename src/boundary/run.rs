@@ -437,8 +437,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
         });
         envelope.exit_code = 0;
         let mut record = audit_record(envelope);
-        record["service"] =
-            json!({"id": launch.id, "name": launch.name, "pid": pid, "ttl_secs": launch.ttl_secs});
+        record["service"] = json!({"id": launch.id, "name": launch.name, "pid": pid, "ttl_secs": launch.ttl_secs, "publish": launch.publish});
         store
             .write(|db| audit::append(db, Some(&v.workspace), "exec", "service.start", &record))?;
         return Ok(());

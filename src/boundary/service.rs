@@ -94,6 +94,7 @@ pub(super) fn start(s: &Start, orun: &OverlayRun) -> Result<i32> {
         ended_at_ns: None,
         end_reason: None,
         cgroups: s.cgroups.clone(),
+        published: s.launch.publish.clone(),
     };
     rec.write(&dir).map_err(|e| Error::host(dir.display(), e))?;
     let plan = SupervisorPlan {
@@ -108,6 +109,7 @@ pub(super) fn start(s: &Start, orun: &OverlayRun) -> Result<i32> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(proc_service::EARLY_EXIT_MS)
             .min(10_000),
+        publish: s.launch.publish.clone(),
     };
     proc_service::launch(&plan).map_err(|e| Error::SandboxUnavailable(e.to_string()))?;
     let rec = ServiceRecord::read(&dir)

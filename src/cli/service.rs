@@ -39,6 +39,10 @@ pub struct StartArgs {
     /// Directory inside the workspace to start it in (default: its root).
     #[arg(long, default_value = "/")]
     cwd: String,
+    /// Publish this port on the host's 127.0.0.1 (loopback only): the host reaches the
+    /// service's 127.0.0.1:PORT there. Repeatable.
+    #[arg(long, value_name = "PORT")]
+    publish: Vec<u16>,
     /// End it after this many seconds.
     #[arg(long, value_name = "SECS")]
     ttl: Option<f64>,
@@ -104,6 +108,7 @@ pub fn run(ctx: &Ctx, c: ServiceCmd) -> Result<i32> {
                 env,
                 cwd: a.cwd,
                 ttl: a.ttl.map(|t| secs("--ttl", t)).transpose()?,
+                publish: a.publish,
                 wait: a.wait.map(|t| secs("--wait", t)).transpose()?,
             };
             let (started, code) = service::start(&lib, req)?;

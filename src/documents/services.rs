@@ -37,6 +37,9 @@ pub struct ServiceDoc {
     pub end_reason: Option<String>,
     /// `--ttl`: seconds after which avfs ends it.
     pub ttl_secs: Option<u64>,
+    /// `--publish`: ports of the host's 127.0.0.1 that reach the service's same port
+    /// (nothing else of the host reaches it).
+    pub published: Vec<u16>,
     /// Bytes of output kept on disk (its last output: at most 2 MiB).
     pub log_bytes: u64,
     /// Once it no longer runs: the last lines of its output (at most 20 lines and

@@ -15,6 +15,7 @@ pub mod confine;
 pub mod init;
 pub mod keeper;
 pub mod limits;
+mod publish;
 pub mod root;
 pub mod service;
 pub mod setup;

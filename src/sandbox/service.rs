@@ -106,6 +106,9 @@ pub struct ServiceRecord {
     pub end_reason: Option<String>,
     /// The service's cgroups (removed when it ends).
     pub cgroups: Vec<PathBuf>,
+    /// Ports of the host's 127.0.0.1 that reach it (`--publish`).
+    #[serde(default)]
+    pub published: Vec<u16>,
 }
 
 impl ServiceRecord {
@@ -164,6 +167,9 @@ pub struct SupervisorPlan {
     pub ttl_secs: Option<u64>,
     /// Milliseconds to wait for a command that exits at once.
     pub early_ms: u64,
+    /// Ports of the host's 127.0.0.1 that reach the service (`--publish`).
+    #[serde(default)]
+    pub publish: Vec<u16>,
 }
 
 /// The line the supervisor prints once the service's set-up runs.
@@ -291,6 +297,21 @@ pub fn supervise_main() -> ! {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // The host side of a published port is bound before the service is reported
+    // running: a port already taken fails the start.
+    match super::publish::bind(&plan.publish) {
+        Ok(listeners) if listeners.is_empty() => {}
+        Ok(listeners) => {
+            let _ = super::publish::serve(listeners, rec.pid.unwrap_or(child.id() as i32));
+        }
+        Err(e) => {
+            end(child.id() as i32, rec.pid);
+            let status = child.wait().ok();
+            finish(&plan, rec, status, Some(e.to_string()));
+            answer(&format!("error: {e}"));
+            leave(1);
         }
     }
     let dir = plan.dir.clone();

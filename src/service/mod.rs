@@ -33,6 +33,8 @@ pub struct StartRequest {
     pub env: Vec<(String, String)>,
     pub cwd: String,
     pub ttl: Option<Duration>,
+    /// Ports of the host's 127.0.0.1 that reach it (`--publish`).
+    pub publish: Vec<u16>,
     /// Wait this long for a run of the workspace to end.
     pub wait: Option<Duration>,
 }
@@ -65,6 +67,7 @@ fn doc(v: &VaultRef, dir: &Path, r: &ServiceRecord) -> ServiceDoc {
         signal: r.signal,
         end_reason: r.end_reason.clone(),
         ttl_secs: r.ttl_secs,
+        published: r.published.clone(),
         log_bytes,
         last_output: (!matches!(state.as_str(), "running" | "starting"))
             .then(|| String::from_utf8_lossy(&last_lines(dir, 20, 4096)).into_owned()),
@@ -114,6 +117,12 @@ pub fn start(ctx: &Context, req: StartRequest) -> Result<(ServiceStarted, i32)> 
     let id = boundary::new_id("svc");
     let name = req.name.clone().unwrap_or_else(|| id.clone());
     check_name(&name)?;
+    if req.publish.contains(&0) {
+        return Err(Error::InvalidArgument(
+            "0".into(),
+            "--publish takes a port from 1 to 65535".into(),
+        ));
+    }
     let mut ex = ExecRequest::new(req.command);
     ex.cwd = req.cwd;
     ex.env = req.env;
@@ -122,6 +131,7 @@ pub fn start(ctx: &Context, req: StartRequest) -> Result<(ServiceStarted, i32)> 
         id: id.clone(),
         name,
         ttl_secs: req.ttl.map(|t| t.as_secs().max(1)),
+        publish: req.publish,
     });
     let out = boundary::exec(ctx, ex)?;
     let env = out.envelope;
@@ -282,6 +292,7 @@ pub fn restart(ctx: &Context, which: &str) -> Result<(ServiceStarted, i32)> {
             env: r.env.clone(),
             cwd: r.cwd.clone(),
             ttl: r.ttl_secs.map(Duration::from_secs),
+            publish: r.published.clone(),
             wait: None,
         },
     )
