@@ -41,6 +41,7 @@ const EXAMPLES: &[(&str, &str)] = &[
         "service start",
         "  avfs service start --name web -- python3 -m http.server 8000
   avfs service start --name db --ttl 3600 --env PGPORT=5432 -- ./start-db.sh
+  avfs service start --name ui --publish 5173 -- npm run dev   # host: 127.0.0.1:5173
   avfs --json service start -- npm run dev     # id, name, pid and the decision",
     ),
     ("service list", "  avfs service list\n  avfs --json service list"),
