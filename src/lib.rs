@@ -24,6 +24,7 @@ pub mod remote;
 pub mod sandbox;
 pub mod schema;
 pub mod search;
+pub mod service;
 pub mod store;
 pub mod tags;
 pub mod textmerge;

@@ -19,5 +19,12 @@ fn main() {
     {
         agentvfs::sandbox::keeper::keep_main();
     }
+    // The supervisor of a service (`avfs service start`).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == agentvfs::sandbox::service::SERVICE_ARG)
+    {
+        agentvfs::sandbox::service::supervise_main();
+    }
     std::process::exit(agentvfs::cli::main());
 }

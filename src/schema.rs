@@ -19,6 +19,7 @@ use crate::documents::history::{
     ApprovalDecided, ApprovalList, AuditLog, CheckpointList, CheckpointRestored, CheckpointSaved,
     DiffReport, ForkReport, MergeReport,
 };
+use crate::documents::services::{ServiceList, ServiceStarted, ServiceStopped};
 use crate::documents::tools::{FindReport, GrepReport, SearchReport, TagReport};
 
 /// Every document type with the name of its schema file (`schemas/NAME.schema.json`),
@@ -39,6 +40,9 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("ls", of::<Listing>()),
         ("push", of::<crate::remote::PushReport>()),
         ("search", of::<SearchReport>()),
+        ("service-list", of::<ServiceList>()),
+        ("service-start", of::<ServiceStarted>()),
+        ("service-stop", of::<ServiceStopped>()),
         ("stat", of::<StatDoc>()),
         ("tag", of::<TagReport>()),
         ("vault-fork", of::<ForkReport>()),

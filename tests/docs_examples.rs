@@ -493,6 +493,11 @@ fn docs_cli() {
 }
 
 #[test]
+fn docs_services() {
+    check_doc("docs/services.md");
+}
+
+#[test]
 fn docs_exec() {
     check_doc("docs/exec.md");
 }

@@ -514,6 +514,76 @@ fn loopback_is_unreachable_without_network_and_reachable_when_approved() {
     assert_eq!(x.env["sandbox"]["network_granted_by"], "policy");
 }
 
+/// In the sandbox, 127.0.0.1 is the workspace's own network namespace (shared with its
+/// services), not the host's: a loopback-only client runs unattended there and reaches
+/// nothing of the host, a listener on the host's loopback included. Without the sandbox
+/// the same line is the host's loopback, and asks a person.
+#[test]
+fn a_loopback_client_runs_unattended_in_the_sandbox_and_reaches_nothing_of_the_host() {
+    if !can_sandbox(
+        "a_loopback_client_runs_unattended_in_the_sandbox_and_reaches_nothing_of_the_host",
+    ) {
+        return;
+    }
+    let env = setup();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = format!("http://127.0.0.1:{}/x", addr.port());
+    let curl = ["curl", "-s", "--max-time", "5", url.as_str()];
+    let mut args = vec!["--"];
+    args.extend(curl);
+    let x = exec(&env, &args);
+    assert_eq!(
+        x.env["decision"]["action"], "allow_with_checkpoint",
+        "{}",
+        x.env
+    );
+    assert!(!x.env["result"].is_null(), "{}", x.env);
+    assert_sandboxed(&x.env, false);
+    // curl could not connect (7): nothing listens on the workspace's loopback.
+    assert_eq!(x.code, 7, "{}", x.env);
+    assert!(
+        listener.accept().is_err(),
+        "a default run reached the host's loopback listener"
+    );
+    // --no-sandbox: the host's loopback; the policy asks, nothing runs.
+    let mut args = vec!["--no-sandbox", "--"];
+    args.extend(curl);
+    let x = exec(&env, &args);
+    assert_eq!(x.env["decision"]["action"], "require_approval", "{}", x.env);
+    assert!(x.env["result"].is_null(), "{}", x.env);
+    assert!(listener.accept().is_err(), "an unapproved run connected");
+    // The listener does see a connection when there is one (the test can fail).
+    drop(std::net::TcpStream::connect(addr).unwrap());
+    let until = Instant::now() + Duration::from_secs(10);
+    while listener.accept().is_err() {
+        assert!(Instant::now() < until, "the listener never saw the driver");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A command found through a version manager's shim (pyenv's `python3`, which runs
+/// `$PYENV_ROOT/libexec/pyenv`) runs in the sandbox when `HOME` is elsewhere: the
+/// manager's tree is shown with its PATH entry, not only `~/.pyenv` (issue 29: the
+/// services example exited 127 under the docs tests' fresh HOME).
+#[test]
+fn a_version_managers_shim_runs_when_home_is_elsewhere() {
+    if !can_sandbox("a_version_managers_shim_runs_when_home_is_elsewhere") {
+        return;
+    }
+    let env = setup();
+    let home = env.path("elsewhere");
+    std::fs::create_dir_all(&home).unwrap();
+    let x = exec_with(
+        &env,
+        &[("HOME", home.to_str().unwrap())],
+        &["--", "python3", "-c", "print(1)"],
+    );
+    assert_eq!(x.code, 0, "{}\n{}", x.env, x.run.stderr);
+    assert_eq!(stdout(&x), "1\n", "{}", x.env);
+}
+
 // ---------------------------------------------------------------- tools
 
 /// git, cargo and node work inside the sandbox, in the mounted workspace.
@@ -888,13 +958,16 @@ fn a_run_cannot_reach_avfs_home_or_approve_itself() {
         return;
     }
     let env = setup();
+    // A request left pending: a client of a host outside the workspace asks a person
+    // (192.0.2.1 is TEST-NET-1, never reached: the request stays pending). A client of
+    // 127.0.0.1 would not: in the sandbox that is the workspace's own loopback.
     let asked = env.run(&[
         "--json",
         "--vault",
         "t",
         "exec",
         "--shell",
-        "curl -s http://127.0.0.1:9/",
+        "curl -s http://192.0.2.1:9/",
     ]);
     let asked: Value = serde_json::from_str(&asked.stdout).unwrap();
     let id = asked["approval"]["id"].as_str().unwrap().to_string();

@@ -257,6 +257,7 @@ pub fn approved_request(
         report: given.report,
         // Limits too: they bound the run, they grant nothing the approval did not.
         limits: given.limits,
+        service: None,
     };
     Ok((stored, ap, v))
 }

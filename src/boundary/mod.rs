@@ -19,6 +19,7 @@ pub mod path;
 mod place;
 pub mod report;
 mod run;
+pub mod service;
 mod spawn;
 pub mod watchdog;
 mod watchdog_fork;
@@ -131,6 +132,19 @@ pub struct ExecRequest {
     /// Limits of a sandboxed run given for this one (`--pids-limit`, `--tmp-size`,
     /// `--shm-size`, `--memory`), over the policy's.
     pub limits: LimitOverrides,
+    /// `avfs service start`: start the command as a service of the workspace instead of
+    /// running it (see `crate::service`).
+    pub service: Option<ServiceLaunch>,
+}
+
+/// A service to start (`avfs service start`).
+#[derive(Clone, Debug)]
+pub struct ServiceLaunch {
+    pub id: String,
+    pub name: String,
+    pub ttl_secs: Option<u64>,
+    /// Ports of the host's 127.0.0.1 that reach it (`--publish`).
+    pub publish: Vec<u16>,
 }
 
 impl ExecRequest {
@@ -155,6 +169,7 @@ impl ExecRequest {
             interactive: false,
             report: ReportLimits::default(),
             limits: LimitOverrides::default(),
+            service: None,
         }
     }
 }

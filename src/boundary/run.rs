@@ -314,7 +314,8 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
             };
             // An ephemeral fork runs once: nothing to keep its overlay for. The ignored
             // directory is the kept overlay's topmost lower too: a run that wrote ignored
-            // files ends the keeper before they move there (`separate_ignored`).
+            // files ends the keeper before they move there (`separate_ignored`), and with
+            // it the workspace's services (their end says so).
             let keep = crate::engine::kept::enabled() && !req.ephemeral;
             if !keep && crate::engine::kept::enabled() {
                 crate::engine::kept::discard(&ctx.home, &v.path, &v.workspace);
@@ -396,7 +397,11 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
     }
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    // The workspace's runs and services share one loopback: the network namespace of a
+    // running service (the first service makes a fresh one, as a run does).
+    let services_dir = super::service::workspace_dir(&ctx.home, v);
     let plan = RunPlan {
+        net_of: sandbox::service::network_of(&services_dir),
         workspace: ws_path.clone(),
         view,
         cwd: cwd_path,
@@ -409,6 +414,39 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
         interactive: req.interactive,
     };
     let plan_json = serde_json::to_string(&plan).expect("run plan serializes");
+    if let Some(launch) = &req.service {
+        let Prepared::Overlay(orun, layers) = prepared else {
+            return Err(super::service::needs_overlay());
+        };
+        let cgroup = _cgroup.map(|c| c.keep()).unwrap_or_default();
+        let started = super::service::start(
+            &super::service::Start {
+                v,
+                launch,
+                req,
+                plan: &plan,
+                plan_json,
+                cgroups: cgroup,
+                services_dir: &services_dir,
+            },
+            &orun,
+        );
+        orun.leave_kept();
+        store.write(|db| crate::store::pins::unpin(db, &envelope.id))?;
+        let pid = started?;
+        envelope.engine = Some(EngineInfo {
+            name: engine.name(),
+            reason,
+            layers: Some(layers),
+            ingest: None,
+        });
+        envelope.exit_code = 0;
+        let mut record = audit_record(envelope);
+        record["service"] = json!({"id": launch.id, "name": launch.name, "pid": pid, "ttl_secs": launch.ttl_secs, "publish": launch.publish});
+        store
+            .write(|db| audit::append(db, Some(&v.workspace), "exec", "service.start", &record))?;
+        return Ok(());
+    }
     let init = std::env::current_exe()
         .map_err(|e| Error::host("locating the avfs binary for the run", e))?;
     let program: OsString = if Path::new("/proc/self/exe").exists() {

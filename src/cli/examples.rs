@@ -30,6 +30,27 @@ const EXAMPLES: &[(&str, &str)] = &[
   avfs vault set-path --name work ~/src/work",
     ),
     ("vault list", "  avfs vault list\n  avfs --json vault list"),
+    (
+        "service",
+        "  avfs service start --name web -- python3 -m http.server 8000
+  avfs exec -- curl -s http://127.0.0.1:8000/   # runs reach it; the host does not
+  avfs service logs web --tail 20
+  avfs service stop web",
+    ),
+    (
+        "service start",
+        "  avfs service start --name web -- python3 -m http.server 8000
+  avfs service start --name db --ttl 3600 --env PGPORT=5432 -- ./start-db.sh
+  avfs service start --name ui --publish 5173 -- npm run dev   # host: 127.0.0.1:5173
+  avfs --json service start -- npm run dev     # id, name, pid and the decision",
+    ),
+    ("service list", "  avfs service list\n  avfs --json service list"),
+    (
+        "service logs",
+        "  avfs service logs web\n  avfs service logs web --tail 50\n  avfs service logs web --follow",
+    ),
+    ("service stop", "  avfs service stop web"),
+    ("service restart", "  avfs service restart web"),
     ("vault use", "  avfs vault use work"),
     ("vault info", "  avfs vault info\n  avfs vault info task-1"),
     (

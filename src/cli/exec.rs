@@ -274,6 +274,7 @@ fn request(ctx: &Ctx, a: ExecArgs) -> Result<ExecRequest> {
                 tail: a.output_tail,
             },
         },
+        service: None,
     })
 }
 

@@ -11,6 +11,7 @@ mod mount;
 mod output;
 mod quota;
 mod remote;
+mod service;
 mod shell;
 mod tools;
 mod upkeep;
@@ -109,6 +110,10 @@ pub enum Command {
     /// Run a command through the policy boundary: decide, checkpoint, run in the mounted
     /// workspace, report exactly what changed.
     Exec(exec::ExecArgs),
+    /// Long-lived processes of the workspace (a dev server, a database), in its sandbox:
+    /// runs reach them on 127.0.0.1, the host does not.
+    #[command(subcommand)]
+    Service(service::ServiceCmd),
     /// Show, check and test the exec policy.
     #[command(subcommand)]
     Policy(exec::PolicyCmd),
@@ -469,6 +474,7 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Mounts => mount::mounts(ctx),
         Command::Exec(a) => exec::exec(ctx, a),
         Command::Policy(c) => exec::policy(ctx, c),
+        Command::Service(c) => service::run(ctx, c),
         Command::Approvals(a) => exec::approvals(ctx, a),
         Command::Approve(a) => exec::decide(ctx, a, true),
         Command::Deny(a) => exec::decide(ctx, a, false),

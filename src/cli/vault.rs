@@ -628,6 +628,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
     // Held until the deletion is done: no run starts in between.
     let _runs = crate::vaultguard::hold_runs(&ctx.home, &v.path, &going)?;
     for ws in &going {
+        crate::service::end_all(&ctx.home, &v.path, ws);
         crate::engine::kept::discard(&ctx.home, &v.path, ws);
         crate::engine::ignored::discard(&ctx.home, &v.path, ws);
     }

@@ -11,6 +11,7 @@
 
 pub mod files;
 pub mod history;
+pub mod services;
 pub mod tools;
 
 use schemars::JsonSchema;

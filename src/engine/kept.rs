@@ -370,7 +370,11 @@ impl Kept {
     pub fn after_run(mut self, home: &Path, head: &Hash, ingested: &ingest::Ingested) {
         let shown = &ingested.root;
         let files = ingested.files_read + ingested.files_unchanged;
-        if shown == head && files <= KEEP_FILES && ingested.bytes_read <= KEEP_BYTES {
+        // A running service holds this overlay: retiring it would end the service, so
+        // its size does not count while one runs.
+        let serving = self.serving(home);
+        if shown == head && (serving || (files <= KEEP_FILES && ingested.bytes_read <= KEEP_BYTES))
+        {
             self.record.root = head.to_hex();
             if write_record(&self.dir, &self.record).is_ok() {
                 ingested.memo.save(&self.dir);
@@ -387,6 +391,7 @@ impl Kept {
     /// the layer its upper became: a run about to mount that layer waits for the keeper
     /// first ([`wait_for_dying`]), so no layer is ever the upper of a live overlay too.
     pub fn retire_in_background(self, home: &Path, shows: Option<&Hash>) {
+        self.end_services(home);
         let Some(keeper) = self.record.keeper.filter(kill) else {
             return self.retire(home, shows);
         };
@@ -419,6 +424,26 @@ impl Kept {
         }
     }
 
+    /// The directory of the workspace's services (`sandbox::service`): the kept
+    /// overlay's directory is named by the workspace's mount id, as theirs is.
+    fn services_dir(&self, home: &Path) -> Option<PathBuf> {
+        let id = self.dir.file_name()?.to_str()?;
+        Some(crate::sandbox::service::workspace_dir(home, id))
+    }
+
+    fn serving(&self, home: &Path) -> bool {
+        self.services_dir(home)
+            .is_some_and(|d| crate::sandbox::service::network_of(&d).is_some())
+    }
+
+    /// Services run in this overlay and write to its upper: they end before it is
+    /// retired (its upper becomes a layer, which nothing may write any more).
+    fn end_services(&self, home: &Path) {
+        if let Some(d) = self.services_dir(home) {
+            crate::sandbox::service::stop_all(&d);
+        }
+    }
+
     /// The upper becomes the cached layer of `shows` (when the overlay showed a root of
     /// its own); returns the layer's id.
     fn adopt(&self, home: &Path, shows: Option<&Hash>) -> Option<String> {
@@ -432,6 +457,7 @@ impl Kept {
     /// Ends the keeper (and so the overlay) and removes the directory; with `shows`, the
     /// upper first becomes the cached layer of that root (which the vault holds).
     pub fn retire(self, home: &Path, shows: Option<&Hash>) {
+        self.end_services(home);
         if let Some(k) = &self.record.keeper {
             stop(k);
         }

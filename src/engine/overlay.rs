@@ -374,6 +374,18 @@ impl OverlayRun {
         let _ = remove_tree(&self.dir);
     }
 
+    /// The kept overlay a service starts in: its keeper's pid and record.
+    pub fn kept_keeper(&self) -> Option<(i32, PathBuf)> {
+        let k = self.kept.as_ref()?;
+        Some((k.keeper_pid(), k.dir.join("kept.json")))
+    }
+
+    /// Leaves the kept overlay as it is (a service was started in it: nothing ran to
+    /// take in) and removes the run directory.
+    pub fn leave_kept(self) {
+        let _ = remove_tree(&self.dir);
+    }
+
     /// Removes the run directory without taking anything in (a kept overlay goes too:
     /// its upper holds what is not taken in).
     pub fn discard(self, home: &Path) {

@@ -273,7 +273,10 @@ impl Classifier<'_> {
         // the workspace-program rule, not by the rules for its basename.
         let system_program = !prog.contains('/') || SYSTEM_BIN.iter().any(|p| prog.starts_with(p));
         if !a.transparent && system_program {
-            let f = self.policy.finding_for(argv, &a.rule_argv);
+            let mut f = self.policy.finding_for(argv, &a.rule_argv);
+            if self.view.is_some() {
+                super::loopback::contain(&mut f, argv);
+            }
             if self.out.len() < MAX_FINDINGS {
                 self.out.push(f);
             } else {

@@ -13,6 +13,7 @@ mod decision;
 mod envvars;
 mod git;
 pub mod grammar;
+mod loopback;
 pub mod paths;
 mod payloads;
 mod rules;

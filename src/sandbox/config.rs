@@ -31,6 +31,11 @@ pub const DEFAULT_READ_ONLY_PATHS: &[&str] = &[
     "~/.config/git",
     "~/.pyenv",
     "~/.nvm",
+    "$PYENV_ROOT",
+    "$RBENV_ROOT",
+    "$NVM_DIR",
+    "$ASDF_DATA_DIR",
+    "$VOLTA_HOME",
     "~/.local/bin",
     "$PATH",
 ];
@@ -423,6 +428,14 @@ pub(crate) fn expand(entry: &str, home: Option<&Path>, var: HostVar) -> Vec<Path
         return std::env::split_paths(&pv)
             .filter(|d| d.is_absolute())
             .map(|d| clean(&d))
+            // A version manager's shim (pyenv's `shims/python3`) runs the manager's own
+            // scripts and the versions it installed, elsewhere in its tree: the tree is
+            // shown with the PATH entry, or the command fails in the sandbox (exit 127)
+            // whenever `~` is not where the tree is (`HOME` set elsewhere).
+            .flat_map(|d| {
+                let tree = manager_tree(&d);
+                std::iter::once(d).chain(tree)
+            })
             .filter(|d| acceptable(d))
             .collect();
     }
@@ -446,6 +459,39 @@ pub(crate) fn expand(entry: &str, home: Option<&Path>, var: HostVar) -> Vec<Path
         };
     }
     vec![clean(Path::new(entry))]
+}
+
+/// Directories of version managers whose shims and `bin` directories on `$PATH` need the
+/// rest of their tree (the manager's scripts, the versions, its settings).
+const MANAGER_TREES: &[&str] = &[
+    ".pyenv",
+    ".rbenv",
+    ".nodenv",
+    ".goenv",
+    ".jenv",
+    ".plenv",
+    ".phpenv",
+    ".asdf",
+    ".nvm",
+    ".volta",
+    ".fnm",
+    ".sdkman",
+    ".local/share/mise",
+    ".local/share/fnm",
+];
+
+/// The version manager's tree a `$PATH` directory lies in (`/root/.pyenv` for
+/// `/root/.pyenv/plugins/pyenv-virtualenv/shims`), if any.
+fn manager_tree(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .skip(1)
+        .find(|a| {
+            MANAGER_TREES.iter().any(|t| {
+                let t = Path::new(t);
+                a.ends_with(t) && a.components().count() > t.components().count()
+            })
+        })
+        .map(Path::to_path_buf)
 }
 
 fn glob(pat: &str, name: &str) -> bool {
@@ -506,6 +552,26 @@ mod tests {
         );
         assert_eq!(expand("~", Some(home), none), [PathBuf::from("/home/u")]);
         assert!(expand("~/.rustup", None, none).is_empty());
+    }
+
+    #[test]
+    fn a_version_managers_path_entry_shows_its_tree() {
+        let home = Path::new("/home/u");
+        let pv = "/opt/pyenv/shims:/home/u/.pyenv/plugins/pyenv-virtualenv/shims:/home/u/.nvm/versions/node/v20/bin:/.pyenv/shims:/usr/bin";
+        let got = expand("$PATH", Some(home), &|k| (k == "PATH").then(|| pv.into()));
+        assert_eq!(
+            got,
+            [
+                PathBuf::from("/opt/pyenv/shims"),
+                PathBuf::from("/home/u/.pyenv/plugins/pyenv-virtualenv/shims"),
+                PathBuf::from("/home/u/.pyenv"),
+                PathBuf::from("/home/u/.nvm/versions/node/v20/bin"),
+                PathBuf::from("/home/u/.nvm"),
+                PathBuf::from("/.pyenv/shims"),
+                PathBuf::from("/.pyenv"),
+                PathBuf::from("/usr/bin"),
+            ]
+        );
     }
 
     #[test]

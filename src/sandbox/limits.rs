@@ -281,6 +281,14 @@ impl RunCgroup {
     }
 }
 
+impl RunCgroup {
+    /// Leaves the cgroups in place (a service's, removed by its supervisor when it
+    /// ends); returns their directories.
+    pub fn keep(mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut self.dirs)
+    }
+}
+
 impl Drop for RunCgroup {
     /// Removes the cgroups once the run's processes are gone. The run's PID 1 and its
     /// processes are; the set-up may still be tearing its namespaces down (the runner

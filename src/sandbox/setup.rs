@@ -83,6 +83,11 @@ pub struct RunPlan {
     pub gid: u32,
     pub confine: Option<Confinement>,
     pub interactive: bool,
+    /// Join the network namespace of this process (the set-up of a running service of
+    /// the workspace) instead of making one: the workspace's runs and services share
+    /// one loopback. Only without network (a run granted the network has the host's).
+    #[serde(default)]
+    pub net_of: Option<i32>,
 }
 
 /// Says why the set-up failed, on stderr (the runner quotes its last line), and gives
@@ -275,9 +280,18 @@ fn enter_namespaces(plan: &RunPlan) -> io::Result<()> {
         sys::write_proc("/proc/self/uid_map", &format!("{0} {0} 1", plan.uid))?;
         sys::write_proc("/proc/self/gid_map", &format!("{0} {0} 1", plan.gid))?;
     }
+    let no_network = plan.confine.as_ref().is_some_and(|c| !c.network);
+    let mut joined = false;
+    if let (true, Some(pid)) = (no_network, plan.net_of) {
+        // Entered before a user namespace is made: the service's namespace belongs to
+        // the host's user namespace. A service that has just ended leaves a fresh one.
+        if let Ok(ns) = std::fs::File::open(format!("/proc/{pid}/ns/net")) {
+            joined = sys::setns(&ns, libc::CLONE_NEWNET).is_ok();
+        }
+    }
     let mut flags =
         libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-    if plan.confine.as_ref().is_some_and(|c| !c.network) {
+    if no_network && !joined {
         flags |= libc::CLONE_NEWNET;
     }
     sys::unshare(flags)?;

@@ -11,6 +11,7 @@ agents, driven through the ``avfs`` binary's JSON interface (``avfs --json``).
 """
 
 from .client import Avfs, TempVault, Vault, Workspace, find_binary
+from .services import Service, ServiceInfo, ServiceNotStarted
 from .aio import AsyncAvfs
 from .errors import (
     CLI_ERROR_KINDS,
@@ -82,6 +83,9 @@ __all__ = [
     "CLIENT_KINDS",
     "Vault",
     "Workspace",
+    "Service",
+    "ServiceInfo",
+    "ServiceNotStarted",
     "find_binary",
     # errors
     "AvfsError",

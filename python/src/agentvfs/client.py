@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import subprocess
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import (
     ApprovalRequired,
@@ -21,6 +21,9 @@ from .errors import (
     error_from_json,
 )
 from .tools import ToolsMixin
+
+if TYPE_CHECKING:
+    from .services import Service, ServiceInfo
 from .types import (
     Approval,
     Checkpoint,
@@ -428,6 +431,76 @@ class Workspace(ToolsMixin):
 
     def _run(self, *args: str, input: Optional[bytes] = None) -> Dict[str, Any]:
         return self.avfs.run(*args, vault=self.vault, input=input)
+
+    # --- services ---
+
+    def service(
+        self,
+        command: Union[str, Sequence[str]],
+        *,
+        name: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        ttl_secs: Optional[float] = None,
+    ) -> "Service":
+        """Starts ``command`` (a bash line, or an argv list) as a service of the
+        workspace (``avfs service start``): decided by the policy, in the sandbox;
+        returns once it runs. Use it as a context manager to stop it at the end::
+
+            with ws.service(["python3", "-m", "http.server", "8000"], name="web"):
+                ws.exec("curl -s --max-time 5 http://127.0.0.1:8000/")
+
+        Raises:
+            ServiceNotStarted: the policy asked a person or denied it (nothing
+                started), or the command exited at once (its status and last output
+                are in the message).
+            SandboxUnavailable: services cannot run here (see docs/services.md).
+        """
+        from .services import Service, ServiceInfo, ServiceNotStarted
+
+        args = ["service", "start"]
+        if name is not None:
+            args.append(f"--name={name}")
+        for k, v in (env or {}).items():
+            args.append(f"--env={k}={v}")
+        if cwd is not None:
+            args.append(f"--cwd={cwd}")
+        if ttl_secs is not None:
+            args.append(f"--ttl={ttl_secs}")
+        if isinstance(command, str):
+            args.extend(["--shell", command])
+        else:
+            args.append("--")
+            args.extend(command)
+        doc, code = self.avfs.call(*args, vault=self.vault)
+        svc = doc.get("service")
+        if svc is None:
+            decision = doc.get("decision") or {}
+            why = f"{decision.get('action')} ({decision.get('matched_rule')}): {decision.get('reason', '')}"
+            err = ServiceNotStarted(
+                "approval_required" if doc.get("approval") else "denied",
+                f"service not started: {why}",
+                code,
+                doc,
+            )
+            err.approval_id = doc.get("approval")
+            raise err
+        info = ServiceInfo.from_json(svc)
+        if info.state != "running":
+            raise ServiceNotStarted(
+                "command_failed",
+                f"service {info.name} {info.state} at once (exit {info.exit_code}): "
+                f"{(info.last_output or '').strip()}",
+                code,
+                doc,
+            )
+        return Service(self, info, doc)
+
+    def services(self) -> "List[ServiceInfo]":
+        """The workspace's services, ended ones included (``service list``)."""
+        from .services import ServiceInfo
+
+        return [ServiceInfo.from_json(s) for s in self._run("service", "list")["services"]]
 
     # --- files ---
 
