@@ -218,10 +218,9 @@ impl AvfsServer {
     #[tool(
         description = "Run a command in the workspace through the policy boundary: the policy \
         decides (allow, allow_with_checkpoint, deny, require_approval), a checkpoint is taken \
-        when needed, the command runs sandboxed in the workspace, and the result is the \
-        execution envelope: decision, checkpoint, exit code, output, duration and exactly which \
-        files changed. A denied or approval-bound command does not run; the envelope says why \
-        (and the approval id a person must approve, or wait for: `wait_approval_secs`).",
+        when needed, the command runs sandboxed, and the result is the envelope: decision, \
+        exit code, output's head and tail (`exec_output`: all), and exactly which files \
+        changed. A denied or approval-bound command does not run; the envelope says why.",
         output_schema = output::exec_schema(),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -575,6 +574,28 @@ impl AvfsServer {
             line = line.opt("path", Some(path));
         }
         self.call(None, line.pos(Some(p.fork))).await
+    }
+
+    #[tool(
+        description = "The full stdout (or stderr) of an exec, a page at a time: the \
+        envelope keeps only its head and tail.",
+        output_schema = output::doc_schema("output"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn exec_output(
+        &self,
+        Parameters(p): Parameters<ExecOutputParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let stream = p.stream.map(|s| match s {
+            StreamParam::Stdout => "stdout",
+            StreamParam::Stderr => "stderr",
+        });
+        let line = Line::new(&["output"])
+            .opt("stream", stream)
+            .opt("offset", p.offset)
+            .opt("limit", p.limit)
+            .pos(Some(p.exec_id));
+        self.call(None, line).await
     }
 
     #[tool(

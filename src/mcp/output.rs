@@ -199,14 +199,34 @@ pub(super) fn doc_schema(name: &str) -> Arc<JsonObject> {
 }
 
 /// Input schemas without the `$schema` line schemars puts in each (the MCP spec makes
-/// 2020-12 the default): one line per tool that a model reads and learns nothing from.
+/// 2020-12 the default) and without `format` (schemars' `uint64`, `double`: `integer`
+/// with `minimum: 0` and `number` already say it, and `badargs` checks those): what a
+/// model reads and learns nothing from.
 pub(super) fn trim_input_schemas<S>(
     router: &mut rmcp::handler::server::router::tool::ToolRouter<S>,
 ) {
     for route in router.map.values_mut() {
         let mut s = (*route.attr.input_schema).clone();
         s.remove("$schema");
+        for v in s.values_mut() {
+            drop_formats(v);
+        }
         route.attr.input_schema = Arc::new(s);
+    }
+}
+
+fn drop_formats(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if o.get("format").is_some_and(Value::is_string) {
+                o.remove("format");
+            }
+            for x in o.values_mut() {
+                drop_formats(x);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_formats),
+        _ => {}
     }
 }
 
