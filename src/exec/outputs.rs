@@ -10,10 +10,10 @@
 //!
 //! Bounded twice: a stream keeps its first [`stream_cap`] bytes (the rest is counted,
 //! not written, and the record says so), and a vault's outputs are [`vault_cap`] bytes
-//! at most: when an exec finishes, the oldest finished execs' streams are dropped until
-//! the rest fits. A dropped exec keeps its small record (`dropped: true`), so that
-//! asking for it says "dropped by the cap" rather than "unknown"; the records themselves
-//! are kept for the newest [`KEPT_RECORDS`] execs.
+//! at most, from [`KEPT_EXECS`] execs at most: when an exec finishes, the oldest
+//! finished execs' streams are dropped until the rest fits. A dropped exec keeps its
+//! small record (`<id>.dropped`), so that asking for it says "dropped by the cap" rather
+//! than "unknown"; those are kept for the newest [`KEPT_RECORDS`] dropped execs.
 //!
 //! The streams are written as the command prints (see `runner::pump`), never held in
 //! memory. Only avfs's user can read them (0700 directories, 0600 files): a command's
@@ -32,7 +32,10 @@ use crate::error::{Error, Result};
 pub const DEFAULT_STREAM_CAP: u64 = 16 * 1024 * 1024;
 /// Bytes of all of one vault's kept outputs by default (`AVFS_OUTPUTS_MAX` overrides).
 pub const DEFAULT_VAULT_CAP: u64 = 64 * 1024 * 1024;
-/// Records of dropped execs kept per vault (about 300 bytes each).
+/// Execs whose output a vault keeps at most (however small: a directory of a few
+/// thousand names lists in well under a millisecond).
+pub const KEPT_EXECS: usize = 1000;
+/// Records of dropped execs kept per vault (about 200 bytes each).
 pub const KEPT_RECORDS: usize = 1000;
 /// Bytes `avfs output --json` returns when no `--limit` is given.
 pub const DEFAULT_PAGE: u64 = 16 * 1024;
@@ -190,8 +193,26 @@ impl OutputFiles {
         self.record.finished = true;
         self.record.stdout_bytes = stdout_bytes;
         self.record.stderr_bytes = stderr_bytes;
-        let _ = write_record(&self.dir, &self.record);
-        enforce_cap(&self.dir, vault_cap(), &self.record.exec);
+        let id = self.record.exec.clone();
+        // An empty stream needs no file (most execs print little to one of them).
+        for (f, ext) in [(&self.stdout, "stdout"), (&self.stderr, "stderr")] {
+            if f.metadata().is_ok_and(|m| m.len() == 0) {
+                let _ = fs::remove_file(file_of(&self.dir, &id, ext));
+            }
+        }
+        if write_record(&self.dir, &self.record).is_ok() {
+            // The record's mtime is the exec's start: the cap drops by age without
+            // reading every record.
+            let start = std::time::UNIX_EPOCH
+                + std::time::Duration::from_nanos(self.record.started_at_ns.max(0) as u64);
+            if let Ok(f) = File::options()
+                .write(true)
+                .open(file_of(&self.dir, &id, "json"))
+            {
+                let _ = f.set_modified(start);
+            }
+        }
+        enforce_cap(&self.dir, vault_cap(), &id);
     }
 }
 
@@ -226,52 +247,78 @@ fn size(p: &Path) -> u64 {
     fs::metadata(p).map_or(0, |m| m.len())
 }
 
+fn mtime(p: &Path) -> std::time::SystemTime {
+    fs::metadata(p)
+        .and_then(|m| m.modified())
+        .unwrap_or(std::time::UNIX_EPOCH)
+}
+
 /// Drops the streams of the oldest execs (not `current`, not one still running) while
-/// the directory's streams are over `cap`; keeps the records of the newest
-/// [`KEPT_RECORDS`] dropped ones.
+/// the directory's streams are over `cap` bytes or it keeps more than [`KEPT_EXECS`]
+/// execs; a dropped exec's record becomes `<id>.dropped`, and the newest
+/// [`KEPT_RECORDS`] of those are kept. Costs a listing of names and a `stat` per kept
+/// stream; records are read only for the execs it drops.
 fn enforce_cap(dir: &Path, cap: u64, current: &str) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
-    let mut records: Vec<(Record, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .filter_map(|p| read_record(&p).map(|r| (r, p)))
-        .collect();
-    records.sort_by_key(|(r, _)| (r.started_at_ns, r.exec.clone()));
+    let mut live: Vec<String> = Vec::new();
+    let mut dropped: Vec<PathBuf> = Vec::new();
+    let mut total = 0u64;
+    for e in entries.filter_map(|e| e.ok()) {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(id) = name.strip_suffix(".json") {
+            if !id.starts_with('.') {
+                live.push(id.to_string());
+            }
+        } else if name.ends_with(".dropped") {
+            dropped.push(e.path());
+        } else if name.ends_with(".stdout") || name.ends_with(".stderr") {
+            total += e.metadata().map_or(0, |m| m.len());
+        }
+    }
     let streams = |id: &str| [file_of(dir, id, "stdout"), file_of(dir, id, "stderr")];
-    let mut total: u64 = records
-        .iter()
-        .flat_map(|(r, _)| streams(&r.exec))
-        .map(|p| size(&p))
-        .sum();
-    for (r, path) in records.iter_mut() {
-        if total <= cap {
-            break;
+    if total > cap || live.len() > KEPT_EXECS {
+        // A record's mtime is its exec's start (`OutputFiles::finish` sets it).
+        let mut by_age: Vec<(std::time::SystemTime, String)> = live
+            .iter()
+            .map(|id| (mtime(&file_of(dir, id, "json")), id.clone()))
+            .collect();
+        by_age.sort();
+        let mut count = live.len();
+        for (_, id) in by_age {
+            if total <= cap && count <= KEPT_EXECS {
+                break;
+            }
+            let rec = file_of(dir, &id, "json");
+            let Some(mut r) = read_record(&rec) else {
+                continue;
+            };
+            if id == current || (!r.finished && pid_alive(r.pid)) {
+                continue;
+            }
+            for p in streams(&id) {
+                total = total.saturating_sub(size(&p));
+                let _ = fs::remove_file(p);
+            }
+            r.dropped = true;
+            let tomb = file_of(dir, &id, "dropped");
+            if fs::write(&tomb, serde_json::to_vec(&r).unwrap_or_default()).is_ok() {
+                dropped.push(tomb);
+            }
+            let _ = fs::remove_file(&rec);
+            count -= 1;
         }
-        let running = !r.finished && pid_alive(r.pid);
-        if r.dropped || r.exec == current || running {
-            continue;
-        }
-        for p in streams(&r.exec) {
-            total -= size(&p);
+    }
+    if dropped.len() > KEPT_RECORDS {
+        let mut by_age: Vec<(std::time::SystemTime, PathBuf)> =
+            dropped.into_iter().map(|p| (mtime(&p), p)).collect();
+        by_age.sort();
+        let over = by_age.len() - KEPT_RECORDS;
+        for (_, p) in by_age.into_iter().take(over) {
             let _ = fs::remove_file(p);
         }
-        r.dropped = true;
-        let _ = write_record(dir, r);
-        let _ = path;
-    }
-    let dropped: Vec<&PathBuf> = records
-        .iter()
-        .filter(|(r, _)| r.dropped)
-        .map(|(_, p)| p)
-        .collect();
-    for p in dropped
-        .iter()
-        .take(dropped.len().saturating_sub(KEPT_RECORDS))
-    {
-        let _ = fs::remove_file(p);
     }
 }
 
@@ -317,15 +364,16 @@ fn check_id(id: &str) -> Result<()> {
     }
 }
 
-/// Finds an exec's directory and record, in whichever vault ran it.
+/// Finds an exec's directory and record (a dropped one's too), in whichever vault ran it.
 fn find(home: &Path, id: &str) -> Result<(PathBuf, Record)> {
     check_id(id)?;
     let root = outputs_root(home);
     if let Ok(dirs) = fs::read_dir(&root) {
         for d in dirs.filter_map(|e| e.ok()) {
-            let p = file_of(&d.path(), id, "json");
-            if let Some(r) = read_record(&p) {
-                return Ok((d.path(), r));
+            for ext in ["json", "dropped"] {
+                if let Some(r) = read_record(&file_of(&d.path(), id, ext)) {
+                    return Ok((d.path(), r));
+                }
             }
         }
     }
@@ -349,14 +397,23 @@ pub fn read(
     let (dir, record) = find(home, id)?;
     if record.dropped {
         return Err(Error::NoSuchOutput(format!(
-            "the output of exec {id} was dropped: a vault keeps the newest execs' output, \
-             {} bytes in all (AVFS_OUTPUTS_MAX); its envelope's head and tail are all that is left",
+            "the output of exec {id} was dropped: a vault keeps its newest execs' output, \
+             {} bytes (AVFS_OUTPUTS_MAX) and {KEPT_EXECS} execs at most; its envelope's head \
+             and tail are all that is left",
             vault_cap()
         )));
     }
     let path = file_of(&dir, id, stream.name());
-    let file = File::open(&path).map_err(|e| host_err(&path, e))?;
-    let kept = file.metadata().map_err(|e| host_err(&path, e))?.len();
+    // No file: the stream was empty (`finish` removes empty ones).
+    let file = match File::open(&path) {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(host_err(&path, e)),
+    };
+    let kept = match &file {
+        Some(f) => f.metadata().map_err(|e| host_err(&path, e))?.len(),
+        None => 0,
+    };
     let total = match stream {
         Stream::Stdout if record.finished => record.stdout_bytes,
         Stream::Stderr if record.finished => record.stderr_bytes,
@@ -375,7 +432,7 @@ pub fn read(
     let want = limit.unwrap_or(kept - offset).min(kept - offset) as usize;
     let mut data = vec![0u8; want];
     let mut got = 0;
-    while got < want {
+    while let (Some(file), true) = (&file, got < want) {
         match file.read_at(&mut data[got..], offset + got as u64) {
             Ok(0) => break,
             Ok(n) => got += n,

@@ -319,8 +319,7 @@ impl AvfsServer {
 
     #[tool(
         description = "What changed between two checkpoints, or a checkpoint and the live state \
-        (default: from the last checkpoint a person or agent saved; `head`: what the last exec \
-        changed). With patch, unified diffs of text files.",
+        (see `from`, `head`); with `patch`, unified diffs of text files.",
         output_schema = output::doc_schema("diff"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -555,10 +554,9 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Three-way merge of a fork back into the vault it was forked from (or \
-        `into`): what only the fork changed is taken, text files both edited are merged line \
-        by line, renames are followed. A merge with conflicts changes nothing (refused) \
-        unless `markers`. The result is a new checkpoint of the target.",
+        description = "Three-way merge of a fork into the vault it was forked from (or \
+        `into`), line by line, following renames. With conflicts it changes nothing unless \
+        `markers`. The result is a new checkpoint of the target.",
         output_schema = output::doc_schema("vault-merge"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
@@ -577,8 +575,8 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "The full stdout (or stderr) of an exec, a page at a time: the \
-        envelope keeps only its head and tail.",
+        description = "An exec's whole stdout or stderr, in pages (the envelope has its head \
+        and tail).",
         output_schema = output::doc_schema("output"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
