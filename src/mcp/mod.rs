@@ -575,8 +575,7 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "An exec's whole stdout or stderr, in pages (the envelope has its head \
-        and tail).",
+        description = "The whole stdout or stderr of an exec, in pages.",
         output_schema = output::doc_schema("output"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]

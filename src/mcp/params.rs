@@ -211,7 +211,7 @@ pub(super) struct ExecOutputParams {
     /// The envelope's `id`.
     pub(super) exec_id: String,
     pub(super) stream: Option<StreamParam>,
-    /// A byte of the stream (a page's `next_offset`).
+    /// Start byte (a page's `next_offset`).
     #[schemars(range(min = 0))]
     pub(super) offset: Option<u64>,
     /// Bytes (default 16384).
