@@ -299,9 +299,26 @@ fn vault_delete_removes_the_outputs() {
         return;
     }
     let env = setup();
-    let ex = id(&exec(&env, "echo kept"));
+    let v = env.json(&[
+        "--vault",
+        "t",
+        "exec",
+        "--checkpoint",
+        "--shell",
+        "echo kept",
+    ]);
+    let ex = id(&v);
     let (code, got, _) = output_raw(&env, &[&ex]);
     assert_eq!((code, got.as_slice()), (0, &b"kept\n"[..]));
+    // The checkpoint the exec took (as `avfs log` and `checkpoint list` show it) names it
+    // too; stderr was empty.
+    let cp = v["checkpoint"].as_str().unwrap();
+    assert_eq!(cp, format!("exec-{}", &ex[3..]));
+    let doc = env.json(&["output", cp, "--stream", "stderr"]);
+    assert_eq!(
+        (doc["exec"].as_str(), doc["size"].as_u64()),
+        (Some(ex.as_str()), Some(0))
+    );
     let outputs = env.home().join("outputs");
     let held = |p: &std::path::Path| std::fs::read_dir(p).map_or(0, |d| d.count());
     assert_eq!(held(&outputs), 1);

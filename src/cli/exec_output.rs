@@ -18,7 +18,8 @@ pub enum StreamArg {
 
 #[derive(Args, Debug)]
 pub struct OutputArgs {
-    /// The exec's id: the envelope's `id` (also in its `avfs audit` row).
+    /// The exec's id: the envelope's `id` (also in its `avfs audit` row), or the name of a
+    /// checkpoint it took (`exec-…`, as `avfs log` and `checkpoint list` show it).
     exec_id: String,
     /// Which stream.
     #[arg(long, value_enum, default_value = "stdout")]

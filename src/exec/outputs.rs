@@ -364,9 +364,20 @@ fn check_id(id: &str) -> Result<()> {
     }
 }
 
+/// The exec id a name stands for: the id itself, or the name of a checkpoint the exec
+/// took (`exec-<hex>` before it, `exec-<hex>-after`), as `avfs log` and `checkpoint list`
+/// show them.
+fn exec_id(name: &str) -> String {
+    match name.strip_prefix("exec-") {
+        Some(rest) => format!("ex-{}", rest.strip_suffix("-after").unwrap_or(rest)),
+        None => name.to_string(),
+    }
+}
+
 /// Finds an exec's directory and record (a dropped one's too), in whichever vault ran it.
 fn find(home: &Path, id: &str) -> Result<(PathBuf, Record)> {
     check_id(id)?;
+    let id = &exec_id(id);
     let root = outputs_root(home);
     if let Ok(dirs) = fs::read_dir(&root) {
         for d in dirs.filter_map(|e| e.ok()) {
@@ -395,6 +406,7 @@ pub fn read(
     limit: Option<u64>,
 ) -> Result<Page> {
     let (dir, record) = find(home, id)?;
+    let id = record.exec.as_str();
     if record.dropped {
         return Err(Error::NoSuchOutput(format!(
             "the output of exec {id} was dropped: a vault keeps its newest execs' output, \
@@ -480,6 +492,13 @@ mod tests {
         assert_eq!(utf8_cut(&"abé".as_bytes()[..3]), 2);
         assert_eq!(utf8_cut(&[0xff, 0xfe]), 2);
         assert_eq!(utf8_cut(&[0xc3]), 1);
+    }
+
+    #[test]
+    fn checkpoint_names_stand_for_their_exec() {
+        assert_eq!(exec_id("exec-0a1b2c3d4e"), "ex-0a1b2c3d4e");
+        assert_eq!(exec_id("exec-0a1b2c3d4e-after"), "ex-0a1b2c3d4e");
+        assert_eq!(exec_id("ex-0a1b2c3d4e"), "ex-0a1b2c3d4e");
     }
 
     #[test]
