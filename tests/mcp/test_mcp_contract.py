@@ -22,6 +22,7 @@ READ_ONLY = {
     "checkpoint_list",
     "diff",
     "approvals_list",
+    "exec_output",
     "read_file",
     "list_dir",
     "stat",
