@@ -47,6 +47,9 @@ pub enum Error {
     NotFound(String),
     #[error("{0}: already exists")]
     Exists(String),
+    /// `avfs output`: no kept output for that exec id (unknown, nothing ran, or dropped).
+    #[error("{0}")]
+    NoSuchOutput(String),
     #[error("{0}: not a directory")]
     NotADirectory(String),
     #[error("{0}: is a directory")]
@@ -132,6 +135,7 @@ impl Error {
             Error::CheckpointExists(_) => "checkpoint_exists",
             Error::NotFound(_) => "not_found",
             Error::Exists(_) => "already_exists",
+            Error::NoSuchOutput(_) => "no_such_output",
             Error::NotADirectory(_) => "not_a_directory",
             Error::IsADirectory(_) => "is_a_directory",
             Error::NotEmpty(_) => "directory_not_empty",
@@ -160,6 +164,7 @@ impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::NotFound(_)
+            | Error::NoSuchOutput(_)
             | Error::NoSuchCheckpoint(_)
             | Error::NoSuchVault(_)
             | Error::NoVaultYet => libc::ENOENT,

@@ -14,7 +14,7 @@ use schemars::generate::SchemaSettings;
 use schemars::transform::RecursiveTransform;
 use schemars::{JsonSchema, Schema};
 
-use crate::documents::files::{FileContent, FileLog, FileWritten, Listing, StatDoc};
+use crate::documents::files::{ExecOutput, FileContent, FileLog, FileWritten, Listing, StatDoc};
 use crate::documents::history::{
     ApprovalDecided, ApprovalList, AuditLog, CheckpointList, CheckpointRestored, CheckpointSaved,
     DiffReport, ForkReport, MergeReport,
@@ -38,6 +38,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("grep", of::<GrepReport>()),
         ("log", of::<FileLog>()),
         ("ls", of::<Listing>()),
+        ("output", of::<ExecOutput>()),
         ("push", of::<crate::remote::PushReport>()),
         ("search", of::<SearchReport>()),
         ("service-list", of::<ServiceList>()),

@@ -1618,8 +1618,8 @@ fn a_gigabyte_of_output_keeps_capture_and_memory_bounded() {
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(r["stdout_bytes"], 1u64 << 30);
     assert_eq!(r["stdout_truncated"], true);
-    // The first and the last 64 KiB, and a line saying what was dropped between.
-    let kept = 2 * 64 * 1024;
+    // The first and the last 8 KiB, and a line saying what was dropped between.
+    let kept = 2 * 8 * 1024;
     assert_eq!(r["stdout_omitted"], (1u64 << 30) - kept);
     let text = r["stdout"].as_str().unwrap();
     let marker = format!(
@@ -1640,7 +1640,7 @@ fn a_gigabyte_of_output_keeps_capture_and_memory_bounded() {
         ru.ru_maxrss / 1024
     );
     eprintln!(
-        "RELIABILITY|exec_cli|exec|a command that prints 1 GiB|1|capture = its first and last 64 KiB (stdout_bytes counts all, stdout_omitted the middle), envelope < 512 KiB, peak RSS of avfs exec and its waited-for children {} MiB",
+        "RELIABILITY|exec_cli|exec|a command that prints 1 GiB|1|capture = its first and last 8 KiB, 16 MiB of it on disk (stdout_bytes counts all, stdout_omitted the middle), envelope < 512 KiB, peak RSS of avfs exec and its waited-for children {} MiB",
         ru.ru_maxrss / 1024
     );
 }
@@ -2097,14 +2097,15 @@ fn output_capture_is_bounded() {
     assert_eq!(x.code, 0);
     assert_eq!(r["stdout_truncated"], true);
     assert_eq!(r["stdout_bytes"], 5_000_000);
-    assert_eq!(r["stdout_omitted"], 5_000_000 - 2 * 65536);
+    // 8 KiB head and 8 KiB tail by default (`avfs output` has the rest).
+    assert_eq!(r["stdout_omitted"], 5_000_000 - 2 * 8192);
     let out = r["stdout"].as_str().unwrap();
-    let (head, rest) = out.split_at(65536);
-    let (marker, tail) = rest.split_at(rest.len() - 65536);
+    let (head, rest) = out.split_at(8192);
+    let (marker, tail) = rest.split_at(rest.len() - 8192);
     assert!(head.bytes().chain(tail.bytes()).all(|b| b == b'x'));
     assert_eq!(
         marker,
-        "\n[avfs: 4868928 bytes of stdout omitted here; 5000000 in all]\n"
+        "\n[avfs: 4983616 bytes of stdout omitted here; 5000000 in all]\n"
     );
     assert_eq!(r["stderr"], "oops\n");
     assert_eq!(r["stderr_truncated"], false);

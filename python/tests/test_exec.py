@@ -8,6 +8,7 @@ from agentvfs import (
     CommandFailed,
     Envelope,
     ExecError,
+    NoSuchOutput,
     PolicyDenied,
     Refused,
     Vault,
@@ -53,6 +54,19 @@ def test_exec_returns_the_envelope_with_changes(vault: Vault) -> None:
     assert not ws.exists("/old.txt")
     # The raw document is kept.
     assert env.raw["id"] == env.id and env.raw["changes"][1]["path"] == "/demo/hello.txt"
+
+
+def test_exec_output_returns_what_the_envelope_cut(vault: Vault) -> None:
+    ws = vault.workspace
+    env = ws.exec("seq 1 100000; printf 'bin\\377' >&2")
+    want = "".join(f"{i}\n" for i in range(1, 100001)).encode()
+    # The envelope keeps 8 KiB head and tail; the rest is counted.
+    assert env.raw["result"]["stdout_omitted"] == len(want) - 16384
+    assert ws.exec_output(env.id) == want
+    assert ws.exec_output(env.id, offset=5, limit=7) == want[5:12]
+    assert ws.exec_output(env.id, stream="stderr") == b"bin\xff"
+    with pytest.raises(NoSuchOutput):
+        ws.exec_output("ex-0000000000")
 
 
 def test_exec_argv_read_only(vault: Vault) -> None:

@@ -23,6 +23,7 @@ use crate::engine::{EngineInfo, EngineKind, IngestInfo, LayersInfo};
 use crate::error::{Error, Result};
 use crate::exec::EXIT_TIMED_OUT;
 use crate::exec::envelope::Envelope;
+use crate::exec::outputs::OutputFiles;
 use crate::exec::policy::{Action, Decision, Policy};
 use crate::exec::runner::{self, RunSpec};
 use crate::procs;
@@ -456,6 +457,12 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
     };
     let args = vec![OsString::from(sandbox::RUN_INIT_ARG)];
     let spawn_env = vec![(sandbox::setup::PLAN_VAR.to_string(), plan_json)];
+    // The whole output, kept for `avfs output` (an interactive run's goes to the
+    // terminal). A home that cannot hold it does not stop the run: the envelope has the
+    // head and tail.
+    let outputs = (!req.interactive)
+        .then(|| OutputFiles::create(&ctx.home, &v.path, &v.workspace, &envelope.id).ok())
+        .flatten();
     let spec = RunSpec {
         program: &program,
         args: &args,
@@ -464,6 +471,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
         timeout: req.timeout,
         grace: Duration::from_secs(2),
         capture: req.report.output,
+        outputs: outputs.as_ref(),
         stream: req.stream,
         sandboxed: true,
         interactive: req.interactive,
@@ -475,6 +483,12 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
         early: early.as_ref(),
     };
     let mut run = runner::run(&spec);
+    if let Some(o) = outputs {
+        let (out, err) = run
+            .as_ref()
+            .map_or((0, 0), |r| (r.stdout_bytes, r.stderr_bytes));
+        o.finish(out, err);
+    }
     // Not handed the run (the runner started its set-up another way): ended here.
     drop(early);
     if let Ok(r) = &run {

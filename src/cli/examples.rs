@@ -191,6 +191,12 @@ const EXAMPLES: &[(&str, &str)] = &[
         "  avfs restore /src/main.rs --from v1\n  avfs restore /src --from v1",
     ),
     (
+        "output",
+        "  avfs output ex-1a2b3c4d5e                    # the whole stdout of that exec
+  avfs output ex-1a2b3c4d5e --stream stderr | tail -50
+  avfs --json output ex-1a2b3c4d5e --offset 16384 --limit 16384",
+    ),
+    (
         "audit",
         "  avfs audit --limit 20
   avfs audit --since 2h

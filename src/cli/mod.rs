@@ -4,6 +4,7 @@ mod checkpoint;
 mod complete;
 mod examples;
 mod exec;
+mod exec_output;
 mod fs;
 mod history;
 mod merge;
@@ -114,6 +115,8 @@ pub enum Command {
     /// runs reach them on 127.0.0.1, the host does not.
     #[command(subcommand)]
     Service(service::ServiceCmd),
+    /// Print the full stdout or stderr of an exec (the envelope keeps its head and tail).
+    Output(exec_output::OutputArgs),
     /// Show, check and test the exec policy.
     #[command(subcommand)]
     Policy(exec::PolicyCmd),
@@ -473,6 +476,7 @@ fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {
         Command::Unmount(a) => mount::unmount(ctx, a),
         Command::Mounts => mount::mounts(ctx),
         Command::Exec(a) => exec::exec(ctx, a),
+        Command::Output(a) => exec_output::output(ctx, a),
         Command::Policy(c) => exec::policy(ctx, c),
         Command::Service(c) => service::run(ctx, c),
         Command::Approvals(a) => exec::approvals(ctx, a),

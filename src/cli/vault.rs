@@ -652,8 +652,10 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
                 p.push(suffix);
                 let _ = std::fs::remove_file(PathBuf::from(p));
             }
-            // The vault's package caches go with it (forks share them: only here).
+            // The vault's package caches and kept exec output go with it (forks share
+            // them: only here).
             let _ = std::fs::remove_dir_all(crate::sandbox::caches_dir(&ctx.home, &v.path));
+            crate::exec::outputs::discard_vault(&ctx.home, &v.path);
         }
     } else {
         let mut store = Store::open(&v.path)?;

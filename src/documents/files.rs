@@ -157,3 +157,42 @@ pub struct Version {
     #[serde(rename = "type")]
     pub kind: Option<&'static str>,
 }
+
+/// `output --json`: one page of an exec's kept stdout or stderr.
+#[derive(Serialize, JsonSchema, Debug)]
+pub struct ExecOutput {
+    /// Bytes in `content` (before encoding).
+    pub bytes: u64,
+    /// The page (utf-8), or two lowercase hex digits per byte (hex).
+    pub content: String,
+    /// `utf-8` when the page is valid UTF-8, otherwise `hex`. A page given a `--limit`
+    /// never ends inside a UTF-8 character: it ends before it, and the next starts there.
+    pub encoding: &'static str,
+    /// The exec's id (the envelope's `id`).
+    pub exec: String,
+    /// The run was over when this was read (else its output may still grow).
+    pub finished: bool,
+    /// Where the next page starts (`--offset`); null at the end of what is kept.
+    pub next_offset: Option<u64>,
+    /// Where this page starts in the stream.
+    pub offset: u64,
+    /// Bytes of the stream kept on disk.
+    pub size: u64,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// Bytes the stream carried, kept or not (the envelope's `stdout_bytes`).
+    pub total_bytes: u64,
+    /// The stream was cut on disk: it carried more than a stream keeps (16 MiB by
+    /// default); `size` bytes from its start are kept.
+    pub truncated: bool,
+}
+
+impl ExecOutput {
+    /// `data` as `content` and `encoding` (as `cat` has them).
+    pub fn encode(data: &[u8]) -> (&'static str, String) {
+        match std::str::from_utf8(data) {
+            Ok(s) => ("utf-8", s.to_string()),
+            Err(_) => ("hex", data.iter().map(|b| format!("{b:02x}")).collect()),
+        }
+    }
+}

@@ -7,9 +7,12 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-/// Default bytes kept from the start and from the end of each stream.
-pub const DEFAULT_HEAD: usize = 64 * 1024;
-pub const DEFAULT_TAIL: usize = 64 * 1024;
+/// Default bytes kept from the start and from the end of each stream: 16 KiB of one
+/// stream is about 4 000 tokens, so both streams of an envelope stay a small part of a
+/// model's context; the whole output is kept on disk (`outputs`, `avfs output`), and a
+/// person who wants more inline passes `--output-head`/`--output-tail`.
+pub const DEFAULT_HEAD: usize = 8 * 1024;
+pub const DEFAULT_TAIL: usize = 8 * 1024;
 
 /// How much of each stream is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@ pub mod capture;
 pub mod early;
 pub mod envelope;
 pub mod forked;
+pub mod outputs;
 pub use crate::policy;
 pub mod runner;
 pub mod sandbox;

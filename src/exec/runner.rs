@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use super::capture::{Capture, CaptureLimits};
 use super::forked::{self, Forked, SelfStat};
+use super::outputs::{OutputFiles, Spill, Stream};
 use crate::error::{Error, Result};
 use crate::procs::{self, MARKER};
 use crate::sandbox::{REPORT_FD, RunPlan};
@@ -68,6 +69,8 @@ pub struct RunSpec<'a> {
     pub grace: Duration,
     /// How much of each stream is kept (its head and its tail).
     pub capture: CaptureLimits,
+    /// Where the whole of each stream is written as it arrives (`avfs output`).
+    pub outputs: Option<&'a OutputFiles>,
     /// Echo output to our own stdout/stderr as it arrives.
     pub stream: bool,
     /// `program` is avfs's run set-up (`sandbox::setup`): the environment is exactly
@@ -137,11 +140,13 @@ impl Proc {
 fn pump(
     mut src: impl Read + Send + 'static,
     limits: CaptureLimits,
+    spill: Option<Spill>,
     echo: Option<Box<dyn Write + Send>>,
 ) -> mpsc::Receiver<Capture> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut echo = echo;
+        let mut spill = spill;
         let mut cap = Capture::new(limits);
         let mut buf = [0u8; 64 * 1024];
         loop {
@@ -149,6 +154,9 @@ fn pump(
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     cap.push(&buf[..n]);
+                    if let Some(s) = spill.as_mut() {
+                        s.push(&buf[..n]);
+                    }
                     if let Some(w) = echo.as_mut() {
                         let _ = w.write_all(&buf[..n]);
                         let _ = w.flush();
@@ -513,6 +521,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         Some(out) => pump(
             out,
             spec.capture,
+            spec.outputs.and_then(|o| o.spill(Stream::Stdout)),
             spec.stream
                 .then(|| Box::new(std::io::stdout()) as Box<dyn Write + Send>),
         ),
@@ -522,6 +531,7 @@ pub fn run(spec: &RunSpec) -> Result<RunResult> {
         Some(err) => pump(
             err,
             spec.capture,
+            spec.outputs.and_then(|o| o.spill(Stream::Stderr)),
             spec.stream
                 .then(|| Box::new(std::io::stderr()) as Box<dyn Write + Send>),
         ),
@@ -685,6 +695,7 @@ mod tests {
             timeout,
             grace: Duration::from_secs(2),
             capture: CaptureLimits { head: 16, tail: 0 },
+            outputs: None,
             stream: false,
             sandboxed: false,
             interactive: false,

@@ -218,10 +218,9 @@ impl AvfsServer {
     #[tool(
         description = "Run a command in the workspace through the policy boundary: the policy \
         decides (allow, allow_with_checkpoint, deny, require_approval), a checkpoint is taken \
-        when needed, the command runs sandboxed in the workspace, and the result is the \
-        execution envelope: decision, checkpoint, exit code, output, duration and exactly which \
-        files changed. A denied or approval-bound command does not run; the envelope says why \
-        (and the approval id a person must approve, or wait for: `wait_approval_secs`).",
+        when needed, the command runs sandboxed, and the result is the envelope: decision, \
+        exit code, output's head and tail (`exec_output`: all), and exactly which files \
+        changed. A denied or approval-bound command does not run; the envelope says why.",
         output_schema = output::exec_schema(),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -320,8 +319,7 @@ impl AvfsServer {
 
     #[tool(
         description = "What changed between two checkpoints, or a checkpoint and the live state \
-        (default: from the last checkpoint a person or agent saved; `head`: what the last exec \
-        changed). With patch, unified diffs of text files.",
+        (see `from`, `head`); with `patch`, unified diffs of text files.",
         output_schema = output::doc_schema("diff"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -556,10 +554,9 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Three-way merge of a fork back into the vault it was forked from (or \
-        `into`): what only the fork changed is taken, text files both edited are merged line \
-        by line, renames are followed. A merge with conflicts changes nothing (refused) \
-        unless `markers`. The result is a new checkpoint of the target.",
+        description = "Three-way merge of a fork into the vault it was forked from (or \
+        `into`), line by line, following renames. With conflicts it changes nothing unless \
+        `markers`. The result is a new checkpoint of the target.",
         output_schema = output::doc_schema("vault-merge"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
@@ -575,6 +572,27 @@ impl AvfsServer {
             line = line.opt("path", Some(path));
         }
         self.call(None, line.pos(Some(p.fork))).await
+    }
+
+    #[tool(
+        description = "The whole stdout or stderr of an exec, in pages.",
+        output_schema = output::doc_schema("output"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn exec_output(
+        &self,
+        Parameters(p): Parameters<ExecOutputParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let stream = p.stream.map(|s| match s {
+            StreamParam::Stdout => "stdout",
+            StreamParam::Stderr => "stderr",
+        });
+        let line = Line::new(&["output"])
+            .opt("stream", stream)
+            .opt("offset", p.offset)
+            .opt("limit", p.limit)
+            .pos(Some(p.exec_id));
+        self.call(None, line).await
     }
 
     #[tool(

@@ -198,15 +198,40 @@ pub(super) fn doc_schema(name: &str) -> Arc<JsonObject> {
     Arc::new(fields_only(&schema.to_value()))
 }
 
-/// Input schemas without the `$schema` line schemars puts in each (the MCP spec makes
-/// 2020-12 the default): one line per tool that a model reads and learns nothing from.
+/// Input schemas without what a model reads and learns nothing from: the `$schema` line
+/// schemars puts in each (the MCP spec makes 2020-12 the default), `format` (schemars'
+/// `uint64`, `double`: `integer` with `minimum: 0` and `number` already say it, and
+/// `badargs` checks those), and a `default` of `false` or `[]` (what leaving out an
+/// optional flag or list means anyway).
 pub(super) fn trim_input_schemas<S>(
     router: &mut rmcp::handler::server::router::tool::ToolRouter<S>,
 ) {
     for route in router.map.values_mut() {
         let mut s = (*route.attr.input_schema).clone();
         s.remove("$schema");
+        for v in s.values_mut() {
+            drop_noise(v);
+        }
         route.attr.input_schema = Arc::new(s);
+    }
+}
+
+fn drop_noise(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if o.get("format").is_some_and(Value::is_string) {
+                o.remove("format");
+            }
+            let empty = |d: &Value| *d == Value::Bool(false) || *d == json!([]);
+            if o.get("default").is_some_and(empty) {
+                o.remove("default");
+            }
+            for x in o.values_mut() {
+                drop_noise(x);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_noise),
+        _ => {}
     }
 }
 

@@ -59,16 +59,16 @@ pub(super) struct ExecParams {
     /// Bytes of patches at most (default 65536); a larger patch is cut.
     #[schemars(range(min = 0))]
     pub(super) max_patch_bytes: Option<u64>,
-    /// Bytes kept from the start of stdout and of stderr (default 65536).
+    /// Bytes kept from the start of stdout and of stderr (default 8192).
     #[schemars(range(min = 0))]
     pub(super) output_head_bytes: Option<u64>,
-    /// Bytes kept from the end of stdout and of stderr (default 65536).
+    /// Bytes kept from the end of stdout and of stderr (default 8192).
     #[schemars(range(min = 0))]
     pub(super) output_tail_bytes: Option<u64>,
     pub(super) vault: Option<String>,
 }
 
-/// `exec`'s `changes`.
+// `exec`'s `changes` (no doc comment: it would be repeated in `tools/list`).
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum ChangesParam {
@@ -202,6 +202,28 @@ pub(super) struct LogParams {
     pub(super) limit: Option<u64>,
     pub(super) cursor: Option<String>,
     pub(super) vault: Option<String>,
+}
+
+// No `vault`: the exec id finds its output (and a doc comment here would be in
+// `tools/list`).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ExecOutputParams {
+    /// The envelope's `id`.
+    pub(super) exec_id: String,
+    pub(super) stream: Option<StreamParam>,
+    /// Start byte (a page's `next_offset`).
+    #[schemars(range(min = 0))]
+    pub(super) offset: Option<u64>,
+    /// Bytes (default 16384).
+    #[schemars(range(min = 0))]
+    pub(super) limit: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum StreamParam {
+    Stdout,
+    Stderr,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -22,6 +22,7 @@ READ_ONLY = {
     "checkpoint_list",
     "diff",
     "approvals_list",
+    "exec_output",
     "read_file",
     "list_dir",
     "stat",
@@ -80,6 +81,7 @@ DOCUMENT_SCHEMAS = {
     "tag": "tag",
     "merge": "vault-merge",
     "audit": "audit",
+    "exec_output": "output",
 }
 
 
@@ -164,6 +166,15 @@ def test_every_document_tool_declares_its_generated_schema_and_its_results_match
             await checked("merge", fork="task")
             await checked("checkpoint_restore", name="c1")
             await checked("approvals_list", all=True)
+            ran = await call(s, "exec", command="seq 1 5000; printf 'x\\377' >&2")
+            out = await checked("exec_output", exec_id=ran["id"], offset=10, limit=100)
+            assert (out["offset"], out["bytes"], out["next_offset"]) == (10, 100, 110), out
+            assert out["content"] == "".join(f"{i}\n" for i in range(1, 5001)).encode()[10:110].decode()
+            assert out["size"] == out["total_bytes"] == 23893 and not out["truncated"], out
+            err = await checked("exec_output", exec_id=ran["id"], stream="stderr")
+            assert (err["encoding"], err["content"], err["next_offset"]) == ("hex", "78ff", None), err
+            gone = await call_err(s, "exec_output", exec_id="ex-0000000000")
+            assert gone["kind"] == "no_such_output", gone
             a = await checked("audit", limit=5)
             assert len(a["entries"]) == 5 and a["total"] > 5, a
             back = await checked("audit", limit=5, cursor=a["next_cursor"])

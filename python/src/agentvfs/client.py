@@ -638,7 +638,8 @@ class Workspace(ToolsMixin):
             max_changes: entries listed at most (default 50).
             max_patch_bytes: bytes of patches at most (default 65536).
             output_head, output_tail: bytes of stdout and of stderr kept from their
-                start and their end (default 65536 each; the middle is omitted).
+                start and their end (default 8192 each; the middle is omitted, and
+                :meth:`exec_output` fetches it).
             check: raise :class:`CommandFailed` when the command exits non-zero, is
                 killed or times out (like ``subprocess.run(check=True)``).
 
@@ -688,6 +689,37 @@ class Workspace(ToolsMixin):
         """Pending approvals of this vault (every one with ``all=True``)."""
         args = ["approvals"] + (["--all"] if all else [])
         return [Approval.from_json(a) for a in self._run(*args)["approvals"]]
+
+    def exec_output(
+        self,
+        exec_id: str,
+        *,
+        stream: str = "stdout",
+        offset: int = 0,
+        limit: Optional[int] = None,
+    ) -> bytes:
+        """``avfs output``: the full stdout (or ``stream="stderr"``) of an exec, byte
+        for byte, from ``offset`` (``limit`` bytes at most; ``None``: to the end, read
+        a page at a time). The envelope keeps only its head and tail; ``exec_id`` is
+        the envelope's ``id``. A stream keeps its first 16 MiB on disk, a vault its
+        newest execs' output, 64 MiB in all.
+
+        Raises:
+            NoSuchOutput: no output is kept for ``exec_id`` (unknown, nothing ran, or
+                dropped by the vault's cap).
+        """
+        out = bytearray()
+        while limit is None or len(out) < limit:
+            page = 1 << 20 if limit is None else min(1 << 20, limit - len(out))
+            doc = self._run(
+                "output", f"--stream={stream}", f"--offset={offset}", f"--limit={page}", "--", exec_id
+            )
+            data = doc["content"]
+            out += bytes.fromhex(data) if doc["encoding"] == "hex" else data.encode("utf-8")
+            if doc["next_offset"] is None or doc["bytes"] == 0:
+                break
+            offset = int(doc["next_offset"])
+        return bytes(out)
 
     # --- history ---
 

@@ -25,6 +25,7 @@ __all__ = [
     "NotFound",
     "NoSuchVault",
     "NoSuchCheckpoint",
+    "NoSuchOutput",
     "AlreadyExists",
     "VaultExists",
     "CheckpointExists",
@@ -107,6 +108,11 @@ class NoSuchCheckpoint(NotFound):
     """``no_such_checkpoint``: the workspace has no checkpoint with that name."""
 
 
+class NoSuchOutput(NotFound):
+    """``no_such_output``: no output is kept for that exec id (unknown, nothing ran,
+    its vault was deleted, or the vault's cap on kept output dropped it)."""
+
+
 class AlreadyExists(AvfsError):
     """``already_exists``: the path to create exists already.
 
@@ -147,6 +153,7 @@ CLI_ERROR_KINDS = (
     "no_such_checkpoint",
     "checkpoint_exists",
     "not_found",
+    "no_such_output",
     "already_exists",
     "not_a_directory",
     "is_a_directory",
@@ -183,6 +190,7 @@ _BY_KIND: Dict[str, Type[AvfsError]] = {
     "not_found": NotFound,
     "no_such_vault": NoSuchVault,
     "no_such_checkpoint": NoSuchCheckpoint,
+    "no_such_output": NoSuchOutput,
     "already_exists": AlreadyExists,
     "vault_exists": VaultExists,
     "checkpoint_exists": CheckpointExists,

@@ -559,7 +559,9 @@ class ExecResult:
     timed_out: bool
     duration_ms: int
     stdout: str
-    """Captured standard output: the first 1 MiB, decoded as UTF-8 (lossily)."""
+    """Captured standard output, decoded as UTF-8 (lossily): its first and last 8 KiB by
+    default, with a line saying what was omitted between (``Workspace.exec_output`` has
+    all of it)."""
     stderr: str
     stdout_truncated: bool
     stderr_truncated: bool
