@@ -483,7 +483,14 @@ fn services_and_a_workspace_with_ignored_files() {
     let s = start(
         &env,
         "t",
-        &["--name", "w2", "--", "sh", "-c", "cat .venv/marker > seen.txt; exec sleep 600"],
+        &[
+            "--name",
+            "w2",
+            "--",
+            "sh",
+            "-c",
+            "cat .venv/marker > seen.txt; exec sleep 600",
+        ],
     );
     assert_eq!(s["service"]["state"], "running", "{s}");
     let pid = s["service"]["pid"].as_i64().unwrap();
@@ -493,7 +500,10 @@ fn services_and_a_workspace_with_ignored_files() {
     });
     let x = env.json(&["--vault", "t", "exec", "--", "cat", ".venv/marker"]);
     assert_eq!(x["exit_code"], 0, "{x}");
-    assert!(alive(pid), "the service outlives a run that only reads ignored files");
+    assert!(
+        alive(pid),
+        "the service outlives a run that only reads ignored files"
+    );
     env.ok(&["--vault", "t", "service", "stop", "w2"]);
     eventually("the service stops", || !alive(pid));
     assert_eq!(services(&env, "t").len(), 2);
