@@ -567,7 +567,14 @@ fn overlay_runs_match_a_native_directory_operation_by_operation() {
             std::fs::write(native.join("cli/edit.txt"), "from the CLI\n").unwrap();
         }
         // What the next run sees (the layer stack) is the native tree.
-        let seen = ok_in(&env, "t", &["--", "python3", "-c", MANIFEST, "."]);
+        // The manifest is JSON of every file: more than the envelope's default head and
+        // tail, so the whole of it is kept.
+        let whole = ["--output-head", "67108864", "--"];
+        let seen = ok_in(
+            &env,
+            "t",
+            &[&whole[..], &["python3", "-c", MANIFEST, "."]].concat(),
+        );
         let seen: BTreeMap<String, Value> = serde_json::from_str(&stdout(&seen)).unwrap();
         let mut want = manifest_native(&native);
         if round >= 4 {
@@ -594,7 +601,11 @@ fn overlay_runs_match_a_native_directory_operation_by_operation() {
                 "{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            let fresh = ok_in(&env, "t", &["--", "python3", "-c", MANIFEST, "."]);
+            let fresh = ok_in(
+                &env,
+                "t",
+                &[&whole[..], &["python3", "-c", MANIFEST, "."]].concat(),
+            );
             assert_eq!(
                 fresh["engine"]["layers"]["how"], "full",
                 "{}",

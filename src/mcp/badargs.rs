@@ -92,7 +92,10 @@ pub(super) fn check(schema: &JsonObject, args: &JsonObject) -> Result<(), McpErr
                 format!("use only these arguments: {}", known.join(", ")),
             ));
         };
-        check_value(name, prop, value)?;
+        // `null` is leaving the argument out (`output::trim_input_schemas`).
+        if !value.is_null() {
+            check_value(name, prop, value)?;
+        }
     }
     for req in schema
         .get("required")

@@ -216,11 +216,10 @@ impl AvfsServer {
 #[tool_router]
 impl AvfsServer {
     #[tool(
-        description = "Run a command in the workspace through the policy boundary: the policy \
-        decides (allow, allow_with_checkpoint, deny, require_approval), a checkpoint is taken \
-        when needed, the command runs sandboxed, and the result is the envelope: decision, \
-        exit code, output's head and tail (`exec_output`: all), and exactly which files \
-        changed. A denied or approval-bound command does not run; the envelope says why.",
+        description = "Run a command in the workspace through the policy (allow, \
+        allow_with_checkpoint, deny, require_approval), checkpointed when needed, sandboxed. \
+        Returns the envelope: decision, exit code, output head and tail (all: `exec_output`), \
+        exactly which files changed.",
         output_schema = output::exec_schema(),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -304,8 +303,7 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Restore the workspace to a checkpoint. Unsaved changes are first kept in \
-        an automatic checkpoint, so nothing is lost.",
+        description = "Restore a checkpoint; unsaved changes are kept in an automatic one first.",
         output_schema = output::doc_schema("checkpoint-restore"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
@@ -318,8 +316,8 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "What changed between two checkpoints, or a checkpoint and the live state \
-        (see `from`, `head`); with `patch`, unified diffs of text files.",
+        description = "Changes between two checkpoints, or a checkpoint and the live state; \
+        `patch` adds unified diffs.",
         output_schema = output::doc_schema("diff"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -350,8 +348,8 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Fork the vault into a new task workspace, in O(1) whatever its size. Work \
-        in it by passing its name as `vault` to the other tools.",
+        description = "Fork the vault into a new workspace in O(1); pass its name as `vault` \
+        to work in it.",
         output_schema = output::doc_schema("vault-fork"),
         annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
@@ -371,8 +369,8 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "List approvals: commands the policy would only run once a person \
-        approves them (`avfs approve ID`). Pending only, unless all.",
+        description = "Commands waiting for a person's approval (`avfs approve ID`); pending \
+        only unless `all`.",
         output_schema = output::doc_schema("approvals"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -385,8 +383,7 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Read a file of the workspace (live, or at a checkpoint). Text comes back \
-        as utf-8, anything else as hex (see `encoding`).",
+        description = "Read a file (live or at a checkpoint): utf-8 text, else hex (`encoding`).",
         output_schema = output::doc_schema("cat"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -460,8 +457,8 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Search file contents for a regular expression, ripgrep-like: every \
-        match with its path and line number (or only the paths).",
+        description = "Regex search of file contents, ripgrep-like: matches with path and line \
+        (or paths only).",
         output_schema = output::doc_schema("grep"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -515,8 +512,7 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Full-text search over the workspace's text files, ranked, with \
-        snippets (the index catches up with what changed since the last search).",
+        description = "Ranked full-text search of text files, with snippets.",
         output_schema = output::doc_schema("search"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -533,8 +529,8 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Add tags to a file or directory (or remove them). Tags are user.avfs.* \
-        extended attributes: kept by checkpoints and forks, visible in the mount.",
+        description = "Add or remove tags (user.avfs.* xattrs, kept by checkpoints and forks) on \
+        a path.",
         output_schema = output::doc_schema("tag"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
@@ -554,9 +550,8 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "Three-way merge of a fork into the vault it was forked from (or \
-        `into`), line by line, following renames. With conflicts it changes nothing unless \
-        `markers`. The result is a new checkpoint of the target.",
+        description = "Three-way merge of a fork into its origin (or `into`), line by line, \
+        rename-aware. Conflicts change nothing unless `markers`. Makes a checkpoint of the target.",
         output_schema = output::doc_schema("vault-merge"),
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
@@ -572,6 +567,80 @@ impl AvfsServer {
             line = line.opt("path", Some(path));
         }
         self.call(None, line.pos(Some(p.fork))).await
+    }
+
+    #[tool(
+        description = "Start a server or other long-lived command, decided and sandboxed as \
+        `exec`; runs reach it on 127.0.0.1.",
+        output_schema = output::doc_schema("service-start"),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn service_start(
+        &self,
+        Parameters(p): Parameters<ServiceStartParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let mut line = Line::new(&["service", "start"])
+            .opt("name", p.name)
+            .opt("cwd", p.cwd)
+            .opt("ttl", p.ttl_secs);
+        for kv in p.env.unwrap_or_default() {
+            line = line.opt("env", Some(kv));
+        }
+        match (p.command, p.argv) {
+            (Some(sh), None) => line = line.opt("shell", Some(sh)),
+            (None, Some(argv)) if !argv.is_empty() => {
+                line.positional = argv.into_iter().map(OsString::from).collect()
+            }
+            _ => {
+                return Err(badargs::bad_arg(
+                    "command",
+                    "give exactly one of `command` (a shell line) or `argv` (a non-empty list)",
+                    "pass `command` as a string, or `argv` as a non-empty list of strings, \
+                     not both",
+                ));
+            }
+        }
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "The workspace's services: name, state, pid, exit status.",
+        output_schema = output::doc_schema("service-list"),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn service_list(
+        &self,
+        Parameters(p): Parameters<VaultOnlyParams>,
+    ) -> Result<CallToolResult, McpError> {
+        self.call(p.vault, Line::new(&["service", "list"])).await
+    }
+
+    #[tool(
+        description = "A service's stdout and stderr (`output`).",
+        output_schema = output::text_schema(),
+        annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn service_logs(
+        &self,
+        Parameters(p): Parameters<ServiceParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["service", "logs"])
+            .opt("tail", p.tail)
+            .pos(Some(p.service));
+        self.call(p.vault, line).await
+    }
+
+    #[tool(
+        description = "Stop a service (SIGTERM, then SIGKILL).",
+        output_schema = output::doc_schema("service-stop"),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn service_stop(
+        &self,
+        Parameters(p): Parameters<ServiceParams>,
+    ) -> Result<CallToolResult, McpError> {
+        let line = Line::new(&["service", "stop"]).pos(Some(p.service));
+        self.call(p.vault, line).await
     }
 
     #[tool(
@@ -596,8 +665,8 @@ impl AvfsServer {
     }
 
     #[tool(
-        description = "The audit log: every command that changed the vault, who ran it \
-        (cli, mcp, exec) and when, hash-chained.",
+        description = "The hash-chained audit log: what changed the vault, who (cli, mcp, \
+        exec), when.",
         output_schema = output::doc_schema("audit"),
         annotations(read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]

@@ -116,7 +116,16 @@ fn is_default(v: &Value) -> bool {
 pub(super) fn exec_schema() -> Arc<JsonObject> {
     static SCHEMA: OnceLock<Arc<JsonObject>> = OnceLock::new();
     SCHEMA
-        .get_or_init(|| Arc::new(fields_only(&full_exec_schema())))
+        .get_or_init(|| {
+            // The envelope keeps its title (a client can match it to the published
+            // schema); the other documents' titles are only bytes in `tools/list`.
+            let full = full_exec_schema();
+            let mut s = fields_only(&full);
+            if let Some(t) = full.get("title") {
+                s.insert("title".into(), t.clone());
+            }
+            Arc::new(s)
+        })
         .clone()
 }
 
@@ -137,9 +146,6 @@ fn full_exec_schema() -> Value {
 fn fields_only(full: &Value) -> JsonObject {
     let mut out = JsonObject::new();
     out.insert("type".into(), json!("object"));
-    if let Some(t) = full.get("title") {
-        out.insert("title".into(), t.clone());
-    }
     let props: JsonObject = full
         .get("properties")
         .and_then(Value::as_object)
@@ -198,6 +204,12 @@ pub(super) fn doc_schema(name: &str) -> Arc<JsonObject> {
     Arc::new(fields_only(&schema.to_value()))
 }
 
+/// `{"output": TEXT}`: what `service logs --json` prints.
+pub(super) fn text_schema() -> Arc<JsonObject> {
+    let v = json!({"type": "object", "properties": {"output": {"type": "string"}}});
+    Arc::new(v.as_object().cloned().unwrap_or_default())
+}
+
 /// Input schemas without what a model reads and learns nothing from: the `$schema` line
 /// schemars puts in each (the MCP spec makes 2020-12 the default), `format` (schemars'
 /// `uint64`, `double`: `integer` with `minimum: 0` and `number` already say it, and
@@ -225,6 +237,27 @@ fn drop_noise(v: &mut Value) {
             let empty = |d: &Value| *d == Value::Bool(false) || *d == json!([]);
             if o.get("default").is_some_and(empty) {
                 o.remove("default");
+            }
+            // An optional argument is one a call leaves out; `null` for it means the same
+            // (`badargs` lets it through), so `["integer", "null"]` says no more than
+            // `"integer"`, and an optional enum needs no `anyOf` with `null`.
+            if let Some(Value::Array(ts)) = o.get("type")
+                && ts.len() == 2
+                && ts.iter().any(|t| t == "null")
+                && let Some(t) = ts.iter().find(|t| *t != "null").cloned()
+            {
+                o.insert("type".into(), t);
+            }
+            if let Some(Value::Array(alts)) = o.get("anyOf")
+                && alts.len() == 2
+                && alts.iter().any(|a| *a == json!({"type": "null"}))
+                && let Some(Value::Object(other)) = alts
+                    .iter()
+                    .find(|a| **a != json!({"type": "null"}))
+                    .cloned()
+            {
+                o.remove("anyOf");
+                o.extend(other);
             }
             for x in o.values_mut() {
                 drop_noise(x);

@@ -46,12 +46,11 @@ pub(super) struct ExecParams {
     pub(super) ephemeral: bool,
     /// Run the command of this approval, once a person approved it.
     pub(super) approve: Option<String>,
-    /// If approval is required, wait this long for a person: approved, it runs; else
-    /// `approval.state` says `denied` or `pending`.
+    /// Wait this long for a person's decision when approval is required.
     #[schemars(range(min = 0))]
     pub(super) wait_approval_secs: Option<f64>,
-    /// The change list: `list` (default: `max_changes` entries, `max_patch_bytes` of
-    /// patches), `full` (unbounded), `summary` (counts by kind and top directory), `none`.
+    /// `list` (default; bounded by `max_changes`, `max_patch_bytes`), `full`,
+    /// `summary` (counts), `none`.
     pub(super) changes: Option<ChangesParam>,
     /// Entries in the change list at most (default 50); `changes_page.rest` pages the rest.
     #[schemars(range(min = 0))]
@@ -100,18 +99,18 @@ pub(super) struct CheckpointSaveParams {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(super) struct CheckpointRestoreParams {
-    /// The checkpoint to restore (unsaved changes are kept in an automatic checkpoint).
+    /// The checkpoint.
     pub(super) name: String,
     pub(super) vault: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 pub(super) struct DiffParams {
-    /// From this checkpoint (default: the last one a person or an agent saved, not the
-    /// automatic ones exec takes; see `head`).
+    /// From this checkpoint (default: the last one saved by a person or agent;
+    /// see `head`).
     pub(super) from: Option<String>,
-    /// From the head checkpoint instead of the last saved one: after an exec, the one
-    /// taken before it, so this shows what the last exec (and anything since) changed.
+    /// From the head checkpoint (after an exec: the one before it) instead of
+    /// the last saved one.
     #[serde(default)]
     pub(super) head: bool,
     /// To this checkpoint (default: the live state).
@@ -334,8 +333,39 @@ pub(super) struct MergeParams {
     /// Work out and report the merge, change nothing.
     #[serde(default)]
     pub(super) dry_run: bool,
-    /// Apply a merge with conflicts: markers where text edits overlap, the fork's copy of
-    /// a binary file beside the target's (default: change nothing, list the conflicts).
+    /// Apply despite conflicts: markers in overlapping text, both copies of a
+    /// binary file.
     #[serde(default)]
     pub(super) markers: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ServiceStartParams {
+    /// Default: its id.
+    pub(super) name: Option<String>,
+    /// A shell line (bash), or `argv`.
+    pub(super) command: Option<String>,
+    pub(super) argv: Option<Vec<String>>,
+    /// `KEY=VALUE` each.
+    pub(super) env: Option<Vec<String>>,
+    pub(super) cwd: Option<String>,
+    /// End it after this many seconds.
+    #[schemars(range(min = 0))]
+    pub(super) ttl_secs: Option<f64>,
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct ServiceParams {
+    /// Its name or id.
+    pub(super) service: String,
+    /// `service_logs`: the last N lines only.
+    #[schemars(range(min = 0))]
+    pub(super) tail: Option<u64>,
+    pub(super) vault: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+pub(super) struct VaultOnlyParams {
+    pub(super) vault: Option<String>,
 }

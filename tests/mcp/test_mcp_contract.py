@@ -6,6 +6,7 @@ workspace's checkpoints and files as resources."""
 from __future__ import annotations
 
 import base64
+import asyncio
 import json
 import os
 import pathlib
@@ -31,6 +32,8 @@ READ_ONLY = {
     "find",
     "search",
     "audit",
+    "service_list",
+    "service_logs",
 }
 
 
@@ -82,6 +85,9 @@ DOCUMENT_SCHEMAS = {
     "merge": "vault-merge",
     "audit": "audit",
     "exec_output": "output",
+    "service_start": "service-start",
+    "service_list": "service-list",
+    "service_stop": "service-stop",
 }
 
 
@@ -92,8 +98,6 @@ def schema_file(name: str) -> dict:
 def fields_only(full: dict) -> dict:
     """What a tool declares of its document's schema: the fields and their JSON types."""
     out: dict = {"type": "object"}
-    if "title" in full:
-        out["title"] = full["title"]
     out["properties"] = {
         k: ({"type": v["type"]} if "type" in v else {}) for k, v in full["properties"].items()
     }
@@ -117,7 +121,8 @@ def test_every_document_tool_declares_its_generated_schema_and_its_results_match
     async def go() -> None:
         async with session(home) as s:
             tools = {t.name: t for t in (await s.list_tools()).tools}
-            assert set(tools) == set(DOCUMENT_SCHEMAS) | {"exec"}, set(tools)
+            # service_logs prints `{"output": TEXT}`, which has no document schema.
+            assert set(tools) == set(DOCUMENT_SCHEMAS) | {"exec", "service_logs"}, set(tools)
             for tool, name in DOCUMENT_SCHEMAS.items():
                 assert tools[tool].output_schema == fields_only(schema_file(name)), tool
 
@@ -175,6 +180,18 @@ def test_every_document_tool_declares_its_generated_schema_and_its_results_match
             assert (err["encoding"], err["content"], err["next_offset"]) == ("hex", "78ff", None), err
             gone = await call_err(s, "exec_output", exec_id="ex-0000000000")
             assert gone["kind"] == "no_such_output", gone
+            svc = await checked("service_start", name="web", command="echo up; exec sleep 600")
+            assert svc["service"]["state"] == "running", svc
+            listed = await checked("service_list")
+            assert [x["name"] for x in listed["services"]] == ["web"], listed
+            for _ in range(100):
+                logs = await call(s, "service_logs", service="web", tail=5)
+                if logs["output"] == "up\n":
+                    break
+                await asyncio.sleep(0.1)
+            assert logs["output"] == "up\n", logs
+            stopped = await checked("service_stop", service="web")
+            assert stopped["service"]["state"] != "running", stopped
             a = await checked("audit", limit=5)
             assert len(a["entries"]) == 5 and a["total"] > 5, a
             back = await checked("audit", limit=5, cursor=a["next_cursor"])
