@@ -32,6 +32,8 @@ pub struct Meta {
     pub dev: u64,
     pub ino: u64,
     pub size: u64,
+    /// 512-byte blocks allocated (what a tree takes on disk: `tree_size`).
+    pub blocks: u64,
     /// Changes with anything that changes the inode (content, attributes, links): with
     /// the inode number, size and mtime, how a kept upper's unchanged file is recognized.
     pub ctime_ns: i64,
@@ -49,6 +51,7 @@ impl Meta {
             dev: m.dev(),
             ino: m.ino(),
             size: m.size(),
+            blocks: m.blocks(),
             ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
         }
     }
@@ -64,6 +67,7 @@ impl Meta {
             dev: st.st_dev,
             ino: st.st_ino,
             size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
             ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
         }
     }
@@ -121,40 +125,18 @@ pub fn tree_size(path: &std::path::Path) -> u64 {
             let Ok(name) = CString::new(e.name.as_slice()) else {
                 continue;
             };
-            let Ok((blocks, is_dir)) = blocks_at(&open.file, &name) else {
+            let Ok(meta) = lstat_at(&open.file, &name) else {
                 continue;
             };
-            total += blocks * 512;
-            if is_dir && let Ok(child) = dir.child(&mut anchor, &e.name) {
+            total += meta.blocks * 512;
+            if meta.is_dir()
+                && let Ok(child) = dir.child(&mut anchor, &e.name)
+            {
                 pending.push(child);
             }
         }
     }
     total
-}
-
-/// 512-byte blocks allocated to `name` in the directory open as `dir`, and whether it
-/// is a directory (never following a symlink).
-fn blocks_at(dir: &File, name: &CStr) -> io::Result<(u64, bool)> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: a valid descriptor, C string and stat buffer.
-    let r = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            st.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstatat filled it.
-    let st = unsafe { st.assume_init() };
-    Ok((
-        st.st_blocks as u64,
-        st.st_mode & libc::S_IFMT == libc::S_IFDIR,
-    ))
 }
 
 /// `lstat` of `name` in the directory open as `dir` (no lookup of the directory's path).

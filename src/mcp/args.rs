@@ -32,6 +32,29 @@ impl Line {
         }
         self
     }
+    /// The command to run: a shell line (`--shell`) or an argv (after `--`), exactly one;
+    /// neither only when `may_omit` (an approval carries its own command).
+    pub(super) fn command(
+        mut self,
+        command: Option<String>,
+        argv: Option<Vec<String>>,
+        may_omit: bool,
+    ) -> Result<Line, McpError> {
+        match (command, argv) {
+            (Some(sh), None) => Ok(self.opt("shell", Some(sh))),
+            (None, Some(argv)) if !argv.is_empty() => {
+                self.positional = argv.into_iter().map(OsString::from).collect();
+                Ok(self)
+            }
+            (None, None) if may_omit => Ok(self),
+            _ => Err(super::badargs::bad_arg(
+                "command",
+                "give exactly one of `command` (a shell line) or `argv` (a non-empty list)",
+                "pass `command` as a string, or `argv` as a non-empty list of strings, not both",
+            )),
+        }
+    }
+
     /// A positional word before `--` (for commands whose `--` starts something else).
     pub(super) fn word(mut self, value: Option<impl Into<OsString>>) -> Line {
         if let Some(v) = value {

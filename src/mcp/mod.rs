@@ -22,7 +22,6 @@ mod params;
 mod resources;
 mod session;
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -248,22 +247,8 @@ impl AvfsServer {
         for kv in p.env.unwrap_or_default() {
             line = line.opt("env", Some(kv));
         }
-        match (p.command, p.argv) {
-            (Some(sh), None) => line = line.opt("shell", Some(sh)),
-            (None, Some(argv)) if !argv.is_empty() => {
-                line.positional = argv.into_iter().map(OsString::from).collect()
-            }
-            // An approval carries its own command.
-            (None, None) if approving => {}
-            _ => {
-                return Err(badargs::bad_arg(
-                    "command",
-                    "give exactly one of `command` (a shell line) or `argv` (a non-empty list)",
-                    "pass `command` as a string, or `argv` as a non-empty list of strings, \
-                     not both",
-                ));
-            }
-        }
+        // An approval carries its own command.
+        let line = line.command(p.command, p.argv, approving)?;
         let mut r = self.call(p.vault, line).await?;
         if let (Some(doc), Some(false)) = (r.structured_content.as_mut(), r.is_error) {
             output::compact_envelope(doc);
@@ -586,20 +571,7 @@ impl AvfsServer {
         for kv in p.env.unwrap_or_default() {
             line = line.opt("env", Some(kv));
         }
-        match (p.command, p.argv) {
-            (Some(sh), None) => line = line.opt("shell", Some(sh)),
-            (None, Some(argv)) if !argv.is_empty() => {
-                line.positional = argv.into_iter().map(OsString::from).collect()
-            }
-            _ => {
-                return Err(badargs::bad_arg(
-                    "command",
-                    "give exactly one of `command` (a shell line) or `argv` (a non-empty list)",
-                    "pass `command` as a string, or `argv` as a non-empty list of strings, \
-                     not both",
-                ));
-            }
-        }
+        let line = line.command(p.command, p.argv, false)?;
         self.call(p.vault, line).await
     }
 
