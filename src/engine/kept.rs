@@ -419,6 +419,10 @@ impl Kept {
     /// Ends the keeper and waits for its overlay to go, keeping the directory: the
     /// upper can then be changed (its ignored files move out) before it is retired.
     pub fn end_keeper(&self) {
+        // The directory is `$AVFS_HOME/kept/<mount id>`.
+        if let Some(home) = self.dir.parent().and_then(Path::parent) {
+            self.end_services(home);
+        }
         if let Some(k) = &self.record.keeper {
             stop(k);
         }
@@ -440,7 +444,7 @@ impl Kept {
     /// retired (its upper becomes a layer, which nothing may write any more).
     fn end_services(&self, home: &Path) {
         if let Some(d) = self.services_dir(home) {
-            crate::sandbox::service::stop_all(&d);
+            crate::sandbox::service::stop_all(&d, crate::sandbox::service::OVERLAY_RETIRED);
         }
     }
 

@@ -40,8 +40,15 @@ pub const SERVICE_VAR: &str = "AVFS_SERVICE_PLAN";
 /// Bytes of output in `log` before it is rotated to `log.1`.
 pub const LOG_MAX: u64 = 1 << 20;
 
-/// The file a `stop` leaves before it signals (the supervisor records "stopped").
+/// The file a `stop` leaves before it signals. Empty: a person stopped it (the
+/// supervisor records "stopped"); otherwise it holds why avfs ended it (the supervisor
+/// records "ended" with that reason). Written before the signal, so the record never
+/// depends on which side notices first.
 const STOP: &str = "stop";
+
+/// Why a service ends when its workspace's kept overlay is retired.
+pub const OVERLAY_RETIRED: &str =
+    "its workspace's overlay was retired (the workspace was restored, deleted or collected)";
 
 /// The service directories of one workspace: `$AVFS_HOME/services/<mount id>`.
 pub fn workspace_dir(home: &Path, mount_id: &str) -> PathBuf {
@@ -368,6 +375,12 @@ fn finish(
     rec.ended_at_ns = Some(now_ns());
     rec.exit_code = status.and_then(|s| s.code());
     rec.signal = status.and_then(|s| s.signal());
+    // avfs's own reason (left in the stop file before the signal) wins over what the
+    // supervisor saw after it: a retired keeper is a consequence, not the cause.
+    let reason = match std::fs::read_to_string(plan.dir.join(STOP)) {
+        Ok(why) if !why.is_empty() => Some(why),
+        _ => reason,
+    };
     rec.state = match &reason {
         Some(_) => "ended".into(),
         None if plan.dir.join(STOP).exists() => "stopped".into(),
@@ -504,7 +517,7 @@ fn watch(
             let why = if !plan.vault.exists() {
                 Some("its vault was deleted".to_string())
             } else if !keeper.is_some_and(|k| k.alive()) {
-                Some("its workspace's overlay was retired (the workspace was restored, deleted or collected)".into())
+                Some(OVERLAY_RETIRED.into())
             } else if plan
                 .ttl_secs
                 .is_some_and(|t| started.elapsed() >= Duration::from_secs(t))
@@ -576,14 +589,14 @@ fn end(setup: i32, pid1: Option<i32>) {
 
 /// Stops the service of `dir` and waits (up to 10 s) until its supervisor has recorded
 /// how it ended. False when it was not running.
-pub fn stop(dir: &Path) -> bool {
+pub fn stop(dir: &Path, why: Option<&str>) -> bool {
     let Some(rec) = ServiceRecord::read(dir) else {
         return false;
     };
     if !rec.live() {
         return false;
     }
-    let _ = std::fs::write(dir.join(STOP), b"");
+    let _ = std::fs::write(dir.join(STOP), why.unwrap_or_default());
     if let Some(s) = rec.setup {
         end(s.pid, rec.pid);
     }
@@ -593,12 +606,13 @@ pub fn stop(dir: &Path) -> bool {
     true
 }
 
-/// Stops every running service under `ws_dir` (one workspace's); returns how many.
-pub fn stop_all(ws_dir: &Path) -> usize {
+/// Ends every running service under `ws_dir` (one workspace's) for the reason `why`;
+/// returns how many.
+pub fn stop_all(ws_dir: &Path, why: &str) -> usize {
     let Ok(rd) = std::fs::read_dir(ws_dir) else {
         return 0;
     };
-    rd.flatten().filter(|e| stop(&e.path())).count()
+    rd.flatten().filter(|e| stop(&e.path(), Some(why))).count()
 }
 
 /// The records of the services under `ws_dir`, oldest first.

@@ -263,7 +263,7 @@ fn audit_stop(v: &VaultRef, r: &ServiceRecord, action: &str) -> Result<()> {
 /// ended.
 pub fn stop(ctx: &Context, which: &str) -> Result<ServiceStopped> {
     let (v, dir, _) = resolve(ctx, which)?;
-    let stopped = proc_service::stop(&dir);
+    let stopped = proc_service::stop(&dir, None);
     let r = ServiceRecord::read(&dir)
         .ok_or_else(|| Error::Internal("the service's record is gone".into()))?;
     if stopped {
@@ -279,7 +279,7 @@ pub fn stop(ctx: &Context, which: &str) -> Result<ServiceStopped> {
 /// environment, working directory and ttl.
 pub fn restart(ctx: &Context, which: &str) -> Result<(ServiceStarted, i32)> {
     let (_, dir, r) = resolve(ctx, which)?;
-    proc_service::stop(&dir);
+    proc_service::stop(&dir, None);
     let command = match r.command.as_slice() {
         [b, c, line] if b == "bash" && c == "-c" => Command::Shell(line.clone()),
         a => Command::Argv(a.to_vec()),
@@ -304,7 +304,7 @@ pub fn restart(ctx: &Context, which: &str) -> Result<(ServiceStarted, i32)> {
 /// is done before the workspace goes, synchronously.
 pub fn end_all(home: &Path, vault_file: &Path, workspace: &str) -> usize {
     let dir = proc_service::workspace_dir(home, &crate::mount::mount_id(vault_file, workspace));
-    let n = proc_service::stop_all(&dir);
+    let n = proc_service::stop_all(&dir, "its workspace was deleted");
     let _ = std::fs::remove_dir_all(&dir);
     n
 }
