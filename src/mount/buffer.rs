@@ -22,6 +22,9 @@ pub struct DirtyFile {
     /// The modification time the file gets when the buffer is stored: the time of the
     /// last write, unless a later utimensat (tar, `cp -p`, `touch -d`) set one.
     pub mtime_ns: i64,
+    /// The change time of the last change through the buffer: what `stat` shows before
+    /// the buffer is stored (the mount has no writeback cache, so the kernel asks).
+    pub ctime_ns: i64,
 }
 
 impl DirtyFile {
@@ -31,13 +34,24 @@ impl DirtyFile {
             base: (*hash, size),
             stored_size: size,
             mtime_ns: crate::store::now_ns(),
+            ctime_ns: crate::store::now_ns(),
         })
     }
 
     pub fn write(&mut self, db: &Connection, offset: u64, data: &[u8]) -> Result<()> {
         self.patch.write(db, offset, data)?;
-        self.mtime_ns = crate::store::now_ns();
+        self.touch(true);
         Ok(())
+    }
+
+    /// Records a change now: of the content (`content`: the modification time too, as a
+    /// write, a truncate or a punched hole make it) or of the allocation only.
+    pub fn touch(&mut self, content: bool) {
+        let now = crate::store::now_ns();
+        self.ctime_ns = now;
+        if content {
+            self.mtime_ns = now;
+        }
     }
 
     /// Stores the changed blocks and returns the new content hash and size.

@@ -11,10 +11,17 @@ pub(super) fn ts(ns: i64) -> SystemTime {
     }
 }
 
+/// A time the kernel sent (SETATTR), in ns since the epoch. fuser 0.18 turns the kernel's
+/// `(secs < 0, nsecs)` into `epoch - (|secs| s + nsecs ns)`, where the timespec means
+/// `secs s + nsecs ns` (its own TODO says so): the nanoseconds are undone here, so
+/// `touch -d '1969-12-31 23:43:20.000000005'` keeps its value.
 pub(super) fn ns_of(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_nanos() as i64,
-        Err(e) => -(e.duration().as_nanos() as i64),
+        Err(e) => {
+            let d = e.duration();
+            -(d.as_secs() as i64) * 1_000_000_000 + i64::from(d.subsec_nanos())
+        }
     }
 }
 
@@ -32,13 +39,17 @@ pub(super) fn file_type(k: Kind) -> FileType {
 
 pub(super) fn attr_of(i: &Inode, dirty: Option<&DirtyFile>) -> FileAttr {
     let size = dirty.map_or(i.size, |d| d.size());
+    // A file being written shows its buffer's times (they become the inode's when the
+    // buffer is stored).
+    let mtime_ns = dirty.map_or(i.mtime_ns, |d| d.mtime_ns);
+    let ctime_ns = dirty.map_or(i.ctime_ns, |d| d.ctime_ns.max(i.ctime_ns));
     FileAttr {
         ino: INodeNo(i.ino),
         size,
         blocks: size.div_ceil(512),
         atime: ts(i.atime_ns.unwrap_or(i.mtime_ns)),
-        mtime: ts(i.mtime_ns),
-        ctime: ts(i.ctime_ns),
+        mtime: ts(mtime_ns),
+        ctime: ts(ctime_ns),
         crtime: ts(i.ctime_ns),
         kind: file_type(i.kind),
         perm: (i.mode & 0o7777) as u16,

@@ -272,13 +272,19 @@ impl AvfsFs {
                     st.may_grow(db, st.dirty[&ino.0].stored_size, end)?;
                 }
                 let d = st.dirty.get_mut(&ino.0).unwrap();
+                // Times as ext4 sets them: the change time always, the modification time
+                // when the size or the bytes change.
                 if mode == 0 {
-                    if end > d.size() {
+                    let grows = end > d.size();
+                    if grows {
                         d.truncate(db, end)?;
                     }
+                    d.touch(grows);
                 } else if mode == libc::FALLOC_FL_KEEP_SIZE {
+                    d.touch(false);
                 } else if mode == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE {
                     d.punch(db, offset, length)?;
+                    d.touch(true);
                 } else {
                     return Err(Error::InvalidArgument(String::new(), "EOPNOTSUPP".into()));
                 }
