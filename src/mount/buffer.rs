@@ -8,8 +8,8 @@ use std::ops::{Deref, DerefMut};
 use rusqlite::Connection;
 
 use crate::error::Result;
-use crate::store::content::Patch;
-use crate::store::objects::Hash;
+use crate::workspace::content::{Patch, exists};
+use crate::workspace::{Hash, now_ns};
 
 /// Unflushed changes to one file.
 pub struct DirtyFile {
@@ -30,19 +30,19 @@ impl DirtyFile {
             patch: Patch::new(db, hash, size)?,
             base: (*hash, size),
             stored_size: size,
-            mtime_ns: crate::store::now_ns(),
+            mtime_ns: now_ns(),
         })
     }
 
     pub fn write(&mut self, db: &Connection, offset: u64, data: &[u8]) -> Result<()> {
         self.patch.write(db, offset, data)?;
-        self.mtime_ns = crate::store::now_ns();
+        self.mtime_ns = now_ns();
         Ok(())
     }
 
     /// Stores the changed blocks and returns the new content hash and size.
     pub fn commit(&self, db: &Connection) -> Result<(Hash, u64)> {
-        if self.base.1 > 0 && !crate::store::content::exists(db, &self.base.0, self.base.1)? {
+        if self.base.1 > 0 && !exists(db, &self.base.0, self.base.1)? {
             return Err(crate::error::Error::Corrupt {
                 path: Default::default(),
                 reason: format!(
