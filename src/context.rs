@@ -1,12 +1,17 @@
 //! Finding the vault a command works on, and keeping a mounted workspace consistent with
 //! changes made from outside its mount. Shared by the CLI, the boundary and MCP.
 
+mod change;
+pub mod path;
+
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::registry::{DEFAULT_VAULT, Registry, VaultRef};
 use crate::store::{Store, audit};
 use crate::workspace::{MAIN, create_workspace};
+
+pub use change::delete_fork;
 
 /// The variable that names who asked (an MCP tool call, say) in the audit rows of the
 /// avfs processes a front end starts.

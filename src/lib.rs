@@ -21,6 +21,7 @@ pub mod recover;
 pub mod registry;
 pub mod relpath;
 pub mod remote;
+pub mod runlock;
 pub mod sandbox;
 pub mod schema;
 pub mod search;

@@ -313,6 +313,34 @@ pub fn collect_all(db: &Connection) -> Result<crate::maintenance::GcReport> {
     Ok(r)
 }
 
+/// `avfs gc`: a full collection, with its audit row (`gc`, by `actor`, about
+/// `workspace`) in the same transaction; then the file gives its free pages back (a vault
+/// made before format 5 is first converted so it can: one full VACUUM) and the WAL is
+/// emptied. The conversion is best effort, the sweep being committed: its error comes
+/// back beside the report, for the caller to warn about.
+pub fn gc(
+    store: &mut crate::store::Store,
+    workspace: &str,
+    actor: &str,
+) -> Result<(crate::maintenance::GcReport, Option<crate::error::Error>)> {
+    let report = store.write(|db| {
+        let r = collect_all(db)?;
+        crate::store::audit::append(
+            db,
+            Some(workspace),
+            actor,
+            "gc",
+            &serde_json::to_value(&r).unwrap_or_default(),
+        )?;
+        Ok(r)
+    })?;
+    let converted = crate::store::enable_incremental_vacuum(&store.conn).err();
+    let _ = store
+        .conn
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    Ok((report, converted))
+}
+
 /// After a full `gc` (which deletes rows of any age): the watermarks move to the newest
 /// rows, so a row stored later can never get the id of a deleted one below a watermark
 /// (SQLite gives the next row the largest id + 1), and the rows that were young stay young.

@@ -8,9 +8,9 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::boundary::lock::{Holder, lock_path};
 use crate::error::{Error, Result};
 use crate::mount::{self, MountRecord, control};
+use crate::runlock::{Holder, lock_path};
 
 /// The live mounts of these workspaces of the vault file at `vault_path`.
 pub fn mounts_of(

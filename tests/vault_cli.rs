@@ -297,3 +297,85 @@ fn usage_errors_are_json_with_exit_2() {
     assert_eq!(r.code, 2);
     assert!(r.stdout.is_empty());
 }
+
+/// Every command that changes a vault leaves its audit row, written by the library
+/// operation that makes the change (not by the CLI beside it): the rows name the action,
+/// the workspace, who asked (`cli`, or `AVFS_ORIGIN`) and the same details as before the
+/// operations moved out of the CLI (issue 31). The chain still verifies.
+#[test]
+fn each_change_writes_its_audit_row_with_its_detail() {
+    let env = Env::new();
+    env.json(&["vault", "create", "base"]);
+    env.ok(&["vault", "use", "base"]);
+    env.json(&["write", "/a", "x"]);
+    env.json(&["write", "--append", "/a", "y"]);
+    assert_eq!(env.cat(None, "/a"), "xy");
+    env.json(&["checkpoint", "save", "c1"]);
+    env.json(&["quota", "set", "--vault-wide", "--max-files", "50"]);
+    env.json(&["quota", "clear", "--vault-wide"]);
+    let wp = env.path("stable/base");
+    env.json(&["vault", "set-path", wp.to_str().unwrap()]);
+    env.json(&["vault", "fork", "base", "task", "--from", "c1"]);
+    env.json(&["vault", "delete", "task", "-y"]);
+    env.json(&["gc"]);
+    let out = env
+        .cmd(["--json", "quota", "set", "--max-bytes", "1M"])
+        .env("AVFS_ORIGIN", "mcp")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+
+    let rows = env.json(&["audit"])["entries"].as_array().unwrap().clone();
+    let row = |action: &str| -> serde_json::Value {
+        rows.iter()
+            .rev()
+            .find(|e| e["action"] == action)
+            .unwrap_or_else(|| panic!("no {action} row in {rows:#?}"))
+            .clone()
+    };
+    for action in [
+        "write",
+        "checkpoint.save",
+        "quota.set",
+        "quota.clear",
+        "vault.set_path",
+        "vault.fork",
+        "vault.delete",
+        "gc",
+    ] {
+        let r = rows
+            .iter()
+            .find(|e| e["action"] == action)
+            .unwrap_or_else(|| panic!("no {action} row in {rows:#?}"));
+        assert_eq!(r["actor"], "cli", "{r}");
+    }
+    let append = row("write");
+    assert_eq!(append["detail"]["append"], true, "{append}");
+    assert_eq!(append["workspace"], "main");
+    let clear = row("quota.clear");
+    assert_eq!(clear["detail"], serde_json::json!({"scope": ""}), "{clear}");
+    assert_eq!(clear["workspace"], "main");
+    let set = rows.iter().find(|e| e["action"] == "quota.set").unwrap();
+    assert_eq!(set["detail"]["scope"], "", "{set}");
+    assert_eq!(set["detail"]["max_files"], 50, "{set}");
+    // The last `quota set` ran for MCP, and sets the workspace's own quota.
+    let mcp = row("quota.set");
+    assert_eq!(mcp["actor"], "mcp", "{mcp}");
+    assert_eq!(mcp["detail"]["scope"], "main", "{mcp}");
+    assert_eq!(mcp["detail"]["max_bytes"], 1024 * 1024, "{mcp}");
+    let path = row("vault.set_path");
+    assert_eq!(path["detail"]["workspace_path"], wp.to_str().unwrap());
+    let fork = row("vault.fork");
+    assert_eq!(
+        fork["detail"],
+        serde_json::json!({"fork": "task", "from": "c1"}),
+        "{fork}"
+    );
+    assert_eq!(fork["workspace"], "main");
+    let delete = row("vault.delete");
+    assert_eq!(delete["detail"], serde_json::json!({"fork": "task"}));
+    assert_eq!(delete["workspace"], "task");
+    let gc = row("gc");
+    assert!(gc["detail"]["trees_removed"].is_u64(), "{gc}");
+    assert_eq!(env.json(&["audit", "verify"])["ok"], true);
+}

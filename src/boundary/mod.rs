@@ -14,8 +14,6 @@
 
 pub mod approvals;
 pub mod links;
-pub mod lock;
-pub mod path;
 mod place;
 pub mod report;
 mod run;
@@ -41,6 +39,10 @@ use crate::store::{Store, approvals as store_approvals, audit};
 use crate::workspace::Workspace;
 
 pub use place::Place;
+// The run lock and the stable path live below the boundary (the engine and `status` use
+// them too); re-exported so `boundary::lock` and `boundary::path` keep working.
+pub use crate::context::path;
+pub use crate::runlock as lock;
 
 /// The command of a request.
 #[derive(Clone, Debug, PartialEq, Eq)]

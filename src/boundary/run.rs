@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use serde_json::json;
 
-use super::lock::{DEFAULT_WAIT, Holder, RunLock};
 use super::place::{self, Place};
 use super::report::{self, Layered};
 use super::watchdog::Watchdog;
@@ -28,6 +27,7 @@ use crate::exec::policy::{Action, Decision, Policy};
 use crate::exec::runner::{self, RunSpec};
 use crate::procs;
 use crate::registry::{Registry, VaultRef};
+use crate::runlock::{DEFAULT_WAIT, Holder, RunLock};
 use crate::sandbox::{self, RunPlan, View};
 use crate::store::objects::{Hash, Kind};
 use crate::store::{Store, audit};

@@ -16,11 +16,10 @@ use crate::documents::history::{
     CheckpointList, CheckpointRestored, CheckpointSaved, DiffReport, DiffStat,
 };
 use crate::error::{Error, Result};
-use crate::store::objects::{self, Hash};
 use crate::util::rfc3339;
-use crate::workspace::Workspace;
 use crate::workspace::flush::entry_at;
 use crate::workspace::path::{display, parse};
+use crate::workspace::{Hash, Workspace};
 
 #[derive(Subcommand, Debug)]
 pub enum CheckpointCmd {
@@ -120,7 +119,7 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
                 ws.checkpoint(
                     name.as_deref(),
                     message.as_deref(),
-                    crate::store::audit::cli_actor(),
+                    crate::workspace::cli_actor(),
                 )
             })?;
             ctx.out.emit(
@@ -190,8 +189,10 @@ pub fn run(ctx: &Ctx, cmd: CheckpointCmd) -> Result<i32> {
                 let cp = ws.find_checkpoint(&name)?;
                 let mut saved = None;
                 if ws.is_modified()? {
-                    let auto =
-                        format!("auto-before-restore-{}", crate::store::now_ns() / 1_000_000);
+                    let auto = format!(
+                        "auto-before-restore-{}",
+                        crate::workspace::now_ns() / 1_000_000
+                    );
                     saved = Some(
                         ws.checkpoint(
                             Some(&auto),
@@ -257,11 +258,7 @@ fn base_side(ws: &mut Workspace, name: Option<&str>, head: bool) -> Result<(Stri
     let from = if head { ws.head()? } else { ws.last_saved()? };
     match from {
         Some(h) => Ok((h.name, h.root)),
-        None => {
-            let (uid, gid) = crate::workspace::current_uid_gid();
-            let empty = objects::put_tree_scratch(ws.db, &objects::empty_root(uid, gid, 0))?;
-            Ok(("(empty)".into(), empty))
-        }
+        None => Ok(("(empty)".into(), ws.empty_tree()?)),
     }
 }
 
@@ -473,7 +470,10 @@ pub fn restore_path(ctx: &Ctx, a: RestoreArgs) -> Result<i32> {
         let cp = ws.find_checkpoint(&a.from)?;
         if comps.is_empty() && ws.is_modified()? {
             // Restoring "/" replaces everything: keep unsaved changes, as `checkpoint restore` does.
-            let auto = format!("auto-before-restore-{}", crate::store::now_ns() / 1_000_000);
+            let auto = format!(
+                "auto-before-restore-{}",
+                crate::workspace::now_ns() / 1_000_000
+            );
             ws.checkpoint(
                 Some(&auto),
                 Some(&format!(

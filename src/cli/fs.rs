@@ -13,10 +13,9 @@ use super::Ctx;
 use super::output::human_size;
 use crate::documents::files::FileWritten;
 use crate::error::{Error, Result};
-use crate::store::content;
-use crate::store::objects::Kind;
+use crate::workspace::content;
 use crate::workspace::path::{components, display, parse};
-use crate::workspace::{Inode, NewNode, RenameFlags, SetAttr, Workspace};
+use crate::workspace::{Inode, Kind, NewNode, RenameFlags, SetAttr, Workspace};
 
 #[derive(Args, Debug)]
 pub struct WriteArgs {
@@ -165,7 +164,7 @@ pub fn write(ctx: &Ctx, a: WriteArgs) -> Result<i32> {
             Some(node) => {
                 let (hash, size) = if a.append {
                     // Only the last block is read again, however large the file.
-                    let old = node.hash.unwrap_or(crate::store::objects::HOLE);
+                    let old = node.hash.unwrap_or(crate::workspace::HOLE);
                     let mut p = content::Patch::new(ws.db, &old, node.size)?;
                     p.write(ws.db, node.size, &data)?;
                     p.commit(ws.db)?

@@ -26,8 +26,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::error::Result;
 use crate::registry::{Registry, VaultRef};
-use crate::store::{Store, audit};
-use crate::workspace::Workspace;
+use crate::workspace::{Store, Workspace};
 use output::Out;
 pub use output::{EXIT_ERROR, EXIT_OK, EXIT_USAGE};
 
@@ -312,35 +311,7 @@ impl Ctx {
         action: &str,
         f: impl FnOnce(&mut Workspace) -> Result<(T, serde_json::Value)>,
     ) -> Result<T> {
-        self.sync_mount(v)?;
-        let mut store = Store::open(&v.path)?;
-        let r = store.write(|db| {
-            let mut ws = Workspace::open(db, &v.workspace)?;
-            let before = ws.quota_baseline()?;
-            let (r, detail) = f(&mut ws)?;
-            // Over quota: the whole command is rolled back.
-            ws.check_quota(&before)?;
-            audit::append(db, Some(&v.workspace), audit::cli_actor(), action, &detail)?;
-            Ok(r)
-        })?;
-        self.invalidate_mount(v)?;
-        // Rows of live layers a restore replaced go in a transaction of their own, after
-        // the command's work is committed.
-        let _ = store.write(|db| {
-            let dead: bool = db.query_row(
-                "SELECT EXISTS (SELECT 1 FROM layer WHERE dead = 1)",
-                [],
-                |r| r.get(0),
-            )?;
-            if dead {
-                crate::workspace::purge_dead_layers(db)?;
-            }
-            Ok(())
-        });
-        // Content the command made garbage goes once enough has piled up (cheap to
-        // check; see `reclaim`). Best effort: the command's work is committed.
-        let _ = store.write(|db| crate::reclaim::reclaim_if_due(db).map(|_| ()));
-        Ok(r)
+        self.lib().mutate_in(v, action, f)
     }
 
     /// A full collection (every root marked) on the selected vault, then the file shrinks:

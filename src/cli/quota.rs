@@ -6,9 +6,7 @@ use serde_json::json;
 use super::Ctx;
 use super::output::human_size;
 use crate::error::Result;
-use crate::store::quota::{self, Quota};
-use crate::store::{audit, objects};
-use crate::workspace::Workspace;
+use crate::workspace::{Quota, Workspace, cli_actor};
 
 #[derive(Args, Debug)]
 pub struct QuotaArgs {
@@ -46,13 +44,7 @@ pub fn run(ctx: &Ctx, a: QuotaArgs) -> Result<i32> {
             let (ws_q, vault_q, usage, vault_bytes) = store.write(|db| {
                 let mut ws = Workspace::open(db, &v.workspace)?;
                 let (w, vq) = ws.quotas()?;
-                let root = ws.flush()?;
-                Ok((
-                    w,
-                    vq,
-                    objects::tree_usage(db, &root)?,
-                    quota::vault_bytes(db)?,
-                ))
+                Ok((w, vq, ws.usage()?, ws.vault_bytes()?))
             })?;
             let value = json!({"vault": v.name, "workspace": v.workspace, "workspace_quota": ws_q, "vault_quota": vault_q,
                 "usage": {"files": usage.files, "bytes": usage.bytes, "vault_bytes": vault_bytes}});
@@ -90,34 +82,14 @@ pub fn run(ctx: &Ctx, a: QuotaArgs) -> Result<i32> {
             let max_bytes = max_bytes.as_deref().map(parse_size).transpose()?;
             let max_file_size = max_file_size.as_deref().map(parse_size).transpose()?;
             let (v, mut store) = ctx.open()?;
-            let scope = if vault_wide {
-                String::new()
-            } else {
-                v.workspace.clone()
-            };
             let q = store.write(|db| {
-                let mut q = quota::get(db, &scope)?.unwrap_or(Quota {
-                    scope: scope.clone(),
-                    ..Default::default()
-                });
-                if max_bytes.is_some() {
-                    q.max_bytes = max_bytes;
-                }
-                if max_files.is_some() {
-                    q.max_files = max_files;
-                }
-                if max_file_size.is_some() {
-                    q.max_file_size = max_file_size;
-                }
-                quota::set(db, &q)?;
-                audit::append(
-                    db,
-                    Some(&v.workspace),
-                    crate::store::audit::cli_actor(),
-                    "quota.set",
-                    &serde_json::to_value(&q).unwrap_or_default(),
-                )?;
-                Ok(q)
+                Workspace::open(db, &v.workspace)?.set_quota(
+                    vault_wide,
+                    max_bytes,
+                    max_files,
+                    max_file_size,
+                    cli_actor(),
+                )
             })?;
             ctx.out.emit(&json!({"quota": q}), || {
                 println!(
@@ -132,21 +104,8 @@ pub fn run(ctx: &Ctx, a: QuotaArgs) -> Result<i32> {
         }
         Some(QuotaCmd::Clear { vault_wide }) => {
             let (v, mut store) = ctx.open()?;
-            let scope = if vault_wide {
-                String::new()
-            } else {
-                v.workspace.clone()
-            };
             store.write(|db| {
-                quota::clear(db, &scope)?;
-                audit::append(
-                    db,
-                    Some(&v.workspace),
-                    crate::store::audit::cli_actor(),
-                    "quota.clear",
-                    &json!({"scope": scope}),
-                )?;
-                Ok(())
+                Workspace::open(db, &v.workspace)?.clear_quota(vault_wide, cli_actor())
             })?;
             ctx.out.emit(
                 &json!({"cleared": if vault_wide { "vault" } else { "workspace" }}),

@@ -15,12 +15,11 @@ use crate::documents::tools::{
     FindReport, FoundEntry, GrepMatch, GrepReport, SearchReport, TagReport,
 };
 use crate::error::{Error, Result};
-use crate::store::objects::{Entry, Hash, Kind};
 use crate::tags::{meta_attr, meta_of, parse_filter, tag_attr, tags_of};
 use crate::util::rfc3339;
 use crate::walk::{Next, is_binary, walk};
-use crate::workspace::Workspace;
 use crate::workspace::path::{display, parse};
+use crate::workspace::{Entry, Hash, Kind, Store, Workspace, content};
 
 #[derive(Args, Debug)]
 pub struct GrepArgs {
@@ -171,7 +170,7 @@ pub struct MetaArgs {
 /// What a read-only walk reads: a root tree, where to start in it and, for `find
 /// --newer`, the root of the checkpoint to compare with.
 struct Snapshot {
-    store: crate::store::Store,
+    store: Store,
     root: Hash,
     start: Vec<Vec<u8>>,
     newer: Option<Hash>,
@@ -264,12 +263,12 @@ pub fn grep(ctx: &Ctx, a: GrepArgs) -> Result<i32> {
             searched += 1;
             // A file with holes holds NUL bytes: binary, known from its extents without
             // reading it (a sparse terabyte is not read into memory).
-            let ext = crate::store::content::extents(db, e.hash.as_ref().unwrap(), e.size)?;
+            let ext = content::extents(db, e.hash.as_ref().unwrap(), e.size)?;
             if ext.allocated() < e.size {
                 binary += 1;
                 return Ok(Next::Descend);
             }
-            let data = crate::store::content::read_at(db, &ext, 0, e.size as usize)?;
+            let data = content::read_at(db, &ext, 0, e.size as usize)?;
             if is_binary(&data) {
                 binary += 1;
                 return Ok(Next::Descend);

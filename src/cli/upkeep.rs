@@ -7,8 +7,9 @@ use super::Ctx;
 use super::output::human_size;
 use crate::documents::history::{AuditEntry, AuditLog};
 use crate::error::{Error, Result};
-use crate::store::{Store, audit};
+use crate::maintenance::audit;
 use crate::util::rfc3339;
+use crate::workspace::{Store, cli_actor, now_ns};
 
 #[derive(Args, Debug)]
 pub struct AuditArgs {
@@ -50,7 +51,7 @@ pub fn parse_since(s: &str) -> Result<i64> {
             .unwrap_or(0));
     }
     if let Ok(d) = humantime::parse_duration(s) {
-        return Ok(crate::store::now_ns() - d.as_nanos() as i64);
+        return Ok(now_ns() - d.as_nanos() as i64);
     }
     Err(Error::InvalidArgument(
         s.into(),
@@ -139,26 +140,10 @@ pub fn audit(ctx: &Ctx, a: AuditArgs) -> Result<i32> {
 
 pub fn gc(ctx: &Ctx) -> Result<i32> {
     let (v, mut store) = ctx.open()?;
-    let report = store.write(|db| {
-        let r = crate::reclaim::collect_all(db)?;
-        audit::append(
-            db,
-            Some(&v.workspace),
-            crate::store::audit::cli_actor(),
-            "gc",
-            &serde_json::to_value(&r).unwrap_or_default(),
-        )?;
-        Ok(r)
-    })?;
-    // The file gave its free pages back (above); a vault made before format 5 is first
-    // converted so it can (one full VACUUM). Then the WAL is emptied. Best effort: the
-    // sweep is already committed.
-    if let Err(e) = crate::store::enable_incremental_vacuum(&store.conn) {
+    let (report, converted) = crate::reclaim::gc(&mut store, &v.workspace, cli_actor())?;
+    if let Some(e) = converted {
         eprintln!("avfs: could not convert the vault to incremental vacuum: {e}");
     }
-    let _ = store
-        .conn
-        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
     // The exec engine's layer cache: only a cache, rebuilt from vaults on demand.
     let layers = crate::engine::layers::trim_cache(&ctx.home)?;
     let mut doc = serde_json::to_value(&report).unwrap_or_default();

@@ -11,9 +11,8 @@ use super::{Ctx, create_vault_file};
 use crate::documents::history::ForkReport;
 use crate::error::{Error, Result};
 use crate::registry::{VaultRef, validate_name};
-use crate::store::{Store, audit};
 use crate::util::rfc3339;
-use crate::workspace::{MAIN, Workspace, list_workspaces};
+use crate::workspace::{MAIN, Store, Workspace, list_workspaces};
 
 #[derive(Subcommand, Debug)]
 pub enum VaultCmd {
@@ -155,18 +154,8 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             let sel = name.or_else(|| ctx.vault_sel.clone());
             let lib = ctx.lib().with_vault(sel);
             let (reg, v) = lib.target()?;
-            let p = crate::boundary::path::check(&path, &ctx.home, &v.path)?;
-            let mut store = Store::open(&v.path)?;
-            store.write(|db| {
-                crate::boundary::path::set(db, &p)?;
-                crate::store::audit::append(
-                    db,
-                    Some(&v.workspace),
-                    crate::store::audit::cli_actor(),
-                    "vault.set_path",
-                    &json!({"workspace_path": p}),
-                )
-            })?;
+            let p = crate::context::path::check(&path, &ctx.home, &v.path)?;
+            crate::context::path::change(&v, &p)?;
             let _ = reg;
             ctx.out
                 .emit(&json!({"vault": v.name, "workspace_path": p}), || {
@@ -198,12 +187,12 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 ));
             }
             let wp = workspace_path
-                .map(|p| crate::boundary::path::check(&p, &ctx.home, &path))
+                .map(|p| crate::context::path::check(&p, &ctx.home, &path))
                 .transpose()?;
             create_vault_file(&path)?;
             if let Some(p) = &wp {
                 let mut store = Store::open(&path)?;
-                store.write(|db| crate::boundary::path::set(db, p))?;
+                store.write(|db| crate::context::path::set(db, p))?;
             }
             let v = VaultRef {
                 name: name.clone(),
@@ -280,7 +269,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                     .filter(|w| w.parent.as_deref() == Some(v.workspace.as_str()))
                     .map(|w| registry_name_for(&all, &v.path, &w.name).unwrap_or(w.name))
                     .collect();
-                let wpath = crate::boundary::path::workspace_path(db, &ctx.home, &reg, &v)?;
+                let wpath = crate::context::path::workspace_path(db, &ctx.home, &reg, &v)?;
                 Ok((cps, forks, ws.head()?.map(|h| h.name), wpath))
             })?;
             let d = describe(&all, &v, reg.current()?.as_deref());
@@ -357,21 +346,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
             if reg.get(&name)?.is_some() {
                 return Err(Error::VaultExists(name));
             }
-            ctx.sync_mount(&source)?;
-            let mut store = Store::open(&source.path)?;
-            let info = store.write(|db| {
-                let mut ws = Workspace::open(db, &source.workspace)?;
-                let cp = from.as_deref().map(|c| ws.find_checkpoint(c)).transpose()?;
-                let info = ws.fork(&name, cp.as_ref())?;
-                audit::append(
-                    db,
-                    Some(&source.workspace),
-                    crate::store::audit::cli_actor(),
-                    "vault.fork",
-                    &json!({"fork": name, "from": info.parent_checkpoint}),
-                )?;
-                Ok(info)
-            })?;
+            let info = ctx.lib().fork_workspace(&source, &name, from.as_deref())?;
             let v = VaultRef {
                 name: name.clone(),
                 path: source.path.clone(),
@@ -517,7 +492,7 @@ pub fn run(ctx: &Ctx, cmd: VaultCmd) -> Result<i32> {
                 Some(n) => reg.resolve(Some(&n))?.ok_or(Error::NoSuchVault(n))?,
                 None => ctx.existing()?.1,
             };
-            let report = crate::store::upgrade::add_page_checksums(&v.path)?;
+            let report = crate::maintenance::add_page_checksums(&v.path)?;
             ctx.out.emit(
                 &json!({"vault": v.name, "path": v.path, "report": report}),
                 || {
@@ -659,17 +634,7 @@ fn delete(ctx: &Ctx, name: &str, yes: bool, force: bool) -> Result<i32> {
         }
     } else {
         let mut store = Store::open(&v.path)?;
-        store.write(|db| {
-            crate::workspace::delete_workspace(db, &v.workspace)?;
-            audit::append(
-                db,
-                Some(&v.workspace),
-                crate::store::audit::cli_actor(),
-                "vault.delete",
-                &json!({"fork": name}),
-            )?;
-            Ok(())
-        })?;
+        crate::context::delete_fork(&mut store, &v, name)?;
         reg.remove(name)?;
         // What only the fork held goes now, and the file shrinks. Best effort: the
         // deletion is committed.

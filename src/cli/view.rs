@@ -14,12 +14,10 @@ use super::output::{ListStream, format_mode, human_size};
 use crate::documents::files::{BriefEntry, FileContent, StatDoc};
 use crate::error::{Error, Result};
 use crate::names::escape;
-use crate::store::content;
-use crate::store::objects::{self, Kind};
 use crate::util::rfc3339;
 use crate::workspace::flush::entry_at;
 use crate::workspace::path::{display, parse};
-use crate::workspace::{Node, Peek};
+use crate::workspace::{HOLE, Hash, Kind, Node, Peek, content};
 
 #[derive(Args, Debug)]
 pub struct LsArgs {
@@ -70,7 +68,7 @@ pub struct StatArgs {
 
 /// Lowercase hex, without a `format!` per byte (`ls` of a million files prints a million
 /// content hashes).
-fn hex(h: &crate::store::objects::Hash) -> String {
+fn hex(h: &Hash) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(64);
     for b in h.0 {
@@ -254,14 +252,14 @@ pub fn cat(ctx: &Ctx, a: CatArgs) -> Result<i32> {
                 if e.kind != Kind::File {
                     return Err(not_a_file(e.kind));
                 }
-                (e.hash.unwrap_or(objects::HOLE), e.size)
+                (e.hash.unwrap_or(HOLE), e.size)
             }
             None => {
                 let node = ws.peek().resolve_existing(&comps, true)?;
                 if node.kind() != Kind::File {
                     return Err(not_a_file(node.kind()));
                 }
-                (node.hash().unwrap_or(objects::HOLE), node.size())
+                (node.hash().unwrap_or(HOLE), node.size())
             }
         };
         if json {

@@ -606,7 +606,7 @@ pub fn describe(home: &Path, vault_path: &Path, workspace: &str) -> Option<KeptI
 /// Retires every kept overlay no run is using (`avfs gc`: the cache is trimmed after),
 /// each under its workspace's run lock; returns how many.
 pub fn retire_all(home: &Path) -> u64 {
-    use crate::boundary::lock::{Holder, RunLock};
+    use crate::runlock::{Holder, RunLock};
     reap_dying(home, |_| true);
     let _ = fs::remove_dir(dying_root(home));
     let mut n = 0;

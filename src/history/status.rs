@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 use serde::Serialize;
 
-use crate::boundary::lock::{Holder, lock_path};
 use crate::context::Context;
 use crate::diff::{ChangeSummary, diff_roots, renames};
 use crate::error::Result;
+use crate::runlock::{Holder, lock_path};
 use crate::store::Store;
 use crate::store::objects;
 use crate::util::rfc3339;
@@ -187,7 +187,7 @@ pub fn status(ctx: &Context) -> Result<Status> {
             vault_path: v.path.clone(),
             workspace: v.workspace.clone(),
             parent: ws.info.parent.clone(),
-            workspace_path: crate::boundary::path::workspace_path(db, &ctx.home, &reg, &v)?,
+            workspace_path: crate::context::path::workspace_path(db, &ctx.home, &reg, &v)?,
             clean: head.as_ref().is_some_and(|h| h.root == live),
             head: head.map(|h| HeadInfo {
                 name: h.name,

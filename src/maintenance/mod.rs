@@ -13,7 +13,9 @@
 //!   and the live layers, runs `PRAGMA integrity_check` and checks the audit chain. It reports
 //!   every problem it finds and never stops at the first one.
 //! * [`stats`] counts what the vault stores and, for one workspace, what its tree holds.
+//! * [`audit`] reads the audit log and checks its hash chain.
 
+pub mod audit;
 mod gc;
 mod stats;
 
@@ -23,6 +25,9 @@ pub use stats::{Stats, VaultStats, WorkspaceStats, stats};
 // avfs did not close cleanly, and before an upgrade); it is re-exported here, with the
 // other whole-vault work.
 pub use crate::store::verify::{Checked, Problem, VerifyReport, verify, verify_file};
+// Adding page checksums to a vault file made before them (`vault upgrade`), whole-file
+// work like the check.
+pub use crate::store::upgrade::{UpgradeReport, add_page_checksums};
 
 #[cfg(test)]
 mod tests;

@@ -8,8 +8,8 @@ use std::ops::{Deref, DerefMut};
 use rusqlite::Connection;
 
 use crate::error::Result;
-use crate::store::content::Patch;
-use crate::store::objects::Hash;
+use crate::workspace::content::{Patch, exists};
+use crate::workspace::{Hash, now_ns};
 
 /// Unflushed changes to one file.
 pub struct DirtyFile {
@@ -33,8 +33,8 @@ impl DirtyFile {
             patch: Patch::new(db, hash, size)?,
             base: (*hash, size),
             stored_size: size,
-            mtime_ns: crate::store::now_ns(),
-            ctime_ns: crate::store::now_ns(),
+            mtime_ns: now_ns(),
+            ctime_ns: now_ns(),
         })
     }
 
@@ -47,7 +47,7 @@ impl DirtyFile {
     /// Records a change now: of the content (`content`: the modification time too, as a
     /// write, a truncate or a punched hole make it) or of the allocation only.
     pub fn touch(&mut self, content: bool) {
-        let now = crate::store::now_ns();
+        let now = now_ns();
         self.ctime_ns = now;
         if content {
             self.mtime_ns = now;
@@ -56,7 +56,7 @@ impl DirtyFile {
 
     /// Stores the changed blocks and returns the new content hash and size.
     pub fn commit(&self, db: &Connection) -> Result<(Hash, u64)> {
-        if self.base.1 > 0 && !crate::store::content::exists(db, &self.base.0, self.base.1)? {
+        if self.base.1 > 0 && !exists(db, &self.base.0, self.base.1)? {
             return Err(crate::error::Error::Corrupt {
                 path: Default::default(),
                 reason: format!(

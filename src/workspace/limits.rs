@@ -38,6 +38,70 @@ impl Workspace<'_> {
         ))
     }
 
+    /// Bytes the vault file's stored contents take (what a vault-wide `max_bytes` limits).
+    pub fn vault_bytes(&self) -> Result<u64> {
+        quota::vault_bytes(self.db)
+    }
+
+    /// Sets the limits given (the vault's with `vault_wide`, else this workspace's); the
+    /// others stay as they are. Returns the quota now in force; its audit row
+    /// (`quota.set`, by `actor`) goes in the same transaction.
+    pub fn set_quota(
+        &self,
+        vault_wide: bool,
+        max_bytes: Option<u64>,
+        max_files: Option<u64>,
+        max_file_size: Option<u64>,
+        actor: &str,
+    ) -> Result<Quota> {
+        let scope = self.quota_scope(vault_wide);
+        let mut q = quota::get(self.db, &scope)?.unwrap_or(Quota {
+            scope: scope.clone(),
+            ..Default::default()
+        });
+        if max_bytes.is_some() {
+            q.max_bytes = max_bytes;
+        }
+        if max_files.is_some() {
+            q.max_files = max_files;
+        }
+        if max_file_size.is_some() {
+            q.max_file_size = max_file_size;
+        }
+        quota::set(self.db, &q)?;
+        super::record(
+            self.db,
+            Some(&self.info.name),
+            actor,
+            "quota.set",
+            &serde_json::to_value(&q).unwrap_or_default(),
+        )?;
+        Ok(q)
+    }
+
+    /// Removes the limits (the vault's with `vault_wide`, else this workspace's), with
+    /// its audit row (`quota.clear`).
+    pub fn clear_quota(&self, vault_wide: bool, actor: &str) -> Result<()> {
+        let scope = self.quota_scope(vault_wide);
+        quota::clear(self.db, &scope)?;
+        super::record(
+            self.db,
+            Some(&self.info.name),
+            actor,
+            "quota.clear",
+            &serde_json::json!({"scope": scope}),
+        )
+    }
+
+    /// The scope of a quota row: "" for the vault, else the workspace's name.
+    fn quota_scope(&self, vault_wide: bool) -> String {
+        if vault_wide {
+            String::new()
+        } else {
+            self.info.name.clone()
+        }
+    }
+
     /// Refuses a file of `size` bytes if a single-file limit forbids it.
     pub fn check_file_size(&self, size: u64) -> Result<()> {
         if let Some(b) = self.budget {

@@ -7,18 +7,22 @@
 //! only dirty directories.
 
 mod checkpoint;
+pub mod content;
 pub mod flush;
 mod limits;
 mod nodes;
 pub mod path;
+mod record;
 
 pub use checkpoint::{Checkpoint, CheckpointSummary, TAKEN_BY_AVFS, validate_checkpoint_name};
 pub use limits::{Budget, QuotaBaseline};
 pub use nodes::{NewNode, RenameFlags, SetAttr};
+pub use record::{cli_actor, record};
 
 // What the CLI and the mount need of the vault file to call this API (open it, name
 // objects, stamp times), so that they never import the store's internals.
 pub use crate::store::objects::{CHUNK_SIZE, Entry, HOLE, Hash, Kind};
+pub use crate::store::quota::Quota;
 pub use crate::store::{Store, now_ns};
 
 use std::collections::HashMap;

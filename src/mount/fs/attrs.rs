@@ -127,7 +127,7 @@ impl AvfsFs {
                         return Err(Error::IsADirectory(String::new()));
                     }
                     // Past the largest file size: EFBIG, before anything is allocated.
-                    crate::store::content::check_size(size)?;
+                    crate::workspace::content::check_size(size)?;
                     if let Some(d) = st.dirty.get(&ino.0) {
                         st.may_grow(db, d.stored_size, size)?;
                     }

@@ -57,8 +57,7 @@ impl AvfsFs {
                     if i.kind != Kind::File {
                         return Err(Error::InvalidArgument(String::new(), "not a file".into()));
                     }
-                    let d =
-                        DirtyFile::new(db, &i.hash.unwrap_or(crate::store::objects::HOLE), i.size)?;
+                    let d = DirtyFile::new(db, &i.hash.unwrap_or(crate::workspace::HOLE), i.size)?;
                     st.dirty.insert(ino.0, d);
                 }
                 if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
@@ -263,11 +262,11 @@ impl AvfsFs {
                     }
                     st.dirty.insert(
                         ino.0,
-                        DirtyFile::new(db, &i.hash.unwrap_or(crate::store::objects::HOLE), i.size)?,
+                        DirtyFile::new(db, &i.hash.unwrap_or(crate::workspace::HOLE), i.size)?,
                     );
                 }
                 // Past the largest file size: EFBIG, as ext4 answers; nothing allocated.
-                let end = crate::store::content::end_of(offset, length)?;
+                let end = crate::workspace::content::end_of(offset, length)?;
                 if mode == 0 {
                     st.may_grow(db, st.dirty[&ino.0].stored_size, end)?;
                 }

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::{AvfsFs, End};
 use crate::error::Result;
-use crate::store::audit;
+use crate::workspace::record;
 
 /// How often the mount writes a `mount.changes` row while changes come in.
 pub const AUDIT_EVERY: Duration = Duration::from_secs(60);
@@ -40,7 +40,7 @@ impl AvfsFs {
     pub fn audit_start(&self, mountpoint: &std::path::Path, readonly: bool) -> Result<()> {
         self.with_commit("audit", End::Commit, |db, st| {
             let root = st.ws(db)?.flush()?;
-            audit::append(
+            record(
                 db,
                 Some(&st.ws_name),
                 ACTOR,
@@ -70,7 +70,7 @@ impl AvfsFs {
                 .take(MAX_PATHS)
                 .map(|c| format!("{} {}", c.kind.sigil(), c.path))
                 .collect();
-            audit::append(
+            record(
                 db,
                 Some(&st.ws_name),
                 ACTOR,
@@ -88,7 +88,7 @@ impl AvfsFs {
         self.audit_changes()?;
         self.with_commit("audit", End::Commit, |db, st| {
             if let Some(root) = st.audited {
-                audit::append(
+                record(
                     db,
                     Some(&st.ws_name),
                     ACTOR,

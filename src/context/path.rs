@@ -12,7 +12,7 @@ use rusqlite::Connection;
 
 use crate::error::{Error, Result};
 use crate::registry::{Registry, VaultRef};
-use crate::store::{meta_get_text, meta_set_text};
+use crate::store::{Store, audit, meta_get_text, meta_set_text};
 use crate::workspace::MAIN;
 
 const KEY: &str = "workspace_path";
@@ -79,6 +79,23 @@ pub fn check(path: &Path, home: &Path, vault_file: &Path) -> Result<PathBuf> {
         return bad("cannot contain the vault file");
     }
     Ok(clean)
+}
+
+/// `vault set-path`: sets the workspace path of vault `v` (and of every fork of it),
+/// with its audit row (`vault.set_path`).
+pub fn change(v: &VaultRef, path: &Path) -> Result<()> {
+    let mut store = Store::open(&v.path)?;
+    store.write(|db| {
+        set(db, path)?;
+        audit::append(
+            db,
+            Some(&v.workspace),
+            audit::cli_actor(),
+            "vault.set_path",
+            &serde_json::json!({"workspace_path": path}),
+        )
+        .map(|_| ())
+    })
 }
 
 /// Sets the vault's workspace path (for every fork of it).
