@@ -3,9 +3,10 @@
 //!
 //! `avfs service start` runs the boundary as a run does (policy, lock, checkpoint, the
 //! kept overlay, the sandbox's plan) and then, instead of waiting for the command, starts
-//! `avfs __avfs-service`: it forks once more (nobody has to reap it), starts the run's
-//! set-up (`setup`, the same namespaces, confinement and cgroup as a run) with its
-//! stdout and stderr on a pipe, and stays its parent:
+//! `avfs __avfs-service` (or, from a single-threaded start, has forked it earlier, with
+//! the set-up forked ahead: `exec::supervisor`): it forks once more (nobody has to reap
+//! it), starts the run's set-up (`setup`, the same namespaces, confinement and cgroup as
+//! a run) with its stdout and stderr on a pipe, and stays its parent:
 //!
 //! - it copies the output into `log` (rotated to `log.1` past `LOG_MAX` bytes: at most
 //!   twice that on disk);
