@@ -509,6 +509,87 @@ fn services_and_a_workspace_with_ignored_files() {
     assert_eq!(services(&env, "t").len(), 2);
 }
 
+/// What a service writes is reported as the service's: the next run's envelope lists it
+/// under `service_changes` (naming the service), not among the run's own `changes`, and
+/// the vault holds it from before that run's checkpoint on. A run after that, with
+/// nothing new written by the service, says nothing of services.
+#[test]
+fn service_writes_are_reported_as_the_services_not_the_next_runs() {
+    if !ready("service_writes_are_reported_as_the_services_not_the_next_runs") {
+        return;
+    }
+    let env = setup();
+    env.allow_all_policy("t");
+    let s = start(
+        &env,
+        "t",
+        &[
+            "--name",
+            "writer",
+            "--shell",
+            "echo from-service > svc.txt && mkdir -p data && echo 1 > data/n && echo written && exec sleep 600",
+        ],
+    );
+    assert_eq!(s["service"]["state"], "running", "{s}");
+    eventually("the service has written", || {
+        env.ok(&["--vault", "t", "service", "logs", "writer"])
+            .stdout
+            .contains("written")
+    });
+    let x = env.json(&[
+        "--vault",
+        "t",
+        "exec",
+        "--checkpoint",
+        "--shell",
+        "echo from-run > run.txt",
+    ]);
+    assert_eq!(x["exit_code"], 0, "{x}");
+    let paths = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(paths(&x["changes"]), ["/run.txt"], "{x}");
+    let sc = &x["service_changes"];
+    assert_eq!(sc["services"], serde_json::json!(["writer"]), "{x}");
+    assert_eq!(
+        paths(&sc["changes"]),
+        ["/data", "/data/n", "/svc.txt"],
+        "{x}"
+    );
+    assert_eq!(sc["change_summary"]["added"], 3, "{x}");
+    assert_eq!(sc["truncated"], false, "{x}");
+    assert!(
+        sc["changes"][0].get("patch").is_none_or(Value::is_null),
+        "{x}"
+    );
+    // The run's checkpoint already held the service's file (it is not the run's).
+    let cp = x["checkpoint"].as_str().unwrap();
+    let d = env.json(&["--vault", "t", "diff", cp]);
+    let after_cp: Vec<String> = d["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(after_cp, ["/run.txt"], "{d}");
+    assert_eq!(
+        env.ok(&["--vault", "t", "cat", "svc.txt"]).stdout,
+        "from-service\n"
+    );
+    // Nothing new from the service: nothing said.
+    let x = env.json(&["--vault", "t", "exec", "--", "cat", "svc.txt"]);
+    assert_eq!(x["result"]["stdout"], "from-service\n", "{x}");
+    assert!(x["service_changes"].is_null(), "{x}");
+    assert!(x["changes"].as_array().unwrap().is_empty(), "{x}");
+    let audit = env.ok(&["--vault", "t", "audit"]).stdout;
+    assert!(audit.contains("exec.service_writes"), "{audit}");
+    env.ok(&["--vault", "t", "service", "stop", "writer"]);
+}
+
 /// Processes whose command line is exactly `argv`.
 fn processes(argv: &[&str]) -> Vec<i32> {
     let want: Vec<u8> = argv

@@ -46,3 +46,19 @@ def test_a_service_that_exits_at_once_raises(vault: Vault, monkeypatch: pytest.M
     assert e.value.exit_code == 3
     assert "going away" in e.value.message
     assert [s.state for s in ws.services()] == ["exited"]
+
+
+def test_what_a_service_writes_is_reported_as_its_own(vault: Vault) -> None:
+    import time
+
+    ws = vault.workspace
+    with ws.service("echo hi > svc.txt && echo written && exec sleep 600", name="writer") as w:
+        deadline = time.monotonic() + 180  # a bound against hanging, not a timing check
+        while "written" not in w.logs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        env = ws.exec("echo run > run.txt")
+        assert [c.path for c in env.changes] == ["/run.txt"], env.raw
+        assert env.service_changes is not None, env.raw
+        assert env.service_changes["services"] == ["writer"]
+        assert [c["path"] for c in env.service_changes["changes"]] == ["/svc.txt"]
+        assert ws.exec("true").service_changes is None

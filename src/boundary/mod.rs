@@ -18,6 +18,7 @@ mod place;
 pub mod report;
 mod run;
 pub mod service;
+mod service_writes;
 mod spawn;
 pub mod watchdog;
 mod watchdog_fork;
@@ -354,6 +355,7 @@ pub fn exec(ctx: &Context, req: ExecRequest) -> Result<Outcome> {
         changes: vec![],
         change_summary: Summary::default(),
         changes_page: ChangesPage::nothing(req.report.changes),
+        service_changes: None,
         rollback: Rollback {
             requested: req.rollback_on_failure,
             performed: false,

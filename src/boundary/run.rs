@@ -227,18 +227,37 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
     };
     // The set-up starts joining the cgroup now, while the checkpoint is taken and the
     // workspace prepared (`exec::early`): on cgroup v1 a join waits 10-20 ms.
-    let early = match (&confinement, &_cgroup) {
+    // A service's supervisor is forked now instead, and forks that set-up itself
+    // (`exec::supervisor`): the set-up must be its child.
+    let (early, supervisor) = match (&confinement, &_cgroup) {
         (Some((c, _)), Some(cg)) => {
             // A set-up in a user namespace (not root) mounts the caches there.
             let caches = if is_root() { &c.root.caches[..] } else { &[] };
-            crate::exec::early::Early::start(&cg.procs_files(), caches)
+            if req.service.is_some() {
+                let s = crate::exec::supervisor::Supervisor::fork(&cg.procs_files(), caches);
+                (None, s)
+            } else {
+                (
+                    crate::exec::early::Early::start(&cg.procs_files(), caches),
+                    None,
+                )
+            }
         }
-        _ => None,
+        _ => (None, None),
     };
     envelope.sandbox = match &confinement {
         Some((_, info)) => info.clone(),
         None => crate::sandbox::SandboxInfo::unenforced(),
     };
+    // What the workspace's services wrote since its last run is theirs, not this run's.
+    if matches!(engine, EngineKind::Overlay) && req.service.is_none() {
+        let opts = IngestRequest {
+            keep_owners: is_root(),
+            keep_setuid: req.keep_setuid && is_root(),
+        };
+        envelope.service_changes =
+            super::service_writes::take_in(ctx, v, &mut store, &envelope.id, &req.report, opts)?;
+    }
     ctx.sync_mount(v)?;
     // `avfs shell` keeps its own names: a `shell-...` checkpoint of origin `shell`, and
     // `shell.enter`/`shell.exit` audit rows.
@@ -421,7 +440,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
         };
         let cgroup = _cgroup.map(|c| c.keep()).unwrap_or_default();
         let started = super::service::start(
-            &super::service::Start {
+            super::service::Start {
                 v,
                 launch,
                 req,
@@ -429,6 +448,8 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                 plan_json,
                 cgroups: cgroup,
                 services_dir: &services_dir,
+                supervisor,
+                exec_id: &envelope.id,
             },
             &orun,
         );

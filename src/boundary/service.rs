@@ -35,11 +35,15 @@ pub(super) struct Start<'a> {
     pub plan_json: String,
     pub cgroups: Vec<PathBuf>,
     pub services_dir: &'a Path,
+    /// The supervisor forked ahead (`exec::supervisor`); None: `avfs __avfs-service`.
+    pub supervisor: Option<crate::exec::supervisor::Supervisor>,
+    /// The run's id.
+    pub exec_id: &'a str,
 }
 
 /// Records the service and starts its supervisor; returns the service's PID 1 (as the
 /// host sees it) once it runs.
-pub(super) fn start(s: &Start, orun: &OverlayRun) -> Result<i32> {
+pub(super) fn start(s: Start, orun: &OverlayRun) -> Result<i32> {
     let Some((keeper, kept_record)) = orun.kept_keeper() else {
         return Err(needs_overlay());
     };
@@ -102,7 +106,11 @@ pub(super) fn start(s: &Start, orun: &OverlayRun) -> Result<i32> {
             .min(10_000),
         publish: s.launch.publish.clone(),
     };
-    proc_service::launch(&plan).map_err(|e| Error::SandboxUnavailable(e.to_string()))?;
+    match s.supervisor {
+        Some(sup) => sup.launch(&plan, s.exec_id),
+        None => proc_service::launch(&plan),
+    }
+    .map_err(|e| Error::SandboxUnavailable(e.to_string()))?;
     let rec = ServiceRecord::read(&dir)
         .ok_or_else(|| Error::Internal("the service's record is gone".into()))?;
     Ok(rec.pid.or(rec.setup.map(|p| p.pid)).unwrap_or(0))

@@ -655,6 +655,16 @@ fn finish(ctx: &Ctx, env: &Envelope, ephemeral: Option<&str>, keep: bool) -> Res
                     .unwrap_or_default()
             );
         }
+        if let Some(sc) = &env.service_changes {
+            let s = &sc.change_summary;
+            eprintln!(
+                "services:   {} wrote {} added, {} modified, {} deleted before the run (not its changes)",
+                sc.services.join(", "),
+                s.added,
+                s.modified,
+                s.deleted
+            );
+        }
         if env.rollback.performed {
             eprintln!(
                 "rolled back to {}",

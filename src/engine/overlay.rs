@@ -299,6 +299,35 @@ impl OverlayRun {
         let Some(dir) = &self.record.ignored else {
             return Ok(IgnoredCount::default());
         };
+        self.with_ignored_view(db, |view| {
+            if let Some(k) = &self.kept {
+                let (_, any) = ignored::separate(view, dir, true)?;
+                if !any {
+                    return Ok(IgnoredCount::default());
+                }
+                k.end_keeper();
+                self.kept_ended.set(true);
+            }
+            Ok(ignored::separate(view, dir, false)?.0)
+        })
+    }
+
+    /// Whether the upper holds ignored, untracked entries that `separate_ignored` would
+    /// move (and, in a kept overlay, end its keeper for); moves nothing.
+    pub fn has_ignored(&self, db: &Connection) -> Result<bool> {
+        let Some(dir) = &self.record.ignored else {
+            return Ok(false);
+        };
+        self.with_ignored_view(db, |view| Ok(ignored::separate(view, dir, true)?.1))
+    }
+
+    /// `f` with the upper as `ignored` reads it: which of its paths the workspace's
+    /// head tracks.
+    fn with_ignored_view<R>(
+        &self,
+        db: &Connection,
+        f: impl FnOnce(&mut ignored::View) -> Result<R>,
+    ) -> Result<R> {
         let mut trees: HashMap<Hash, crate::store::objects::Tree> = HashMap::new();
         let head = self.head_root;
         let mut tracked = |comps: &[Vec<u8>]| -> Result<bool> {
@@ -327,15 +356,7 @@ impl OverlayRun {
             lowers: &self.record.stack.dirs,
             tracked: &mut tracked,
         };
-        if let Some(k) = &self.kept {
-            let (_, any) = ignored::separate(&mut view, dir, true)?;
-            if !any {
-                return Ok(IgnoredCount::default());
-            }
-            k.end_keeper();
-            self.kept_ended.set(true);
-        }
-        Ok(ignored::separate(&mut view, dir, false)?.0)
+        f(&mut view)
     }
 
     /// The pin that keeps content stored ahead of the ingest until it is referenced.

@@ -59,6 +59,10 @@ pub struct Envelope {
     pub change_summary: Summary,
     /// How much of the change list is shown, and the command that pages the rest.
     pub changes_page: ChangesPage,
+    /// What the workspace's services wrote since its last run: taken in just before
+    /// this run (and before its checkpoint), so not in `changes`. Null when no service
+    /// ran since.
+    pub service_changes: Option<ServiceChanges>,
     pub rollback: Rollback,
     /// Where the command saw the workspace: its stable path (same as `workspace_path`;
     /// kept for readers of schema version 1).
@@ -71,6 +75,21 @@ pub struct Envelope {
     pub sandbox: SandboxInfo,
     pub exit_code: i32,
 }
+
+/// What services wrote into the workspace between two runs (docs/services.md).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct ServiceChanges {
+    /// The services (names) that ran in the workspace since its last run.
+    pub services: Vec<String>,
+    /// The first changes (at most `MAX_SERVICE_CHANGES`, no patches).
+    pub changes: Vec<ShownChange>,
+    pub change_summary: Summary,
+    /// Whether `changes` lists only part of them.
+    pub truncated: bool,
+}
+
+/// Entries of `service_changes.changes` at most: the run's own changes come first.
+pub const MAX_SERVICE_CHANGES: usize = 20;
 
 /// How much of the change list an envelope shows (`--changes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]

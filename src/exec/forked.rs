@@ -358,6 +358,16 @@ pub(crate) fn reset_signals() {
     }
 }
 
+/// Writes `text` over this process's command line (what `/proc/PID/cmdline` shows, with
+/// NULs between arguments) when it fits; false otherwise.
+///
+/// # Safety
+/// As [`overwrite`]: only in a forked child.
+pub(crate) unsafe fn rename(stat: &SelfStat, text: &[u8]) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { overwrite(stat.args, text) }
+}
+
 /// Writes `text` and NULs over the memory range `[start, end)` of this process (its
 /// command line or environment strings, as `/proc/self/stat` gave them); false (and
 /// nothing written) when `text` and its NUL do not fit.

@@ -11,6 +11,7 @@ pub mod outputs;
 pub use crate::policy;
 pub mod runner;
 pub mod sandbox;
+pub mod supervisor;
 pub mod watchdog;
 
 /// Exit status of `avfs exec` when the policy denies the command.

@@ -30,9 +30,9 @@ const RESULT_DEFAULTS: [&str; 6] = [
 /// happened: the options that are at their default (a model knows what it did not ask
 /// for), `mountpoint` when it repeats `workspace_path` (kept in the CLI's envelope only
 /// for readers of earlier envelopes), `rollback` when none was asked for,
-/// `changes_page` when the list and its patches are whole, a lone
-/// `decision.findings` entry that repeats the decision, the sandbox's package caches and
-/// its limits when all of them held, and the [`RESULT_DEFAULTS`].
+/// `changes_page` when the list and its patches are whole, `service_changes` when null,
+/// a lone `decision.findings` entry that repeats the decision, the sandbox's package
+/// caches and its limits when all of them held, and the [`RESULT_DEFAULTS`].
 pub(super) fn compact_envelope(doc: &mut Value) {
     if let Some(result) = doc.get_mut("result").and_then(Value::as_object_mut) {
         result.retain(|k, v| !(RESULT_DEFAULTS.contains(&k.as_str()) && is_default(v)));
@@ -67,6 +67,12 @@ pub(super) fn compact_envelope(doc: &mut Value) {
         {
             sandbox.remove("limits");
         }
+    }
+    // No service wrote anything since the last run: nothing to say.
+    if doc.get("service_changes") == Some(&Value::Null)
+        && let Some(obj) = doc.as_object_mut()
+    {
+        obj.remove("service_changes");
     }
     if let Some(obj) = doc.as_object_mut()
         && obj.get("mountpoint").is_some()
@@ -172,6 +178,7 @@ fn loosen(s: &mut Value) {
     drop_required(s.pointer_mut("/required"), "mountpoint");
     drop_required(s.pointer_mut("/required"), "rollback");
     drop_required(s.pointer_mut("/required"), "changes_page");
+    drop_required(s.pointer_mut("/required"), "service_changes");
     drop_required(s.pointer_mut("/$defs/decision/required"), "findings");
     for name in RESULT_DEFAULTS {
         drop_required(s.pointer_mut("/$defs/result/required"), name);

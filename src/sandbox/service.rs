@@ -3,9 +3,10 @@
 //!
 //! `avfs service start` runs the boundary as a run does (policy, lock, checkpoint, the
 //! kept overlay, the sandbox's plan) and then, instead of waiting for the command, starts
-//! `avfs __avfs-service`: it forks once more (nobody has to reap it), starts the run's
-//! set-up (`setup`, the same namespaces, confinement and cgroup as a run) with its
-//! stdout and stderr on a pipe, and stays its parent:
+//! `avfs __avfs-service` (or, from a single-threaded start, has forked it earlier, with
+//! the set-up forked ahead: `exec::supervisor`): it forks once more (nobody has to reap
+//! it), starts the run's set-up (`setup`, the same namespaces, confinement and cgroup as
+//! a run) with its stdout and stderr on a pipe, and stays its parent:
 //!
 //! - it copies the output into `log` (rotated to `log.1` past `LOG_MAX` bytes: at most
 //!   twice that on disk);
@@ -180,7 +181,7 @@ pub struct SupervisorPlan {
 }
 
 /// The line the supervisor prints once the service's set-up runs.
-const READY: &str = "ready";
+pub const READY: &str = "ready";
 
 /// Starts the supervisor of `plan` and returns once the service runs (or failed to).
 pub fn launch(plan: &SupervisorPlan) -> io::Result<()> {
@@ -246,7 +247,8 @@ fn leave(code: i32) -> ! {
     super::setup::leave(code)
 }
 
-/// `avfs __avfs-service`: see the module's comment. Never returns.
+/// `avfs __avfs-service`: see the module's comment. Never returns. (Where `service
+/// start` runs single-threaded, it forks its supervisor instead: `exec::supervisor`.)
 pub fn supervise_main() -> ! {
     let plan: Option<SupervisorPlan> = std::env::var(SERVICE_VAR)
         .ok()
@@ -255,8 +257,13 @@ pub fn supervise_main() -> ! {
         answer(&format!("error: {SERVICE_VAR} is missing or unreadable"));
         leave(1);
     };
-    // SAFETY: removes our own variable; single-threaded.
-    unsafe { std::env::remove_var(SERVICE_VAR) };
+    // SAFETY: removes our own variable; single-threaded. A closed answer pipe is an
+    // error to `answer`, not a signal that ends the supervisor (main left SIGPIPE at its
+    // default; the set-up's `Command` restores it for the run).
+    unsafe {
+        std::env::remove_var(SERVICE_VAR);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     // SAFETY: single-threaded; the intermediate process leaves at once.
     match unsafe { libc::fork() } {
         -1 => {
@@ -272,6 +279,92 @@ pub fn supervise_main() -> ! {
     // answer's pipe (1).
     // SAFETY: closes descriptors from 3 up in this process only.
     unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    supervise(plan, |p| {
+        spawn_setup(p).map(|(c, out)| (SetupProc::Spawned(c), out))
+    })
+}
+
+/// The service's set-up, as its supervisor's child: spawned (`avfs __avfs-run`) or
+/// forked ahead and handed its plan (`exec::early`).
+pub enum SetupProc {
+    Spawned(std::process::Child),
+    Forked {
+        pid: i32,
+        status: Option<std::process::ExitStatus>,
+    },
+}
+
+impl SetupProc {
+    pub fn id(&self) -> u32 {
+        match self {
+            SetupProc::Spawned(c) => c.id(),
+            SetupProc::Forked { pid, .. } => *pid as u32,
+        }
+    }
+
+    fn reap(&mut self, flags: libc::c_int) -> io::Result<Option<std::process::ExitStatus>> {
+        use std::os::unix::process::ExitStatusExt;
+        let (pid, status) = match self {
+            SetupProc::Spawned(c) => {
+                return if flags == 0 {
+                    c.wait().map(Some)
+                } else {
+                    c.try_wait()
+                };
+            }
+            SetupProc::Forked { pid, status } => (*pid, status),
+        };
+        if let Some(s) = status {
+            return Ok(Some(*s));
+        }
+        loop {
+            let mut st = 0;
+            // SAFETY: waitpid on our own child.
+            let r = unsafe { libc::waitpid(pid, &mut st, flags) };
+            if r == pid {
+                *status = Some(std::process::ExitStatus::from_raw(st));
+                return Ok(*status);
+            }
+            if r == 0 {
+                return Ok(None);
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+
+    pub fn try_wait(&mut self) -> io::Result<Option<std::process::ExitStatus>> {
+        self.reap(libc::WNOHANG)
+    }
+
+    pub fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        self.reap(0)
+            .map(|s| s.expect("a blocking wait returns a status"))
+    }
+
+    fn kill(&mut self) {
+        match self {
+            SetupProc::Spawned(c) => {
+                let _ = c.kill();
+            }
+            SetupProc::Forked { pid, status: None } => {
+                // SAFETY: our own child, not yet reaped (its pid is still ours).
+                unsafe { libc::kill(*pid, libc::SIGKILL) };
+            }
+            SetupProc::Forked { .. } => {}
+        }
+    }
+}
+
+/// The supervisor's work once it runs on its own (a session of its own, only its
+/// answer's descriptor 1 open): starts the set-up with `start`, answers, keeps the
+/// service until it ends. Never returns.
+pub fn supervise(
+    plan: SupervisorPlan,
+    start: impl FnOnce(&SupervisorPlan) -> io::Result<(SetupProc, std::fs::File)>,
+) -> ! {
     let Some(mut rec) = ServiceRecord::read(&plan.dir) else {
         answer(&format!(
             "error: no service record in {}",
@@ -279,7 +372,7 @@ pub fn supervise_main() -> ! {
         ));
         leave(1);
     };
-    let (mut child, out) = match spawn_setup(&plan) {
+    let (mut child, out) = match start(&plan) {
         Ok(c) => c,
         Err(e) => {
             rec.state = "exited".into();
@@ -340,7 +433,7 @@ pub fn supervise_main() -> ! {
         leave(0);
     }
     if let Err(e) = rec.write(&plan.dir) {
-        let _ = child.kill();
+        child.kill();
         answer(&format!("error: writing the service's record: {e}"));
         leave(1);
     }
@@ -401,7 +494,7 @@ fn now_ns() -> i64 {
 }
 
 /// Starts the run's set-up with its output on one pipe (stdout and stderr as they come).
-fn spawn_setup(plan: &SupervisorPlan) -> io::Result<(std::process::Child, std::fs::File)> {
+pub fn spawn_setup(plan: &SupervisorPlan) -> io::Result<(std::process::Child, std::fs::File)> {
     use std::os::fd::{FromRawFd, IntoRawFd};
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
@@ -492,7 +585,7 @@ fn pump(mut out: std::fs::File, dir: &Path) {
 /// Returns its exit status and, when the supervisor ended it, why.
 fn watch(
     plan: &SupervisorPlan,
-    child: &mut std::process::Child,
+    child: &mut SetupProc,
     rec: &mut ServiceRecord,
 ) -> (Option<std::process::ExitStatus>, Option<String>) {
     let started = Instant::now();

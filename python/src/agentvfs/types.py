@@ -706,6 +706,10 @@ class Envelope:
     """How much of the list ``changes`` shows (``shown``, ``total``, ``truncated``) and
     the way to the rest: ``before``/``after`` checkpoints for :meth:`Workspace.diff`
     with ``offset``/``limit``, and ``rest``, the same as an ``avfs`` command line."""
+    service_changes: Optional[Json] = None
+    """What the workspace's services wrote since its last run (``services``,
+    ``changes``, ``change_summary``, ``truncated``), taken in before this run and so
+    not in ``changes``; None when no service ran since."""
     raw: Json = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -729,6 +733,9 @@ class Envelope:
             sandbox=Sandbox.from_json(d.get("sandbox")),
             exit_code=int(d.get("exit_code", 0)),
             changes_page=dict(_obj(d.get("changes_page"))),
+            service_changes=(
+                dict(d["service_changes"]) if isinstance(d.get("service_changes"), Mapping) else None
+            ),
             raw=dict(d),
         )
 
