@@ -119,6 +119,7 @@ fn writes_to_ignored_paths_go_to_the_ignored_directory() {
     std::fs::write(m.at("build/obj/out.o"), "o\n").unwrap();
     // A tracked file's change still goes to the vault.
     std::fs::write(m.at("src/b.py"), "b\n").unwrap();
+    std::fs::write(m.at("src/c.py"), "c\n").unwrap();
     for (p, want) in [
         (".venv/bin/tool", "changed\n"),
         (".venv/lib/mod.py", "m\n"),
@@ -170,7 +171,7 @@ fn writes_to_ignored_paths_go_to_the_ignored_directory() {
     for p in [".venv", ".log", "build"] {
         assert!(!d.contains(p), "{p} in the diff: {d}");
     }
-    assert!(d.contains("src/b.py"), "{d}");
+    assert!(d.contains("src/c.py"), "{d}");
     env.ok(&["--vault", "t", "checkpoint", "save", "c1"]);
     let ls = env.ok(&["--vault", "t", "ls", "-a", "/"]).stdout
         + &env.ok(&["--vault", "t", "ls", "-a", "/src"]).stdout;

@@ -115,7 +115,11 @@ impl Ignored {
             .collect();
         for (p, i) in moving {
             self.by_path.remove(&p);
-            let new = to.join(p.strip_prefix(from).unwrap_or(Path::new("")));
+            // Not `to.join("")`: that ends in a slash, which names no file.
+            let new = match p.strip_prefix(from) {
+                Ok(below) if !below.as_os_str().is_empty() => to.join(below),
+                _ => to.to_path_buf(),
+            };
             self.by_ino.insert(i, new.clone());
             self.by_path.insert(new, i);
         }
