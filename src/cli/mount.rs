@@ -70,6 +70,11 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<i32> {
             mountpoint: mp,
             readonly: a.readonly,
             allow_other: a.allow_other,
+            ignored: Some(Box::new(crate::engine::ignored_mount::MountPolicy::new(
+                &ctx.home,
+                &v.path,
+                &v.workspace,
+            ))),
             owner: std::env::var(mount::OWNER_ENV)
                 .ok()
                 .and_then(|p| p.parse().ok()),

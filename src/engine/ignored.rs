@@ -160,7 +160,7 @@ pub fn measure(p: &Path) -> IgnoredCount {
 }
 
 /// The rule files read in each directory, weakest first (later patterns win).
-const RULE_FILES: [&str; 2] = [".gitignore", ".avfsignore"];
+pub(super) const RULE_FILES: [&str; 2] = [".gitignore", ".avfsignore"];
 
 fn is_whiteout(m: &fs::Metadata) -> bool {
     m.file_type().is_char_device() && m.rdev() == 0
@@ -225,29 +225,63 @@ impl View<'_> {
 
     /// The rules of directory `rel` (`None`: it has none).
     fn rules(&self, rel: &Path, hidden: bool) -> Option<Gitignore> {
-        let base = Path::new("/").join(rel);
-        let mut b = GitignoreBuilder::new(&base);
-        let mut any = false;
-        for name in RULE_FILES {
-            let Some(text) = self.read(&rel.join(name), hidden) else {
-                continue;
-            };
-            let from = base.join(name);
-            for line in String::from_utf8_lossy(&text).lines() {
-                // A bad pattern is skipped (git skips it too), never an error of the run.
-                if b.add_line(Some(from.clone()), line).is_ok() {
-                    any = true;
-                }
-            }
-        }
-        any.then(|| b.build().ok()).flatten()
+        dir_rules(&mut |p| self.read(p, hidden), rel)
     }
 
-    /// `.git/info/exclude`: rules of the root, weaker than any `.gitignore`.
-    fn exclude(&self) -> Option<Gitignore> {
-        let text = self.read(Path::new(".git/info/exclude"), false)?;
-        root_rules(&text, Path::new("/.git/info/exclude"))
+    /// `.git/info/exclude` and the global excludes file, strongest first.
+    fn exclude(&self) -> Vec<Gitignore> {
+        root_excludes(&mut |p| self.read(p, false))
     }
+}
+
+/// The rules of directory `rel` (`None`: it has none), its rule files read by `read`.
+pub(super) fn dir_rules(
+    read: &mut dyn FnMut(&Path) -> Option<Vec<u8>>,
+    rel: &Path,
+) -> Option<Gitignore> {
+    let base = Path::new("/").join(rel);
+    let mut b = GitignoreBuilder::new(&base);
+    let mut any = false;
+    for name in RULE_FILES {
+        let Some(text) = read(&rel.join(name)) else {
+            continue;
+        };
+        let from = base.join(name);
+        for line in String::from_utf8_lossy(&text).lines() {
+            // A bad pattern is skipped (git skips it too), never an error of the run.
+            if b.add_line(Some(from.clone()), line).is_ok() {
+                any = true;
+            }
+        }
+    }
+    any.then(|| b.build().ok()).flatten()
+}
+
+/// The rules of the root that no `.gitignore` overrides: `.git/info/exclude` (read by
+/// `read`), then git's global excludes file; strongest first.
+pub(super) fn root_excludes(read: &mut dyn FnMut(&Path) -> Option<Vec<u8>>) -> Vec<Gitignore> {
+    read(Path::new(".git/info/exclude"))
+        .and_then(|text| root_rules(&text, Path::new("/.git/info/exclude")))
+        .into_iter()
+        .chain(global_excludes())
+        .collect()
+}
+
+/// Does the first of `rules` (strongest first) that says anything of `rel` ignore it?
+pub(super) fn decide<'a>(
+    rules: impl Iterator<Item = &'a Gitignore>,
+    rel: &Path,
+    is_dir: bool,
+) -> bool {
+    let p = Path::new("/").join(rel);
+    for g in rules {
+        match g.matched(&p, is_dir) {
+            Match::Ignore(_) => return true,
+            Match::Whitelist(_) => return false,
+            Match::None => {}
+        }
+    }
+    false
 }
 
 /// Rules read as if from the workspace's root (`.git/info/exclude`, the global file).
@@ -278,16 +312,8 @@ struct Rules {
 
 impl Rules {
     fn ignored(&self, rel: &Path, is_dir: bool) -> bool {
-        let p = Path::new("/").join(rel);
-        let (stack, exclude) = (self.stack.iter().rev().map(|(_, g)| g), self.exclude.iter());
-        for g in stack.chain(exclude) {
-            match g.matched(&p, is_dir) {
-                Match::Ignore(_) => return true,
-                Match::Whitelist(_) => return false,
-                Match::None => {}
-            }
-        }
-        false
+        let stack = self.stack.iter().rev().map(|(_, g)| g);
+        decide(stack.chain(self.exclude.iter()), rel, is_dir)
     }
 }
 
@@ -306,11 +332,7 @@ struct Found {
 pub fn separate(view: &mut View, ignored: &Path, dry: bool) -> Result<(IgnoredCount, bool)> {
     let mut rules = Rules {
         stack: vec![],
-        exclude: view
-            .exclude()
-            .into_iter()
-            .chain(global_excludes())
-            .collect(),
+        exclude: view.exclude(),
     };
     let mut found = Found::default();
     let mut comps = Vec::new();

@@ -12,6 +12,7 @@
 
 pub mod fuse;
 pub mod ignored;
+pub mod ignored_mount;
 pub mod ingest;
 pub mod kept;
 pub mod layers;

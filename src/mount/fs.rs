@@ -28,6 +28,7 @@ mod attrs;
 mod dirs;
 mod files;
 mod ignored;
+mod ignored_write;
 mod kernel;
 mod outside;
 mod state;
@@ -37,7 +38,7 @@ pub use upkeep::{RECLAIM_EVERY, TRIM_EVERY, audit_every};
 
 use attrs::{attr_of, dummy_dir, file_type, full_attr, kill_suid};
 use dirs::new_node;
-use ignored::{erofs as ign_erofs, is_ign};
+use ignored::is_ign;
 
 use super::buffer::DirtyFile;
 use crate::error::{Error, Result};
@@ -142,7 +143,7 @@ pub struct State {
     pub busy_ns: Counters,
     /// The root the last mount audit row accounts for (see `upkeep`).
     audited: Option<Hash>,
-    /// The workspace's ignored files, shown read-only (`ignored`); `None`: not shown.
+    /// The workspace's ignored files (`ignored`, `ignored_write`); `None`: not shown.
     ign: Option<ignored::Ignored>,
 }
 

@@ -4,6 +4,7 @@
 mod buffer;
 pub mod control;
 mod fs;
+mod ignored;
 pub mod spawn;
 mod wal;
 
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::workspace::Store;
 pub use fs::AvfsFs;
+pub use ignored::{IgnoredPolicy, ReadRuleFile};
 
 /// One live mount, as recorded under `$AVFS_HOME/run/mounts/`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -36,7 +38,7 @@ pub fn run_dir(home: &Path) -> PathBuf {
 }
 
 /// The directory of a workspace's ignored files (see `engine::ignored`), which the mount
-/// shows read-only.
+/// shows, and changes when given an `IgnoredPolicy`.
 pub fn ignored_dir(home: &Path, vault_path: &Path, workspace: &str) -> PathBuf {
     home.join("ignored").join(mount_id(vault_path, workspace))
 }
@@ -172,6 +174,9 @@ pub struct ServeOptions {
     pub allow_other: bool,
     /// Unmount when this process ends (see `OWNER_ENV`).
     pub owner: Option<u32>,
+    /// Makes the workspace's ignored files writable through the mount (`None`: shown
+    /// read-only).
+    pub ignored: Option<Box<dyn IgnoredPolicy>>,
     /// Called once the mount is live and the control socket listens.
     pub on_ready: Box<dyn FnOnce(&MountRecord) + Send>,
 }
@@ -235,7 +240,7 @@ fn unmount_when_gone(owner: u32) {
 }
 
 /// Mounts and serves until unmounted. Refuses a workspace that is already mounted.
-pub fn serve(opts: ServeOptions) -> Result<()> {
+pub fn serve(mut opts: ServeOptions) -> Result<()> {
     block_signals();
     if let Some(m) = find_mount(&opts.home, &opts.vault_path, &opts.workspace)? {
         return Err(Error::Refused(format!(
@@ -261,7 +266,11 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
     crate::workspace::find_workspace(&store.conn, &opts.workspace)?
         .ok_or_else(|| Error::NoSuchVault(opts.workspace.clone()))?;
     let fs = AvfsFs::new(store, &opts.workspace, opts.readonly)?;
-    fs.show_ignored(ignored_dir(&opts.home, &opts.vault_path, &opts.workspace));
+    let policy = opts.ignored.take().filter(|_| !opts.readonly);
+    fs.show_ignored(
+        ignored_dir(&opts.home, &opts.vault_path, &opts.workspace),
+        policy,
+    );
 
     let mut config = fuser::Config::default();
     config.mount_options = vec![

@@ -121,6 +121,7 @@ impl AvfsFs {
     ) {
         let r = self.check_writable().and_then(|_| {
             self.with("setattr", |db, st| {
+                st.ign_rules_touched(ino.0);
                 let cur = st.ws(db)?.get(ino.0)?;
                 if let Some(size) = size {
                     if cur.kind == Kind::Dir {

@@ -139,6 +139,8 @@ impl AvfsFs {
             }
         }
         let r = self.with_commit("release", End::Batch, |db, st| {
+            // A rule file written: what is ignored may have changed.
+            st.ign_rules_touched(ino.0);
             let flushed = st.flush_file(db, ino.0);
             let n = st.open.entry(ino.0).or_default();
             // A buffer a quota refused goes with the last handle; one that failed for

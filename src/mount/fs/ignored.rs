@@ -1,13 +1,14 @@
 //! The workspace's ignored files (`$AVFS_HOME/ignored/<mount id>`, outside the vault; see
-//! `engine::ignored`) shown read-only at their paths, as every run shows them.
+//! `engine::ignored`) shown at their paths, as every run shows them; changes to them go
+//! to the host's ignored directory (`ignored_write`).
 //!
 //! An ignored entry gets an inode number at or above [`IGN_BASE`], far above any the vault
 //! gives (SQLite row ids), so every request tells the two apart by the number alone. A
 //! name the vault has is the vault's; a name it lacks is looked up in the ignored
 //! directory at the same path; listings of a directory add the ignored names the vault
 //! lacks. Requests on ignored inodes are served from the host file system; those that
-//! would change one fail with EROFS: a write through the mount is not taken back to the
-//! ignored directory (that is the runs' to change).
+//! would change one are `ignored_write`'s (EROFS when the mount was given no
+//! `IgnoredPolicy`).
 //!
 //! Nothing of this runs while the ignored directory is empty or absent (`active`), so a
 //! workspace without ignored files pays one branch per lookup miss and listing.
@@ -26,11 +27,21 @@ pub(super) fn is_ign(ino: u64) -> bool {
 /// What the mount knows of the ignored directory: the inode numbers it gave out (a path
 /// keeps its number for the mount's life, so the kernel's cached entries stay valid).
 pub(super) struct Ignored {
-    dir: PathBuf,
-    /// The directory holds anything (checked at mount and after every outside change).
+    pub(super) dir: PathBuf,
+    /// The directory holds anything (checked at mount, after every outside change, and
+    /// set when the mount makes an entry there).
     pub(super) active: bool,
-    by_ino: HashMap<u64, PathBuf>,
+    pub(super) by_ino: HashMap<u64, PathBuf>,
     by_path: HashMap<PathBuf, u64>,
+    next_ino: u64,
+    /// The engine's decisions on changes (`None`: the files are read-only).
+    pub(super) policy: Option<Box<dyn crate::mount::IgnoredPolicy>>,
+    /// Open files that may write, by handle.
+    pub(super) handles: HashMap<u64, std::fs::File>,
+    pub(super) next_fh: u64,
+    /// Vault inodes the rules were read from: a change to one makes the policy read the
+    /// rules again.
+    pub(super) rule_inos: HashSet<u64>,
 }
 
 fn holds_any(dir: &Path) -> bool {
@@ -38,31 +49,84 @@ fn holds_any(dir: &Path) -> bool {
 }
 
 impl Ignored {
-    pub(super) fn new(dir: PathBuf) -> Ignored {
+    pub(super) fn new(
+        dir: PathBuf,
+        policy: Option<Box<dyn crate::mount::IgnoredPolicy>>,
+    ) -> Ignored {
         Ignored {
             active: holds_any(&dir),
             dir,
             by_ino: HashMap::new(),
             by_path: HashMap::new(),
+            next_ino: IGN_BASE,
+            policy,
+            handles: HashMap::new(),
+            next_fh: 1,
+            rule_inos: HashSet::new(),
         }
     }
 
+    /// After an outside change: a run may have made (or emptied) the directory, or
+    /// changed a rule file.
     pub(super) fn refresh(&mut self) {
         self.active = holds_any(&self.dir);
+        self.rule_inos.clear();
+        if let Some(p) = self.policy.as_mut() {
+            p.forget_rules();
+        }
     }
 
     fn ino_for(&mut self, rel: &Path) -> u64 {
         if let Some(&i) = self.by_path.get(rel) {
             return i;
         }
-        let i = IGN_BASE + self.by_ino.len() as u64;
+        let i = self.next_ino;
+        self.next_ino += 1;
         self.by_ino.insert(i, rel.to_path_buf());
         self.by_path.insert(rel.to_path_buf(), i);
         i
     }
 
+    /// `rel` and what was below it are gone: a new entry there gets a new number (the
+    /// kernel may still hold the old one, of an open file).
+    pub(super) fn forget_path(&mut self, rel: &Path) {
+        let gone: Vec<PathBuf> = self
+            .by_path
+            .keys()
+            .filter(|p| p.starts_with(rel))
+            .cloned()
+            .collect();
+        for p in gone {
+            if let Some(i) = self.by_path.remove(&p) {
+                self.by_ino.remove(&i);
+            }
+        }
+    }
+
+    /// `from` (and what is below it) was renamed to `to`: its numbers go with it, as a
+    /// renamed file keeps its inode; what `to` named before is gone.
+    pub(super) fn moved(&mut self, from: &Path, to: &Path) {
+        self.forget_path(to);
+        let moving: Vec<(PathBuf, u64)> = self
+            .by_path
+            .iter()
+            .filter(|(p, _)| p.starts_with(from))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        for (p, i) in moving {
+            self.by_path.remove(&p);
+            // Not `to.join("")`: that ends in a slash, which names no file.
+            let new = match p.strip_prefix(from) {
+                Ok(below) if !below.as_os_str().is_empty() => to.join(below),
+                _ => to.to_path_buf(),
+            };
+            self.by_ino.insert(i, new.clone());
+            self.by_path.insert(new, i);
+        }
+    }
+
     /// The host path of an ignored inode.
-    fn host(&self, ino: u64) -> Result<PathBuf> {
+    pub(super) fn host(&self, ino: u64) -> Result<PathBuf> {
         self.by_ino
             .get(&ino)
             .map(|r| self.dir.join(r))
@@ -70,7 +134,7 @@ impl Ignored {
     }
 
     /// The ignored entry at `rel` (below the workspace's root), if the directory has one.
-    fn inode(&mut self, rel: &Path) -> Option<Inode> {
+    pub(super) fn inode(&mut self, rel: &Path) -> Option<Inode> {
         let p = self.dir.join(rel);
         let m = std::fs::symlink_metadata(&p).ok()?;
         let ino = self.ino_for(rel);
@@ -78,7 +142,7 @@ impl Ignored {
     }
 
     /// An ignored inode as the host has it now.
-    fn get(&self, ino: u64) -> Result<Inode> {
+    pub(super) fn get(&self, ino: u64) -> Result<Inode> {
         let p = self.host(ino)?;
         let m =
             std::fs::symlink_metadata(&p).map_err(|_| Error::NotFound(format!("inode {ino}")))?;
@@ -147,7 +211,7 @@ fn inode_of(ino: u64, m: &std::fs::Metadata, p: &Path) -> Inode {
 use std::os::unix::ffi::OsStringExt;
 
 /// The path (below the root) of a vault inode the kernel knows, through its names.
-fn vault_path(ws: &Workspace, ino: u64) -> Result<Option<PathBuf>> {
+pub(super) fn vault_path(ws: &Workspace, ino: u64) -> Result<Option<PathBuf>> {
     let mut comps: Vec<Vec<u8>> = Vec::new();
     let mut cur = ino;
     while cur != ROOT_INO {
@@ -228,13 +292,18 @@ pub(super) fn erofs() -> Errno {
 }
 
 impl AvfsFs {
-    /// Shows the workspace's ignored directory `dir` in the mount (read-only).
-    pub fn show_ignored(&self, dir: PathBuf) {
+    /// Shows the workspace's ignored directory `dir` in the mount, writable when the
+    /// engine's `policy` decides on changes.
+    pub fn show_ignored(&self, dir: PathBuf, policy: Option<Box<dyn crate::mount::IgnoredPolicy>>) {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        guard.1.ign = Some(Ignored::new(dir));
+        guard.1.ign = Some(Ignored::new(dir, policy));
     }
 
-    fn ign_do<T>(&self, op: &'static str, f: impl FnOnce(&Ignored) -> Result<T>) -> Result<T> {
+    pub(super) fn ign_do<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Ignored) -> Result<T>,
+    ) -> Result<T> {
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let st = &mut guard.1;
         *st.counters.entry(op).or_default() += 1;
@@ -263,7 +332,7 @@ impl AvfsFs {
 
     pub(super) fn ign_open(&self, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
-            return reply.error(erofs());
+            return self.ign_open_writer(ino, flags, reply);
         }
         match self.ign_do("open", |g| g.get(ino.0)) {
             Ok(i) if i.kind == Kind::Dir => reply.error(Errno::from_i32(libc::EISDIR)),

@@ -2,7 +2,22 @@
 //! trait, whose requests go to the module of their concern (`on_*`); the few that are a
 //! line or two are answered here.
 
+use super::ignored_write::Make;
 use super::*;
+
+fn ign_entry(r: std::result::Result<(Inode, Option<u64>), Errno>, reply: ReplyEntry) {
+    match r {
+        Ok((i, _)) => reply.entry(&TTL, &attr_of(&i, None), Generation(0)),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn empty(r: std::result::Result<(), Errno>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
 
 impl AvfsFs {
     /// Kernel options: readdirplus, parallel dirops, 1 MiB requests; no writeback cache
@@ -85,7 +100,7 @@ impl Filesystem for AvfsFs {
         reply: ReplyAttr,
     ) {
         if is_ign(ino.0) {
-            return reply.error(ign_erofs());
+            return self.ign_setattr(ino, mode, uid, gid, size, atime, mtime, reply);
         }
         self.on_setattr(req, ino, mode, uid, gid, size, atime, mtime, reply)
     }
@@ -113,8 +128,13 @@ impl Filesystem for AvfsFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        if is_ign(parent.0) {
-            return reply.error(ign_erofs());
+        match self.ign_route(parent, name, Some(false)) {
+            Ok(None) => {}
+            Ok(Some(rel)) => {
+                let what = Make::Node { mode, rdev };
+                return ign_entry(self.ign_make(req, (parent, name), &rel, what), reply);
+            }
+            Err(e) => return reply.error(e),
         }
         self.on_mknod(req, parent, name, mode, rdev, reply)
     }
@@ -128,8 +148,13 @@ impl Filesystem for AvfsFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        if is_ign(parent.0) {
-            return reply.error(ign_erofs());
+        match self.ign_route(parent, name, Some(true)) {
+            Ok(None) => {}
+            Ok(Some(rel)) => {
+                let what = Make::Dir { mode };
+                return ign_entry(self.ign_make(req, (parent, name), &rel, what), reply);
+            }
+            Err(e) => return reply.error(e),
         }
         self.on_mkdir(req, parent, name, mode, reply)
     }
@@ -142,22 +167,31 @@ impl Filesystem for AvfsFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        if is_ign(parent.0) {
-            return reply.error(ign_erofs());
+        match self.ign_route(parent, link_name, Some(false)) {
+            Ok(None) => {}
+            Ok(Some(rel)) => {
+                let what = Make::Symlink { target };
+                return ign_entry(self.ign_make(req, (parent, link_name), &rel, what), reply);
+            }
+            Err(e) => return reply.error(e),
         }
         self.on_symlink(req, parent, link_name, target, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if is_ign(parent.0) {
-            return reply.error(ign_erofs());
+        match self.ign_route(parent, name, None) {
+            Ok(None) => {}
+            Ok(Some(rel)) => return empty(self.ign_remove(&rel, false), reply),
+            Err(e) => return reply.error(e),
         }
         self.on_unlink(parent, name, reply)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        if is_ign(parent.0) {
-            return reply.error(ign_erofs());
+        match self.ign_route(parent, name, None) {
+            Ok(None) => {}
+            Ok(Some(rel)) => return empty(self.ign_remove(&rel, true), reply),
+            Err(e) => return reply.error(e),
         }
         self.on_rmdir(parent, name, reply)
     }
@@ -172,8 +206,14 @@ impl Filesystem for AvfsFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if is_ign(parent.0) || is_ign(newparent.0) {
-            return reply.error(ign_erofs());
+        match self.ign_route_rename((parent, name), (newparent, newname)) {
+            Ok((None, None)) => {}
+            Ok((Some(from), Some(to))) => {
+                return empty(self.ign_rename(&from, &to, flags.bits()), reply);
+            }
+            // Between the history and the ignored files: as between two file systems.
+            Ok(_) => return reply.error(Errno::from_i32(libc::EXDEV)),
+            Err(e) => return reply.error(e),
         }
         self.on_rename(parent, name, newparent, newname, flags, reply)
     }
@@ -186,8 +226,17 @@ impl Filesystem for AvfsFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        if is_ign(ino.0) || is_ign(newparent.0) {
-            return reply.error(ign_erofs());
+        match (
+            is_ign(ino.0),
+            self.ign_route(newparent, newname, Some(false)),
+        ) {
+            (false, Ok(None)) => {}
+            (true, Ok(Some(rel))) => {
+                let r = self.ign_link(ino, (newparent, newname), &rel);
+                return ign_entry(r.map(|i| (i, None)), reply);
+            }
+            (_, Err(e)) => return reply.error(e),
+            _ => return reply.error(Errno::from_i32(libc::EXDEV)),
         }
         self.on_link(ino, newparent, newname, reply)
     }
@@ -229,7 +278,7 @@ impl Filesystem for AvfsFs {
         reply: ReplyWrite,
     ) {
         if is_ign(ino.0) {
-            return reply.error(ign_erofs());
+            return self.ign_write(ino, _fh, offset, data, reply);
         }
         self.on_write(ino, offset, data, write_flags, reply)
     }
@@ -259,7 +308,7 @@ impl Filesystem for AvfsFs {
         reply: ReplyEmpty,
     ) {
         if is_ign(ino.0) {
-            return reply.ok();
+            return self.ign_release(fh, reply);
         }
         self.on_release(ino, fh, reply)
     }
@@ -273,7 +322,7 @@ impl Filesystem for AvfsFs {
         reply: ReplyEmpty,
     ) {
         if is_ign(ino.0) {
-            return reply.ok();
+            return self.ign_fsync(ino, _fh, reply);
         }
         self.on_fsync(req, ino, reply)
     }
@@ -358,7 +407,8 @@ impl Filesystem for AvfsFs {
         reply: ReplyEmpty,
     ) {
         if is_ign(ino.0) {
-            return reply.error(ign_erofs());
+            // Ignored files keep no extended attributes of the mount's.
+            return reply.error(Errno::from_i32(libc::ENOTSUP));
         }
         self.on_setxattr(ino, name, value, flags, reply)
     }
@@ -383,7 +433,7 @@ impl Filesystem for AvfsFs {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if is_ign(ino.0) {
-            return reply.error(ign_erofs());
+            return reply.error(Errno::from_i32(libc::ENODATA));
         }
         self.on_removexattr(ino, name, reply)
     }
@@ -403,8 +453,22 @@ impl Filesystem for AvfsFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        if is_ign(parent.0) {
-            return reply.error(ign_erofs());
+        match self.ign_route(parent, name, Some(false)) {
+            Ok(None) => {}
+            Ok(Some(rel)) => {
+                let what = Make::File { mode, flags };
+                return match self.ign_make(req, (parent, name), &rel, what) {
+                    Ok((i, fh)) => reply.created(
+                        &TTL,
+                        &attr_of(&i, None),
+                        Generation(0),
+                        FileHandle(fh.unwrap_or(0)),
+                        FopenFlags::empty(),
+                    ),
+                    Err(e) => reply.error(e),
+                };
+            }
+            Err(e) => return reply.error(e),
         }
         self.on_create(req, parent, name, mode, flags, reply)
     }
@@ -420,7 +484,7 @@ impl Filesystem for AvfsFs {
         reply: ReplyEmpty,
     ) {
         if is_ign(ino.0) {
-            return reply.error(ign_erofs());
+            return self.ign_fallocate(ino, _fh, (offset, length, mode), reply);
         }
         self.on_fallocate(ino, offset, length, mode, reply)
     }
