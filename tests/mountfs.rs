@@ -894,37 +894,3 @@ fn a_format_4_vault_opens_and_is_upgraded() {
     let d = env.json(&["--vault", "old", "diff", "c1"]);
     assert_eq!(d["changes"].as_array().map(|a| a.len()), Some(0), "{d}");
 }
-
-/// Issue 30: what deletions in a mount free goes while the mount stays up, though a
-/// deletion stores nothing that would make a collection due: the mount collects once it
-/// goes quiet. (The deadline is generous; the lull comes 5 to 10 s after the last request.)
-#[test]
-fn deleted_files_give_space_back_while_the_mount_stays_up() {
-    let m = mount!("deleted_files_give_space_back_while_the_mount_stays_up");
-    let mut rng = Rng::new(30);
-    for i in 0..40 {
-        let blob: Vec<u8> = (0..1 << 20).map(|_| rng.next() as u8).collect();
-        std::fs::write(m.p(&format!("f{i}")), blob).unwrap();
-    }
-    let file = vault_file(&m);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::metadata(&file).unwrap().len() < 40 << 20 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let with = std::fs::metadata(&file).unwrap().len();
-    assert!(with >= 40 << 20, "40 MiB written: a {with}-byte vault");
-    for i in 0..40 {
-        std::fs::remove_file(m.p(&format!("f{i}"))).unwrap();
-    }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut now = with;
-    while now > 8 << 20 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(500));
-        now = std::fs::metadata(&file).unwrap().len();
-    }
-    assert!(
-        now <= 8 << 20,
-        "40 MiB deleted in a mount that stays up: {with} -> {now} bytes after 60 s"
-    );
-    assert_alive(&m, "after the collection");
-}
