@@ -91,6 +91,13 @@ pub fn due(db: &Connection) -> Result<bool> {
     Ok(young >= DUE_ROWS.max(kept))
 }
 
+/// Did the last collection keep rows that only the live state referenced? Those go only
+/// when a collection runs after the live state dropped them, and a deletion stores
+/// nothing that would make one [`due`]: a mount runs one when it goes quiet.
+pub fn kept_live(db: &Connection) -> Result<bool> {
+    Ok(meta_get(db, "reclaim.kept")?.unwrap_or(0) > 0)
+}
+
 /// Runs [`reclaim`] when [`due`]; call it inside a write transaction.
 pub fn reclaim_if_due(db: &Connection) -> Result<Option<ReclaimReport>> {
     if due(db)? {

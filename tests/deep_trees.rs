@@ -300,3 +300,161 @@ fn a_failed_deep_run_rolls_back_or_keeps_as_asked_and_later_runs_work() {
     let rows = audit.to_string().matches("exec").count();
     assert!(rows >= 3, "every run has its audit row: {audit}");
 }
+
+/// The shell script that goes `DEPTH` levels down (making the chain with `mkdir`),
+/// then runs `then` at the bottom.
+fn down(make: bool, then: &str) -> String {
+    let step = vec!["d"; 500].join("/");
+    let mk = if make {
+        format!("mkdir -p {step} && ")
+    } else {
+        String::new()
+    };
+    format!(
+        "i=0; while [ $i -lt {} ]; do {mk}cd -P {step} || exit 1; i=$((i+1)); done; {then}",
+        DEPTH / 500
+    )
+}
+
+/// The workspace's ignored directory on the host (`status` names it).
+fn ignored_dir(env: &Env) -> std::path::PathBuf {
+    let st = env.json(&["--vault", "t", "status"]);
+    std::path::PathBuf::from(st["ignored"]["path"].as_str().expect("status names it"))
+}
+
+/// Walks `top/d/d/...` down `depth` levels (no further) and says whether `name` is there.
+fn exists_at(top: &Path, depth: usize, name: &str) -> bool {
+    let mut fd = open_at(libc::AT_FDCWD, top.to_str().unwrap(), libc::O_DIRECTORY);
+    for _ in 0..depth {
+        let next = open_at(fd, "d", libc::O_DIRECTORY);
+        // SAFETY: ours to close.
+        unsafe { libc::close(fd) };
+        fd = next;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor, C string and buffer.
+    let r = unsafe {
+        libc::fstatat(
+            fd,
+            c(name).as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    // SAFETY: ours to close.
+    unsafe { libc::close(fd) };
+    r == 0
+}
+
+/// The ignore rules hold at any depth: a run that makes a chain deeper than PATH_MAX with
+/// `f.txt` and `f.log` at the bottom (`.gitignore`: `*.log`) puts `f.txt` in the history
+/// and `f.log` in the ignored directory; later runs see `f.log` at its path, a run that
+/// deletes it deletes it there, and runs after that work.
+#[test]
+fn ignore_rules_apply_below_path_max() {
+    if !overlay_or_skip("ignore_rules_apply_below_path_max") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    ok_in(&env, "t", &["--shell", "echo '*.log' > .gitignore"]);
+    let v = ok_in(
+        &env,
+        "t",
+        &[
+            "--shell",
+            &down(true, "echo txt > f.txt && echo log > f.log"),
+        ],
+    );
+    let s = &v["change_summary"];
+    assert_eq!(s["ignored"]["files"], 1, "the deep f.log is ignored: {s}");
+    assert_eq!(s["ignored"]["bytes"], 4, "{s}");
+    assert_eq!(s["added"].as_u64(), Some(DEPTH as u64 + 1), "{s}");
+    let deep = chain_path("/", DEPTH);
+    let (txt, log) = (format!("{deep}.txt"), format!("{deep}.log"));
+    assert_eq!(env.cat(Some("t"), &txt), "txt\n");
+    let r = env.run(&["--vault", "t", "stat", &log]);
+    assert_ne!(r.code, 0, "f.log is not in the history: {}", r.stdout);
+    let ign = ignored_dir(&env);
+    assert!(exists_at(&ign, DEPTH, "f.log"), "f.log is in {ign:?}");
+    assert!(!exists_at(&ign, DEPTH, "f.txt"), "f.txt is not");
+
+    // A later run sees it at its path; one that deletes it deletes it; runs go on.
+    let v = ok_in(&env, "t", &["--shell", &down(false, "cat f.log f.txt")]);
+    assert_eq!(overlay::stdout(&v), "log\ntxt\n");
+    let v = ok_in(&env, "t", &["--shell", &down(false, "rm f.log")]);
+    assert_eq!(v["change_summary"]["total"], 0, "{}", v["change_summary"]);
+    assert!(
+        !exists_at(&ign, DEPTH, "f.log"),
+        "the deletion reached {ign:?}"
+    );
+    let v = ok_in(
+        &env,
+        "t",
+        &["--shell", &down(false, "test ! -e f.log && cat f.txt")],
+    );
+    assert_eq!(overlay::stdout(&v), "txt\n");
+    env.ok(&["gc"]);
+    let v = ok_in(&env, "t", &["--shell", &down(false, "ls")]);
+    assert_eq!(overlay::stdout(&v), "f.txt\n");
+    let v = env.json(&["vault", "verify", "t"]);
+    assert_eq!(v["report"]["ok"], true, "verify: {v}");
+}
+
+/// A whole ignored directory (`build/`) below PATH_MAX moves out of the history as one,
+/// with what it holds; the source beside it is taken in.
+#[test]
+fn an_ignored_directory_below_path_max_stays_out_of_the_history() {
+    if !overlay_or_skip("an_ignored_directory_below_path_max") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    let v = ok_in(
+        &env,
+        "t",
+        &[
+            "--shell",
+            &format!(
+                "echo 'build/' > .gitignore && {}",
+                down(
+                    true,
+                    "echo src > main.c && mkdir -p build/obj && echo o > build/obj/main.o \
+                     && echo b > build/main"
+                )
+            ),
+        ],
+    );
+    let s = &v["change_summary"];
+    assert_eq!(s["ignored"]["files"], 2, "{s}");
+    assert_eq!(s["ignored"]["bytes"], 4, "{s}");
+    // The chain, `main.c` and `.gitignore`.
+    assert_eq!(s["added"].as_u64(), Some(DEPTH as u64 + 2), "{s}");
+    let deep = chain_path("/", DEPTH);
+    let bottom = deep.trim_end_matches("/f");
+    assert_eq!(env.cat(Some("t"), &format!("{bottom}/main.c")), "src\n");
+    let r = env.run(&["--vault", "t", "stat", &format!("{bottom}/build")]);
+    assert_ne!(r.code, 0, "build/ is not in the history: {}", r.stdout);
+    let ign = ignored_dir(&env);
+    assert!(exists_at(&ign, DEPTH, "build"), "build/ is in {ign:?}");
+
+    // Later runs see it and add to it; removing it removes it.
+    let v = ok_in(
+        &env,
+        "t",
+        &[
+            "--shell",
+            &down(
+                false,
+                "cat build/obj/main.o build/main && echo 2 > build/two",
+            ),
+        ],
+    );
+    assert_eq!(overlay::stdout(&v), "o\nb\n");
+    assert_eq!(v["change_summary"]["total"], 0, "{}", v["change_summary"]);
+    assert_eq!(v["change_summary"]["ignored"]["files"], 1);
+    let v = ok_in(&env, "t", &["--shell", &down(false, "ls build")]);
+    assert_eq!(overlay::stdout(&v), "main\nobj\ntwo\n");
+    ok_in(&env, "t", &["--shell", &down(false, "rm -r build")]);
+    assert!(!exists_at(&ign, DEPTH, "build"), "removed from {ign:?}");
+    let v = ok_in(&env, "t", &["--shell", &down(false, "ls")]);
+    assert_eq!(overlay::stdout(&v), "main.c\n");
+}

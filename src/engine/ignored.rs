@@ -23,17 +23,20 @@
 //! replaced: this directory is a lower layer of every run (a write copies the file up
 //! into the run's upper) and `separate` moves the new file over the old name.
 
-use std::fs;
+use std::ffi::OsStr;
+use std::fs::{self, File};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use serde::{Deserialize, Serialize};
 
-use super::materialize::remove_tree;
 use crate::error::{Error, Result};
+use crate::relpath::Rel;
+
+mod tree;
 
 /// Ignored files and their bytes (regular files; directories and links not counted).
 #[derive(
@@ -85,7 +88,7 @@ pub fn ensure(
     fs::create_dir_all(&root).map_err(|e| host_err(&root, e))?;
     super::overlay::private(&root);
     let tmp = dir.with_extension(format!("new{}", std::process::id()));
-    let _ = remove_tree(&tmp);
+    let _ = tree::remove_path(&tmp);
     let from = parent
         .map(|p| ignored_dir(home, vault_path, p))
         .filter(|p| holds_any(p));
@@ -99,7 +102,7 @@ pub fn ensure(
             // hard links cannot be made (another file system, a link count at its
             // limit), a copy (reflinks where the file system has them).
             let cp = |args: &[&str]| -> Result<std::process::ExitStatus> {
-                let _ = remove_tree(&tmp);
+                let _ = tree::remove_path(&tmp);
                 std::process::Command::new("cp")
                     .args(args)
                     .arg("--")
@@ -114,7 +117,7 @@ pub fn ensure(
                 st = cp(&["-a", "--reflink=auto"])?;
             }
             if !st.success() {
-                let _ = remove_tree(&tmp);
+                let _ = tree::remove_path(&tmp);
                 return Err(Error::Host {
                     what: tmp.display().to_string(),
                     message: format!("copying the parent's ignored files failed ({st})"),
@@ -127,7 +130,7 @@ pub fn ensure(
         Ok(()) => Ok(dir),
         // Another process made it meanwhile: theirs stands.
         Err(_) if dir.is_dir() => {
-            let _ = remove_tree(&tmp);
+            let _ = tree::remove_path(&tmp);
             Ok(dir)
         }
         Err(e) => Err(host_err(&dir, e)),
@@ -136,60 +139,23 @@ pub fn ensure(
 
 /// Removes a workspace's ignored files (the workspace or its vault is deleted).
 pub fn discard(home: &Path, vault_path: &Path, workspace: &str) {
-    let _ = remove_tree(&ignored_dir(home, vault_path, workspace));
+    let _ = tree::remove_path(&ignored_dir(home, vault_path, workspace));
 }
 
-/// Counts the regular files below `p` (or `p` itself) and their bytes.
+/// Counts the regular files below `p` (or `p` itself) and their bytes, at any depth.
 pub fn measure(p: &Path) -> IgnoredCount {
-    let mut c = IgnoredCount::default();
-    let mut stack = vec![p.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        let Ok(m) = fs::symlink_metadata(&p) else {
-            continue;
-        };
-        if m.is_dir() {
-            if let Ok(rd) = fs::read_dir(&p) {
-                stack.extend(rd.flatten().map(|e| e.path()));
-            }
-        } else if m.is_file() {
-            c.files += 1;
-            c.bytes += m.len();
-        }
+    let parent = p.parent().filter(|q| !q.as_os_str().is_empty());
+    let (Some(parent), Some(name)) = (parent, p.file_name()) else {
+        return IgnoredCount::default();
+    };
+    match Rel::root_following(parent).and_then(|r| r.child(&mut None, name.as_bytes())) {
+        Ok(at) => tree::measure(&at),
+        Err(_) => IgnoredCount::default(),
     }
-    c
 }
 
 /// The rule files read in each directory, weakest first (later patterns win).
 pub(super) const RULE_FILES: [&str; 2] = [".gitignore", ".avfsignore"];
-
-fn is_whiteout(m: &fs::Metadata) -> bool {
-    m.file_type().is_char_device() && m.rdev() == 0
-}
-
-fn is_opaque(p: &Path) -> bool {
-    xattr_get(p, super::scan::OPAQUE_XATTR).is_some_and(|v| v == b"y")
-}
-
-fn xattr_get(p: &Path, name: &[u8]) -> Option<Vec<u8>> {
-    let cp = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-    let cn = std::ffi::CString::new(name).ok()?;
-    let mut buf = [0u8; 8];
-    // SAFETY: valid C strings and a buffer of the given length.
-    let n =
-        unsafe { libc::lgetxattr(cp.as_ptr(), cn.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    (n >= 0).then(|| buf[..n as usize].to_vec())
-}
-
-fn xattr_remove(p: &Path, name: &[u8]) {
-    let (Ok(cp), Ok(cn)) = (
-        std::ffi::CString::new(p.as_os_str().as_bytes()),
-        std::ffi::CString::new(name),
-    ) else {
-        return;
-    };
-    // SAFETY: valid C strings; a missing attribute is fine.
-    unsafe { libc::lremovexattr(cp.as_ptr(), cn.as_ptr()) };
-}
 
 /// The workspace as the run left it, for reading rule files and telling tracked paths.
 pub struct View<'a> {
@@ -202,35 +168,12 @@ pub struct View<'a> {
 }
 
 impl View<'_> {
-    /// A file's bytes as the merged view shows it (`hidden`: an opaque directory of the
-    /// upper hides the lowers at this depth).
-    fn read(&self, rel: &Path, hidden: bool) -> Option<Vec<u8>> {
-        let p = self.upper.join(rel);
-        match fs::symlink_metadata(&p) {
-            Ok(m) if m.is_file() => return fs::read(&p).ok(),
-            Ok(_) => return None,
-            Err(_) if hidden => return None,
-            Err(_) => {}
-        }
-        for l in self.lowers {
-            let p = l.join(rel);
-            match fs::symlink_metadata(&p) {
-                Ok(m) if m.is_file() => return fs::read(&p).ok(),
-                Ok(_) => return None,
-                Err(_) => {}
-            }
-        }
-        None
-    }
-
-    /// The rules of directory `rel` (`None`: it has none).
-    fn rules(&self, rel: &Path, hidden: bool) -> Option<Gitignore> {
-        dir_rules(&mut |p| self.read(p, hidden), rel)
-    }
-
-    /// `.git/info/exclude` and the global excludes file, strongest first.
-    fn exclude(&self) -> Vec<Gitignore> {
-        root_excludes(&mut |p| self.read(p, false))
+    /// The rules of the directory `f` is at, `rel` below the root (`None`: it has none).
+    fn rules(f: &mut Frame, rel: &[u8]) -> Option<Gitignore> {
+        dir_rules(
+            &mut |p| p.file_name().and_then(|n| f.read(n.as_bytes())),
+            Path::new(OsStr::from_bytes(rel)),
+        )
     }
 }
 
@@ -303,17 +246,22 @@ fn global_excludes() -> Option<Gitignore> {
     root_rules(&text, &path)
 }
 
-/// The rules in force in one directory: its own and its parents', deepest first; then
+/// The rules in force in one directory: its own and its parents', deepest last; then
 /// `.git/info/exclude` and the global excludes file, strongest first.
 struct Rules {
-    stack: Vec<(usize, Gitignore)>,
+    stack: Vec<Gitignore>,
     exclude: Vec<Gitignore>,
 }
 
 impl Rules {
-    fn ignored(&self, rel: &Path, is_dir: bool) -> bool {
-        let stack = self.stack.iter().rev().map(|(_, g)| g);
-        decide(stack.chain(self.exclude.iter()), rel, is_dir)
+    /// Is `rel` (below the root) ignored? String work only: it holds at any depth.
+    fn ignored(&self, rel: &[u8], is_dir: bool) -> bool {
+        let stack = self.stack.iter().rev();
+        decide(
+            stack.chain(self.exclude.iter()),
+            Path::new(OsStr::from_bytes(rel)),
+            is_dir,
+        )
     }
 }
 
@@ -325,214 +273,320 @@ struct Found {
     any: bool,
 }
 
+/// One directory of the walk: the same directory in each tree the walk touches, each
+/// named through a [`Rel`] so that no path grows with the depth.
+struct Frame {
+    /// It in the run's upper, and the anchor its entries are named from (`Rel::child`).
+    upper: Rel,
+    upper_anchor: Option<Arc<File>>,
+    /// It in the ignored directory, where that has a directory here (made on demand:
+    /// `Walk::make_parents`).
+    ign: Option<Rel>,
+    ign_anchor: Option<Arc<File>>,
+    /// It in each lower, top first, where it may be (a lower that lacks it fails the
+    /// lookups); none below an opaque directory of the upper, which hides them. Only
+    /// rule files are read there.
+    lowers: Vec<(Rel, Option<Arc<File>>)>,
+    /// Its entries still to look at, the next last.
+    names: Vec<Vec<u8>>,
+    /// The length of its path in `Walk::rel`.
+    rel_len: usize,
+    /// It is ignored (so is all below it: git does not look inside an ignored directory).
+    ignored: bool,
+    /// The upper's directory is opaque (it replaces the lowers' whole).
+    opaque: bool,
+    /// It has rules of its own (on top of `Rules::stack` while the walk is below it).
+    rules: bool,
+    /// Something left the upper's directory (moved to the ignored directory or deleted).
+    moved: bool,
+}
+
+impl Frame {
+    /// A file's bytes as the merged view shows it: the upper's, else those of the first
+    /// lower that has the name.
+    fn read(&mut self, name: &[u8]) -> Option<Vec<u8>> {
+        let at = self.upper.child(&mut self.upper_anchor, name).ok()?;
+        match tree::lstat(&at) {
+            Ok(m) if m.is_file() => return tree::read_file(&at),
+            Ok(_) => return None,
+            Err(_) => {}
+        }
+        for (l, anchor) in &mut self.lowers {
+            let Ok(at) = l.child(anchor, name) else {
+                continue;
+            };
+            match tree::lstat(&at) {
+                Ok(m) if m.is_file() => return tree::read_file(&at),
+                Ok(_) => return None,
+                Err(_) => {}
+            }
+        }
+        None
+    }
+}
+
 /// Moves the ignored, untracked entries of the run's upper into `ignored` and applies the
 /// run's deletions of ignored files there; returns what was moved. With `dry`, changes
 /// nothing and only says whether there is anything to do (a kept overlay's upper is still
 /// mounted: its keeper must end first).
+///
+/// The walk keeps its own stack of directories (the post-order steps run when one is
+/// finished), and reaches every entry through `Rel` anchors, so it holds at any depth: a
+/// run can make a tree far deeper than PATH_MAX, and the rules hold at its bottom too.
 pub fn separate(view: &mut View, ignored: &Path, dry: bool) -> Result<(IgnoredCount, bool)> {
-    let mut rules = Rules {
-        stack: vec![],
-        exclude: view.exclude(),
+    let upper = Rel::root(view.upper).map_err(|e| host_err(view.upper, e))?;
+    let ign = Rel::root(ignored).map_err(|e| host_err(ignored, e))?;
+    let lowers = view
+        .lowers
+        .iter()
+        .filter_map(|l| Rel::root(l).ok())
+        .map(|r| (r, None))
+        .collect();
+    let mut root = Frame {
+        upper,
+        upper_anchor: None,
+        ign: Some(ign),
+        ign_anchor: None,
+        lowers,
+        names: vec![],
+        rel_len: 0,
+        ignored: false,
+        opaque: false,
+        rules: false,
+        moved: false,
     };
-    let mut found = Found::default();
-    let mut comps = Vec::new();
-    visit(
+    // `.git/info/exclude`: rules of the root, weaker than any `.gitignore`.
+    let exclude = root_excludes(&mut |p| root.read(p.as_os_str().as_bytes()));
+    let mut w = Walk {
         view,
         ignored,
-        Path::new(""),
-        &mut comps,
-        &mut rules,
-        (false, false),
+        rules: Rules {
+            stack: vec![],
+            exclude,
+        },
+        found: Found::default(),
         dry,
-        &mut found,
-    )?;
-    Ok((found.count, found.any))
-}
-
-/// One directory of the upper. `(parent_ignored, hidden)`: the directory itself is
-/// ignored (so is all below it: git does not look inside an ignored directory), an
-/// opaque directory at or above it hides the lowers. Returns whether it moved anything
-/// out of this directory.
-#[allow(clippy::too_many_arguments)]
-fn visit(
-    view: &mut View,
-    ignored: &Path,
-    rel: &Path,
-    comps: &mut Vec<Vec<u8>>,
-    rules: &mut Rules,
-    (dir_ignored, hidden): (bool, bool),
-    dry: bool,
-    found: &mut Found,
-) -> Result<bool> {
-    let depth = comps.len();
-    if let Some(g) = view.rules(rel, hidden) {
-        rules.stack.push((depth, g));
-    }
-    let here = view.upper.join(rel);
-    let mut names: Vec<_> = fs::read_dir(&here)
-        .map_err(|e| host_err(&here, e))?
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
-    names.sort();
-    let mut moved = false;
-    for name in names {
-        if dry && found.any {
-            break;
-        }
-        let rel_child = rel.join(&name);
-        let src = view.upper.join(&rel_child);
-        let Ok(m) = fs::symlink_metadata(&src) else {
-            continue;
+        stack: vec![],
+        rel: vec![],
+        comps: vec![],
+    };
+    w.enter(root)?;
+    while let Some(top) = w.stack.last_mut() {
+        let next = if w.dry && w.found.any {
+            None
+        } else {
+            top.names.pop()
         };
-        comps.push(name.as_bytes().to_vec());
-        let dst = ignored.join(&rel_child);
-        // An error ends the whole walk (`comps` is not needed after it).
-        'entry: {
-            if is_whiteout(&m) {
-                // A deletion: of an ignored file (it goes from the ignored directory; the
-                // whiteout goes too when the history never had the path), or of a
-                // tracked one (the ingest takes it in).
-                let in_ignored = fs::symlink_metadata(&dst).is_ok();
-                let tracked = (view.tracked)(comps)?;
-                if in_ignored || !tracked {
-                    found.any |= in_ignored;
-                    if !dry {
-                        remove_any(&dst).map_err(|e| host_err(&dst, e))?;
-                        if !tracked {
-                            fs::remove_file(&src).map_err(|e| host_err(&src, e))?;
-                            moved = true;
-                        }
+        match next {
+            Some(name) => w.entry(name)?,
+            None => w.leave()?,
+        }
+    }
+    Ok((w.found.count, w.found.any))
+}
+
+/// The state of [`separate`]'s walk. An error ends it: what was moved before stays moved
+/// (each move is a rename), and the upper still holds all the rest.
+struct Walk<'v, 'a> {
+    view: &'v mut View<'a>,
+    ignored: &'v Path,
+    rules: Rules,
+    found: Found,
+    dry: bool,
+    /// The directories from the root down to the one being read.
+    stack: Vec<Frame>,
+    /// The path below the root of the entry being looked at (`a/b/c`), for the rules and
+    /// for errors.
+    rel: Vec<u8>,
+    /// The same as components, for `View::tracked`.
+    comps: Vec<Vec<u8>>,
+}
+
+impl Walk<'_, '_> {
+    fn upper_err(&self, e: std::io::Error) -> Error {
+        Error::host(tree::shown(self.view.upper, &self.rel), e)
+    }
+
+    fn ign_err(&self, e: std::io::Error) -> Error {
+        Error::host(tree::shown(self.ignored, &self.rel), e)
+    }
+
+    /// Starts on the directory `f` (at `self.rel`): reads its entries and its rules.
+    fn enter(&mut self, mut f: Frame) -> Result<()> {
+        f.names = tree::names(&f.upper).map_err(|e| self.upper_err(e))?;
+        f.rel_len = self.rel.len();
+        if let Some(g) = View::rules(&mut f, &self.rel) {
+            self.rules.stack.push(g);
+            f.rules = true;
+        }
+        self.stack.push(f);
+        Ok(())
+    }
+
+    /// Done with the directory on top: its rules end, and a directory that was copied
+    /// up only to hold what went to the ignored directory leaves the upper (it is no
+    /// change of the history).
+    fn leave(&mut self) -> Result<()> {
+        let f = self.stack.pop().expect("a directory on the stack");
+        if f.rules {
+            self.rules.stack.pop();
+        }
+        let Some(parent) = self.stack.last() else {
+            return Ok(());
+        };
+        let parent_len = parent.rel_len;
+        self.rel.truncate(f.rel_len);
+        if f.moved && !f.opaque && (self.view.tracked)(&self.comps)? {
+            let Frame { upper, .. } = f;
+            if tree::unlink(&upper, true).is_ok() {
+                self.stack.last_mut().expect("the parent").moved = true;
+            }
+        }
+        self.comps.pop();
+        self.rel.truncate(parent_len);
+        Ok(())
+    }
+
+    /// One entry of the directory on top.
+    fn entry(&mut self, name: Vec<u8>) -> Result<()> {
+        let n = self.stack.len() - 1;
+        self.rel.truncate(self.stack[n].rel_len);
+        if !self.rel.is_empty() {
+            self.rel.push(b'/');
+        }
+        self.rel.extend_from_slice(&name);
+        let t = &mut self.stack[n];
+        let src = t.upper.child(&mut t.upper_anchor, &name);
+        let src = src.map_err(|e| self.upper_err(e))?;
+        let m = match tree::lstat_opt(&src) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(self.upper_err(e)),
+        };
+        let t = &mut self.stack[n];
+        let dst = t.ign.as_ref().map(|i| i.child(&mut t.ign_anchor, &name));
+        let dst = dst.transpose().map_err(|e| self.ign_err(e))?;
+        let dst_meta = match &dst {
+            Some(d) => tree::lstat_opt(d).map_err(|e| self.ign_err(e))?,
+            None => None,
+        };
+        self.comps.push(name.clone());
+        if tree::is_whiteout(&m) {
+            // A deletion: of an ignored file (it goes from the ignored directory; the
+            // whiteout goes too when the history never had the path), or of a tracked
+            // one (the ingest takes it in).
+            let in_ignored = dst_meta.is_some();
+            let tracked = (self.view.tracked)(&self.comps)?;
+            if (in_ignored || !tracked) && !self.dry {
+                if let Some(d) = &dst {
+                    tree::remove(d).map_err(|e| self.ign_err(e))?;
+                }
+                if !tracked {
+                    tree::unlink(&src, false).map_err(|e| self.upper_err(e))?;
+                    self.stack[n].moved = true;
+                }
+            }
+            self.found.any |= in_ignored;
+            self.comps.pop();
+            return Ok(());
+        }
+        let is_dir = m.is_dir();
+        let ign = self.stack[n].ignored || self.rules.ignored(&self.rel, is_dir);
+        if ign && !(self.view.tracked)(&self.comps)? {
+            self.found.any = true;
+            if !self.dry {
+                let c = tree::measure(&src);
+                self.found.count.files += c.files;
+                self.found.count.bytes += c.bytes;
+                let dst = match dst {
+                    Some(d) => d,
+                    None => {
+                        self.make_parents()?;
+                        let t = &mut self.stack[n];
+                        let i = t.ign.as_ref().expect("made by make_parents");
+                        let d = i.child(&mut t.ign_anchor, &name);
+                        d.map_err(|e| self.ign_err(e))?
                     }
-                }
-                break 'entry;
+                };
+                tree::move_into(&src, &dst, &tree::shown(self.ignored, &self.rel))?;
+                self.stack[n].moved = true;
             }
-            let is_dir = m.is_dir();
-            let ign = dir_ignored || rules.ignored(&rel_child, is_dir);
-            if ign && !(view.tracked)(comps)? {
-                found.any = true;
-                if dry {
-                    break 'entry;
-                }
-                let c = measure(&src);
-                found.count.files += c.files;
-                found.count.bytes += c.bytes;
-                make_parents(view.upper, ignored, rel)?;
-                move_into(&src, &dst)?;
-                moved = true;
-                break 'entry;
-            }
-            if is_dir {
-                let opaque = is_opaque(&src);
-                if opaque && fs::symlink_metadata(&dst).is_ok() {
-                    // The run replaced the directory whole: what the ignored directory
-                    // held there is gone too.
-                    found.any = true;
-                    if !dry {
-                        remove_any(&dst).map_err(|e| host_err(&dst, e))?;
-                    }
-                }
-                let below = visit(
-                    view,
-                    ignored,
-                    &rel_child,
-                    comps,
-                    rules,
-                    (ign, hidden || opaque),
-                    dry,
-                    found,
-                )?;
-                // A directory that was copied up only to hold what went to the ignored
-                // directory is no change of the history: it leaves the upper.
-                if below && !opaque && (view.tracked)(comps)? && fs::remove_dir(&src).is_ok() {
-                    moved = true;
-                }
+            self.comps.pop();
+            return Ok(());
+        }
+        if !is_dir {
+            self.comps.pop();
+            return Ok(());
+        }
+        let opaque = tree::is_opaque(&src);
+        let mut ign_dir = dst.filter(|_| dst_meta.is_some_and(|m| m.is_dir()));
+        if opaque && dst_meta.is_some() {
+            // The run replaced the directory whole: what the ignored directory held
+            // there is gone too.
+            self.found.any = true;
+            if !self.dry {
+                let t = &mut self.stack[n];
+                let i = t.ign.as_ref().expect("something is there");
+                let d = i.child(&mut t.ign_anchor, &name);
+                let d = d.map_err(|e| self.ign_err(e))?;
+                tree::remove(&d).map_err(|e| self.ign_err(e))?;
+                ign_dir = None;
             }
         }
-        comps.pop();
+        let parent = &mut self.stack[n];
+        let lowers = if opaque {
+            vec![]
+        } else {
+            let at = parent.lowers.iter_mut();
+            at.filter_map(|(l, a)| l.child(a, &name).ok().map(|c| (c, None)))
+                .collect()
+        };
+        // `comps` keeps the name while the walk is below it (`leave` pops it).
+        self.enter(Frame {
+            upper: src,
+            upper_anchor: None,
+            ign: ign_dir,
+            ign_anchor: None,
+            lowers,
+            names: vec![],
+            rel_len: 0,
+            ignored: ign,
+            opaque,
+            rules: false,
+            moved: false,
+        })
     }
-    if rules.stack.last().is_some_and(|(d, _)| *d == depth) {
-        rules.stack.pop();
-    }
-    Ok(moved)
-}
 
-fn remove_any(p: &Path) -> std::io::Result<()> {
-    match fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => remove_tree(p),
-        Ok(_) => fs::remove_file(p),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Makes the directories above `rel` in the ignored directory, with the attributes their
-/// copies in the upper have (the ignored directory lies above the history's layers, so
-/// its directories' attributes are the ones a run sees).
-fn make_parents(upper: &Path, ignored: &Path, rel: &Path) -> Result<()> {
-    let mut at = PathBuf::new();
-    for c in rel.components() {
-        at.push(c);
-        let d = ignored.join(&at);
-        if d.is_dir() {
-            continue;
-        }
-        fs::create_dir(&d).map_err(|e| host_err(&d, e))?;
-        if let Ok(m) = fs::symlink_metadata(upper.join(&at)) {
-            let _ = fs::set_permissions(&d, fs::Permissions::from_mode(m.mode() & 0o7777));
-            let _ = std::os::unix::fs::lchown(&d, Some(m.uid()), Some(m.gid()));
-        }
-    }
-    Ok(())
-}
-
-/// Moves `src` (of the upper) to `dst` (of the ignored directory): a directory already
-/// there takes the upper's entries one by one (the upper holds only what the run
-/// changed), unless the upper's is opaque (it replaces the old one whole).
-fn move_into(src: &Path, dst: &Path) -> Result<()> {
-    let sm = fs::symlink_metadata(src).map_err(|e| host_err(src, e))?;
-    let dm = fs::symlink_metadata(dst).ok();
-    if sm.is_dir() && dm.as_ref().is_some_and(|m| m.is_dir()) && !is_opaque(src) {
-        let rd = fs::read_dir(src).map_err(|e| host_err(src, e))?;
-        for e in rd.flatten() {
-            let (s, d) = (e.path(), dst.join(e.file_name()));
-            let m = fs::symlink_metadata(&s).map_err(|e| host_err(&s, e))?;
-            if is_whiteout(&m) {
-                remove_any(&d).map_err(|e| host_err(&d, e))?;
+    /// Makes the directories of the ignored directory down to the one on top, with the
+    /// attributes their copies in the upper have (the ignored directory lies above the
+    /// history's layers, so its directories' attributes are the ones a run sees).
+    fn make_parents(&mut self) -> Result<()> {
+        for i in 1..self.stack.len() {
+            if self.stack[i].ign.is_some() {
                 continue;
             }
-            move_into(&s, &d)?;
-        }
-        let _ = fs::set_permissions(dst, fs::Permissions::from_mode(sm.mode() & 0o7777));
-        let _ = remove_tree(src);
-        return Ok(());
-    }
-    if dm.is_some() {
-        remove_any(dst).map_err(|e| host_err(dst, e))?;
-    }
-    fs::rename(src, dst).map_err(|e| host_err(dst, e))?;
-    if sm.is_dir() {
-        strip_overlay_marks(dst);
-    }
-    Ok(())
-}
-
-/// A directory moved out of an upper keeps no overlay marks: no opaque attribute, no
-/// whiteouts (what they hid is not below the ignored directory).
-fn strip_overlay_marks(dir: &Path) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        xattr_remove(&d, super::scan::OPAQUE_XATTR);
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for e in rd.flatten() {
-            let p = e.path();
-            match fs::symlink_metadata(&p) {
-                Ok(m) if m.is_dir() => stack.push(p),
-                Ok(m) if is_whiteout(&m) => {
-                    let _ = fs::remove_file(&p);
+            let (before, after) = self.stack.split_at_mut(i);
+            let (p, f) = (&mut before[i - 1], &mut after[0]);
+            let at = &self.rel[..f.rel_len];
+            let err = |e| Error::host(tree::shown(self.ignored, at), e);
+            let parent = p.ign.as_ref().expect("the parents are made first");
+            let d = parent
+                .child(&mut p.ign_anchor, &self.comps[i - 1])
+                .map_err(err)?;
+            if let Err(e) = tree::mkdir(&d) {
+                if e.kind() != std::io::ErrorKind::AlreadyExists {
+                    return Err(err(e));
                 }
-                _ => {}
+                // Not a directory (the walk found none here): a file or link of an
+                // earlier run, which the run's directory replaced in its view.
+                tree::remove(&d).map_err(err)?;
+                tree::mkdir(&d).map_err(err)?;
             }
+            if let Ok(m) = tree::lstat(&f.upper) {
+                tree::set_attrs(&d, &m);
+            }
+            f.ign = Some(d);
         }
+        Ok(())
     }
 }

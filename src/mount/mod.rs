@@ -349,6 +349,9 @@ pub fn serve(mut opts: ServeOptions) -> Result<()> {
             if trimmed.elapsed() >= fs::TRIM_EVERY {
                 let seen = batcher.requests();
                 if seen == requests && !trimmed_lull {
+                    if let Err(e) = batcher.reclaim_in_lull() {
+                        eprintln!("avfs: space reclaim: {e}");
+                    }
                     batcher.trim_memory();
                     trimmed_lull = true;
                 } else if seen != requests {

@@ -141,6 +141,22 @@ impl AvfsFs {
         })
     }
 
+    /// A collection when the mount has gone quiet and the last one kept rows only the
+    /// live state referenced (`reclaim::kept_live`): what deletions freed goes within
+    /// seconds, not at the next writes that make a collection due or at unmount.
+    pub fn reclaim_in_lull(&self) -> Result<Option<crate::reclaim::ReclaimReport>> {
+        if self.readonly {
+            return Ok(None);
+        }
+        self.with_commit("reclaim", End::Commit, |db, _| {
+            if crate::reclaim::kept_live(db)? || crate::reclaim::due(db)? {
+                Ok(Some(crate::reclaim::reclaim(db)?))
+            } else {
+                Ok(None)
+            }
+        })
+    }
+
     /// A collection whether due or not (at unmount).
     pub fn reclaim_now(&self) -> Result<crate::reclaim::ReclaimReport> {
         self.with_commit("reclaim", End::Commit, |db, _| crate::reclaim::reclaim(db))
