@@ -454,8 +454,11 @@ pub fn supervise(
 }
 
 /// How long `service start` waits for a command that exits at once, by default
-/// (`AVFS_SERVICE_EARLY_MS`): a few ms of the start's time (goal 20 ms).
-pub const EARLY_EXIT_MS: u64 = 5;
+/// (`AVFS_SERVICE_EARLY_MS`): long enough for a command that is not found or cannot be
+/// executed (PID 1 fails its `execve` within microseconds), short against the start's
+/// time (goal 20 ms): a command that fails after parsing its arguments (an interpreter
+/// takes 20 ms or more to start) is seen by `service list`, not by the start.
+pub const EARLY_EXIT_MS: u64 = 2;
 
 /// Records how the service ended and removes its cgroups.
 fn finish(
