@@ -9,7 +9,7 @@ mod common;
 mod fuse;
 
 use common::*;
-use fuse::{Mount, eventually, open};
+use fuse::{Mount, open};
 
 #[test]
 fn quotas_are_enforced_on_cli_and_import_with_clear_messages() {

@@ -60,22 +60,7 @@ impl Early {
     /// or the fork fails: the run then starts its set-up the usual way.
     pub fn start(procs_files: &[PathBuf], caches: &[CacheMount]) -> Option<Early> {
         let stat = SelfStat::read().filter(SelfStat::single_threaded)?;
-        let mut fds = [0; 2];
-        // SAFETY: socketpair fills two new descriptors, owned below.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
-            return None;
-        }
-        // SAFETY: both descriptors are new and ours.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (ours, theirs) = socket_pair()?;
         // The child's copy of our buffers must hold nothing still to be written.
         let _ = std::io::stdout().flush();
         let parent = std::process::id() as libc::pid_t;
@@ -272,4 +257,24 @@ fn wait_for_run(
         &environ,
         Some(setup::Ahead { joiner, caches }),
     )
+}
+
+/// A connected pair of Unix stream sockets (close-on-exec): one end for this process,
+/// one for the child it forks. None when the kernel refuses.
+pub(super) fn socket_pair() -> Option<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills two new descriptors, owned below.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: both descriptors are new and ours.
+    Some(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }

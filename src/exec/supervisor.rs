@@ -25,7 +25,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::early::Early;
+use super::early::{Early, socket_pair};
 use super::forked::{self, SelfStat};
 use crate::sandbox::RunPlan;
 use crate::sandbox::root::CacheMount;
@@ -55,22 +55,7 @@ impl Supervisor {
     /// fork fails: the start then executes `avfs __avfs-service` (`service::launch`).
     pub fn fork(procs_files: &[PathBuf], caches: &[CacheMount]) -> Option<Supervisor> {
         SelfStat::read().filter(SelfStat::single_threaded)?;
-        let mut fds = [0; 2];
-        // SAFETY: socketpair fills two new descriptors, owned below.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        if r != 0 {
-            return None;
-        }
-        // SAFETY: both descriptors are new and ours.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (ours, theirs) = socket_pair()?;
         // The children's copies of our buffers must hold nothing still to be written.
         let _ = io::stdout().flush();
         // As the keeper's: reparented to init, not to a subreaper that would never
