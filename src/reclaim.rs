@@ -202,6 +202,16 @@ fn load_young(db: &Connection, tbl: usize, mark: i64) -> Result<HashMap<Hash, Yo
 /// Collects young garbage (see the module documentation) inside the caller's write
 /// transaction, then returns freed pages to the file system.
 pub fn reclaim(db: &Connection) -> Result<ReclaimReport> {
+    let mut report = collect_young(db)?;
+    report.pages_freed = crate::store::vacuum(db)?;
+    Ok(report)
+}
+
+/// [`reclaim`] without giving the freed pages back: they stay on the file's free list,
+/// where the next writes take them. A writer that goes on (a mount) collects this way
+/// while it writes; moving pages to shrink the file only for the next writes to grow it
+/// again would double what goes through the WAL.
+pub fn collect_young(db: &Connection) -> Result<ReclaimReport> {
     let marks: Vec<i64> = TABLES
         .iter()
         .map(|t| watermark(db, t))
@@ -234,7 +244,6 @@ pub fn reclaim(db: &Connection) -> Result<ReclaimReport> {
         }
         meta_set(db, "reclaim.kept", report.kept_live as i64)?;
     }
-    report.pages_freed = crate::store::vacuum(db)?;
     Ok(report)
 }
 

@@ -346,12 +346,16 @@ fn fsx_workload_keeps_the_vault_small() {
     let v = m.env.json(&["--vault", &m.vault, "vault", "verify"]);
     let verify = t.elapsed();
     assert_eq!(v["report"]["ok"], true, "{v}");
-    // What a user sees on disk is the vault file and its WAL: together under 50 MB (the
-    // workload makes no checkpoint). The mount's writer empties the WAL past 8 MiB
-    // whatever its threads' scheduling (docs/storage.md), so the WAL never holds more than
-    // that and the transaction that passed it.
+    // What a user sees on disk is the vault file and its WAL: together under 32 MB for
+    // 1 MB of files (the workload makes no checkpoint). The mount's writer empties the WAL
+    // past 8 MiB and collects garbage past 16 MiB stored, whatever its threads'
+    // scheduling (docs/storage.md), so the WAL never holds more than 8 MiB and the
+    // transaction that passed it, and the file never more than the live data, 16 MiB of
+    // garbage and what the last collection could not yet reuse. Measured: 20-21 MB, quiet
+    // or beside `stress-ng --cpu 4`; 48 MB for the file alone under load when only a timer
+    // looked.
     assert!(
-        peak < 50 << 20,
+        peak < 32 << 20,
         "the vault and its WAL reached {peak} bytes (the file alone {file_peak}, the WAL {wal_peak})"
     );
     assert!(

@@ -145,6 +145,8 @@ pub struct State {
     audited: Option<Hash>,
     /// The workspace's ignored files (`ignored`, `ignored_write`); `None`: not shown.
     ign: Option<ignored::Ignored>,
+    /// Bytes of file data stored since space reclaim last looked (`upkeep::bound_garbage`).
+    stored: u64,
 }
 
 pub struct AvfsFs {
@@ -214,6 +216,7 @@ impl AvfsFs {
             busy_ns: HashMap::new(),
             audited: None,
             ign: None,
+            stored: 0,
         };
         Ok(AvfsFs {
             inner: Mutex::new((store, state)),
@@ -285,6 +288,7 @@ impl AvfsFs {
             // Between two transactions, under the lock: the WAL's bound (a failed
             // checkpoint is tried again after the next commit; the data is committed).
             state.count_wal_cap(super::wal::cap(store));
+            self.bound_garbage(store, state);
         }
         if end == End::Durable && r.is_ok() {
             // Still under the lock, so no other request has begun a transaction.
@@ -322,6 +326,7 @@ impl AvfsFs {
         if state.tx_since.is_some_and(|t| t.elapsed() > MAX_BATCH) {
             let _ = Self::commit(&store.conn, state);
             state.count_wal_cap(super::wal::cap(store));
+            self.bound_garbage(store, state);
         }
     }
 

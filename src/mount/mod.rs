@@ -339,7 +339,7 @@ pub fn serve(mut opts: ServeOptions) -> Result<()> {
                 let _ = control::invalidate(&batcher, &batch_notifier);
             }
             // Upkeep off the request path: space reclaim and the session's audit rows.
-            if reclaimed.elapsed() >= fs::RECLAIM_EVERY {
+            if reclaimed.elapsed() >= fs::RECLAIM_EVERY || batcher.collection_wanted() {
                 if let Err(e) = batcher.reclaim_if_due() {
                     eprintln!("avfs: space reclaim: {e}");
                 }

@@ -77,6 +77,8 @@ impl State {
             // All or nothing, also inside a request that goes on (release).
             Store::exec(db, "SAVEPOINT flush_file")?;
             let d = self.dirty.remove(&ino).unwrap();
+            // At most what the commit stores: its new chunks, plus a content row.
+            self.stored += d.bytes() as u64 + 512;
             let r = d.commit(db).and_then(|(hash, size)| {
                 let ws = self.ws(db)?;
                 if let Some(i) = ws.try_get(ino)? {
