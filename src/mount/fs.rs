@@ -383,7 +383,7 @@ impl AvfsFs {
             .1
             .counters
             .iter()
-            .filter(|(op, _)| !matches!(**op, "reclaim" | "audit"))
+            .filter(|(op, _)| !matches!(**op, "reclaim" | "reclaim_inline" | "audit"))
             .map(|(_, n)| *n)
             .sum()
     }

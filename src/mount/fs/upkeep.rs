@@ -165,7 +165,8 @@ impl AvfsFs {
 
     /// The writer's bound on garbage, after a commit (no transaction open, under the lock):
     /// wakes the upkeep thread once enough was stored, and collects itself past
-    /// `COLLECT_CAP_BYTES` (counted as `reclaim_inline`). A failed collection is only
+    /// `COLLECT_CAP_BYTES` if one is due (counted as `reclaim_inline`, its time in
+    /// `busy_ns`). A failed collection is only
     /// counted: the data is committed, and the next one tries again.
     pub(super) fn bound_garbage(&self, store: &Store, state: &mut State) {
         if state.stored < COLLECT_NUDGE_BYTES || self.readonly {
@@ -176,18 +177,23 @@ impl AvfsFs {
             return;
         }
         state.stored = 0;
-        *state.counters.entry("reclaim_inline").or_default() += 1;
+        let started = std::time::Instant::now();
         let db = &store.conn;
         if Store::exec(db, "BEGIN IMMEDIATE").is_err() {
             return;
         }
-        let end = match collect_if_due(db) {
-            Ok(_) => "COMMIT",
-            Err(_) => "ROLLBACK",
+        let (end, collected) = match collect_if_due(db) {
+            Ok(report) => ("COMMIT", report.is_some()),
+            Err(_) => ("ROLLBACK", false),
         };
         if Store::exec(db, end).is_err() {
             let _ = Store::exec(db, "ROLLBACK");
         }
+        // Counted only when it collected; its time, look included, in any case.
+        if collected {
+            *state.counters.entry("reclaim_inline").or_default() += 1;
+        }
+        *state.busy_ns.entry("reclaim_inline").or_default() += started.elapsed().as_nanos() as u64;
     }
 
     /// When the mount has gone quiet: a collection if the last one kept rows only the
