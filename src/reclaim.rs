@@ -207,6 +207,13 @@ pub fn reclaim(db: &Connection) -> Result<ReclaimReport> {
     Ok(report)
 }
 
+/// Gives the file's free pages back to the file system (an incremental vacuum): what a
+/// writer that collected with [`collect_young`] does once it goes quiet. The pages given
+/// back.
+pub fn give_back_pages(db: &Connection) -> Result<u64> {
+    crate::store::vacuum(db)
+}
+
 /// [`reclaim`] without giving the freed pages back: they stay on the file's free list,
 /// where the next writes take them. A writer that goes on (a mount) collects this way
 /// while it writes; moving pages to shrink the file only for the next writes to grow it

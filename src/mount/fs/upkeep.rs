@@ -208,7 +208,7 @@ impl AvfsFs {
             if crate::reclaim::kept_live(db)? || crate::reclaim::due(db)? {
                 Ok(Some(crate::reclaim::reclaim(db)?))
             } else {
-                let pages_freed = crate::store::vacuum(db)?;
+                let pages_freed = crate::reclaim::give_back_pages(db)?;
                 Ok((pages_freed > 0).then(|| crate::reclaim::ReclaimReport {
                     pages_freed,
                     ..Default::default()
