@@ -61,11 +61,14 @@ pub struct ServiceWrites {
     /// How many times avfs took in writes while it ran (before a run; one
     /// `exec.service_writes` audit row each).
     pub taken: u64,
-    /// Changes in all those takings, by kind, and in all (renames, type, mode and
-    /// attribute changes too).
+    /// Paths added in all those takings.
     pub added: u64,
+    /// Files whose content changed in all those takings.
     pub modified: u64,
+    /// Paths deleted in all those takings.
     pub deleted: u64,
+    /// Changes of every kind in all those takings (renames, type, mode and attribute
+    /// changes too).
     pub total: u64,
     /// The latest taking, or null when there was none.
     pub last: Option<ServiceWritesTaken>,
@@ -94,6 +97,7 @@ pub struct ServiceWritesTaken {
 /// removed again still counts its directory, and writes to ignored paths count.
 #[derive(Serialize, JsonSchema, Debug, Clone, Copy, Default)]
 pub struct PendingWrites {
+    /// Entries changed (at most 1 000).
     pub entries: u64,
     /// The count stopped at a bound (1 000 counted, 20 000 looked at): there may be more.
     pub at_least: bool,
