@@ -121,6 +121,20 @@ fn service_list_reports_what_a_service_wrote() {
 
     // A service that runs while nothing is written: no writes are its.
     start(&env, "idle", "exec sleep 600");
+    // Nor in a workspace of its own (a new overlay: its empty upper holds nothing new).
+    env.ok(&["vault", "create", "u"]);
+    env.allow_all_policy("u");
+    env.json(&[
+        "--vault", "u", "service", "start", "--name", "alone", "--", "sleep", "600",
+    ]);
+    let l = env.json(&["--vault", "u", "service", "list"]);
+    assert_eq!(
+        l["services"][0]["writes"]["pending"],
+        json!({"entries": 0, "at_least": false}),
+        "{l}"
+    );
+    assert_eq!(l["services"][0]["writes"]["taken"], 0, "{l}");
+    env.ok(&["--vault", "u", "service", "stop", "alone"]);
     let x = run(&env, "cat a.txt");
     assert!(x["service_changes"].is_null(), "{x}");
     let idle = listed(&env, "idle");

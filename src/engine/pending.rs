@@ -58,8 +58,11 @@ pub fn pending(kept_dir: &Path) -> Option<Pending> {
     let since = last_ingest_ns(kept_dir);
     let upper = kept_dir.join("upper");
     let root_meta = fs::symlink_metadata(&upper).ok()?;
-    // Directories found: (parent index, changed since, something below counts).
-    let mut dirs: Vec<(usize, bool, bool)> = vec![(0, ctime_ns(&root_meta) >= since, false)];
+    // Directories found: (parent index, changed since, something below counts). The
+    // root of an upper never ingested is as avfs made it (a new overlay): it counts only
+    // after an ingest (a file only the upper held removed from it).
+    let root_changed = since > 0 && ctime_ns(&root_meta) >= since;
+    let mut dirs: Vec<(usize, bool, bool)> = vec![(0, root_changed, false)];
     let mut stack: Vec<(usize, PathBuf)> = vec![(0, upper)];
     let (mut looked, mut counted, mut at_least) = (0u64, 0u64, false);
     'walk: while let Some((idx, dir)) = stack.pop() {
@@ -124,6 +127,8 @@ mod tests {
         let d = t.path().join("k");
         assert_eq!(pending(&d), None);
         kept(&d);
+        // A new overlay's empty upper holds nothing new.
+        assert_eq!(pending(&d).unwrap(), Pending::default());
         fs::create_dir_all(d.join("upper/old")).unwrap();
         fs::write(d.join("upper/old/a"), "a").unwrap();
         fs::create_dir(d.join("upper/empty")).unwrap();
