@@ -62,3 +62,8 @@ def test_what_a_service_writes_is_reported_as_its_own(vault: Vault) -> None:
         assert env.service_changes["services"] == ["writer"]
         assert [c["path"] for c in env.service_changes["changes"]] == ["/svc.txt"]
         assert ws.exec("true").service_changes is None
+        # `service list` says it too: one taking, its path, nothing pending.
+        [info] = [s for s in ws.services() if s.name == "writer"]
+        assert info.writes["taken"] == 1, info.raw
+        assert info.writes["last"]["paths"] == ["/svc.txt"], info.raw
+        assert info.writes["pending"] == {"entries": 0, "at_least": False}, info.raw

@@ -40,6 +40,7 @@ use crate::store::{Store, approvals as store_approvals, audit};
 use crate::workspace::Workspace;
 
 pub use place::Place;
+pub use service_writes::{AUDITED_PATHS, pending_writes};
 // The run lock and the stable path live below the boundary (the engine and `status` use
 // them too); re-exported so `boundary::lock` and `boundary::path` keep working.
 pub use crate::context::path;

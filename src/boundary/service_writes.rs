@@ -8,14 +8,15 @@
 //! changes go into the run's envelope as `service_changes`, bounded, without patches;
 //! the run's `changes` are then its own (but for what a service writes while the run
 //! runs). The checkpoint before the run so holds the services' writes, and an
-//! `exec.service_writes` audit row records them.
+//! `exec.service_writes` audit row records them (the services' ids and names, the
+//! counts, the first `AUDITED_PATHS` paths): `avfs service list` reads its services'
+//! writes there, and what is not taken in yet from the upper (`pending_writes`).
 //!
 //! Not taken in ahead: a workspace whose upper holds new ignored files (moving them
 //! needs the keeper, and so the services, ended: the run's end does that, as before),
 //! and a failed step (a quota): the run's ingest then takes the writes in with its own.
 
 use std::path::Path;
-use std::time::UNIX_EPOCH;
 
 use serde_json::json;
 
@@ -23,6 +24,7 @@ use super::run::{IngestRequest, take_in_tx};
 use crate::context::Context;
 use crate::engine::kept;
 use crate::engine::overlay::{self, OverlayRun, RunSite};
+use crate::engine::pending;
 use crate::error::Result;
 use crate::exec::envelope::{ChangesMode, MAX_SERVICE_CHANGES, ReportLimits, ServiceChanges};
 use crate::registry::VaultRef;
@@ -30,21 +32,34 @@ use crate::sandbox::service as proc_service;
 use crate::store::{Store, audit};
 use crate::workspace::Workspace;
 
+/// Paths an `exec.service_writes` audit row names at most (`more` counts the rest).
+pub const AUDITED_PATHS: usize = 20;
+
 /// The services that ran in `v`'s workspace since its kept overlay's last ingest
-/// (running now, or ended after it), by name.
-fn serving_since_ingest(home: &Path, v: &VaultRef, kept_dir: &Path) -> Vec<String> {
-    let last_ns = std::fs::metadata(kept_dir.join("memo.json"))
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos() as i64);
-    let mut names: Vec<String> = proc_service::records(&super::service::workspace_dir(home, v))
+/// (running now, or ended after it): (id, name) each, oldest first.
+fn serving_since_ingest(home: &Path, v: &VaultRef, kept_dir: &Path) -> Vec<(String, String)> {
+    let last_ns = pending::last_ingest_ns(kept_dir);
+    proc_service::records(&super::service::workspace_dir(home, v))
         .into_iter()
         .filter(|(_, r)| r.live() || r.ended_at_ns.is_some_and(|t| t >= last_ns))
-        .map(|(_, r)| r.name)
+        .map(|(_, r)| (r.id, r.name))
+        .collect()
+}
+
+/// What the services of `v`'s workspace wrote that no ingest took in yet, counted
+/// without taking it in (`engine::pending`: read-only, no lock), and the ids of the
+/// services it is ascribed to (those that ran since the last ingest). None without a
+/// kept overlay or such a service.
+pub fn pending_writes(home: &Path, v: &VaultRef) -> Option<(Vec<String>, pending::Pending)> {
+    let kept_dir = kept::kept_dir(home, &v.path, &v.workspace);
+    let ids: Vec<String> = serving_since_ingest(home, v, &kept_dir)
+        .into_iter()
+        .map(|(id, _)| id)
         .collect();
-    names.dedup();
-    names
+    if ids.is_empty() {
+        return None;
+    }
+    Some((ids, pending::pending(&kept_dir)?))
 }
 
 /// Takes in what the services of `v`'s workspace wrote since its last run; None when
@@ -61,10 +76,13 @@ pub(super) fn take_in(
     if !kept::enabled() || !kept_dir.join("kept.json").exists() {
         return Ok(None);
     }
-    let services = serving_since_ingest(&ctx.home, v, &kept_dir);
-    if services.is_empty() {
+    let serving = serving_since_ingest(&ctx.home, v, &kept_dir);
+    if serving.is_empty() {
         return Ok(None);
     }
+    let service_ids: Vec<&str> = serving.iter().map(|(id, _)| id.as_str()).collect();
+    let mut services: Vec<String> = serving.iter().map(|(_, n)| n.clone()).collect();
+    services.dedup();
     ctx.sync_mount(v)?;
     let (head, parent) = store.write(|db| {
         let mut ws = Workspace::open(db, &v.workspace)?;
@@ -115,6 +133,17 @@ pub(super) fn take_in(
         max_patch_bytes: 0,
         output: limits.output,
     };
+    // The audit row names the first paths (sorted, a rename's two), for `service list`.
+    let paths: Vec<String> = changes
+        .iter()
+        .take(AUDITED_PATHS)
+        .map(|c| c.path.clone())
+        .collect();
+    let more = changes.len() - paths.len();
+    let row = |summary: &crate::exec::envelope::Summary| {
+        json!({"exec": id, "services": services, "service_ids": service_ids,
+            "summary": summary, "paths": paths, "more": more})
+    };
     let (layered, current) = store.write(|db| {
         let layered = super::report::layer(db, changes, &shown)?;
         let current = Workspace::open(db, &v.workspace)?.flush()?;
@@ -124,7 +153,7 @@ pub(super) fn take_in(
                 Some(&v.workspace),
                 "exec",
                 "exec.service_writes",
-                &json!({"exec": id, "services": services, "summary": layered.summary}),
+                &row(&layered.summary),
             )?;
         }
         Ok((layered, current))

@@ -172,7 +172,7 @@ fn line(s: &ServiceDoc) -> String {
         _ => String::new(),
     };
     format!(
-        "{:<16} {:<8} pid {:<7} {} {}{}{}",
+        "{:<16} {:<8} pid {:<7} {} {}{}{}{}",
         s.name,
         s.state,
         s.pid.map_or("-".into(), |p| p.to_string()),
@@ -181,8 +181,29 @@ fn line(s: &ServiceDoc) -> String {
         status,
         s.end_reason
             .as_ref()
-            .map_or(String::new(), |r| format!(" ({r})"))
+            .map_or(String::new(), |r| format!(" ({r})")),
+        wrote(s)
     )
+}
+
+/// What the services wrote while it ran, at the line's end: `; wrote 3 paths, 2 not taken
+/// in yet` (nothing when they wrote nothing).
+fn wrote(s: &ServiceDoc) -> String {
+    let w = &s.writes;
+    let mut parts = vec![];
+    if w.total > 0 {
+        let paths = if w.total == 1 { "path" } else { "paths" };
+        parts.push(format!("wrote {} {paths}", w.total));
+    }
+    if let Some(p) = w.pending.filter(|p| p.entries > 0) {
+        let more = if p.at_least { "+" } else { "" };
+        parts.push(format!("{}{more} not taken in yet", p.entries));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", parts.join(", "))
+    }
 }
 
 fn print_started(ctx: &Ctx, s: &ServiceStarted) {

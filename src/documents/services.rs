@@ -46,6 +46,61 @@ pub struct ServiceDoc {
     /// 4 KiB, lossy UTF-8), so a service that exited at once says why. Null while it
     /// runs (`avfs service logs` has all of it).
     pub last_output: Option<String>,
+    /// What the workspace's services wrote while this one ran (docs/services.md, "What
+    /// a service changes"): per workspace, not per process.
+    pub writes: ServiceWrites,
+}
+
+/// What the workspace's services wrote while a service ran: what avfs took in and
+/// audited before runs (`exec.service_writes` rows naming it), and what is not taken in
+/// yet. The services of a workspace share one overlay: when two run at once, what either
+/// writes is reported to both; what a service writes while a run runs is in that run's
+/// changes, not here.
+#[derive(Serialize, JsonSchema, Debug, Clone, Default)]
+pub struct ServiceWrites {
+    /// How many times avfs took in writes while it ran (before a run; one
+    /// `exec.service_writes` audit row each).
+    pub taken: u64,
+    /// Paths added in all those takings.
+    pub added: u64,
+    /// Files whose content changed in all those takings.
+    pub modified: u64,
+    /// Paths deleted in all those takings.
+    pub deleted: u64,
+    /// Changes of every kind in all those takings (renames, type, mode and attribute
+    /// changes too).
+    pub total: u64,
+    /// The latest taking, or null when there was none.
+    pub last: Option<ServiceWritesTaken>,
+    /// Written and not taken in yet, when this service ran since the workspace's last
+    /// ingest; null otherwise (nothing not taken in is its).
+    pub pending: Option<PendingWrites>,
+}
+
+/// One taking of services' writes (an `exec.service_writes` audit row).
+#[derive(Serialize, JsonSchema, Debug, Clone)]
+pub struct ServiceWritesTaken {
+    /// RFC 3339.
+    pub at: String,
+    /// The run before which they were taken in (the envelope that had them as
+    /// `service_changes`).
+    pub exec: String,
+    /// Its first paths (at most 20, sorted; a rename's old and new path).
+    pub paths: Vec<String>,
+    /// Paths changed beyond `paths`.
+    pub more: u64,
+}
+
+/// Entries of the workspace's overlay changed since its last ingest, counted without
+/// taking them in: files, links and deletions, and directories with nothing counted
+/// below them. Close to what the next run takes in, not exact: a file written and
+/// removed again still counts its directory, and writes to ignored paths count.
+#[derive(Serialize, JsonSchema, Debug, Clone, Copy, Default)]
+pub struct PendingWrites {
+    /// Entries changed (at most 1 000).
+    pub entries: u64,
+    /// The count stopped at a bound (1 000 counted, 20 000 looked at): there may be more.
+    pub at_least: bool,
 }
 
 /// `service start --json`.

@@ -19,6 +19,7 @@ pub mod layers;
 pub mod materialize;
 pub mod memo;
 pub mod overlay;
+pub mod pending;
 pub(crate) mod scan;
 mod upper;
 

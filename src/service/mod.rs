@@ -19,11 +19,14 @@ use serde_json::json;
 
 use crate::boundary::{self, Command, ExecRequest, ServiceLaunch};
 use crate::context::Context;
-use crate::documents::services::{ServiceDoc, ServiceStarted, ServiceStopped};
+use crate::documents::services::{ServiceDoc, ServiceStarted, ServiceStopped, ServiceWrites};
 use crate::error::{Error, Result};
 use crate::registry::VaultRef;
 use crate::sandbox::service::{self as proc_service, ServiceRecord};
 use crate::store::{Store, audit};
+
+mod writes;
+use writes::Writes;
 
 /// What `avfs service start` asks for.
 #[derive(Clone, Debug)]
@@ -46,7 +49,7 @@ fn workspace(ctx: &Context) -> Result<(VaultRef, PathBuf)> {
     Ok((v, dir))
 }
 
-fn doc(v: &VaultRef, dir: &Path, r: &ServiceRecord) -> ServiceDoc {
+fn doc(v: &VaultRef, dir: &Path, r: &ServiceRecord, writes: ServiceWrites) -> ServiceDoc {
     let state = r.current_state();
     let log_bytes = ["log", "log.1"]
         .iter()
@@ -72,6 +75,7 @@ fn doc(v: &VaultRef, dir: &Path, r: &ServiceRecord) -> ServiceDoc {
         last_output: (!matches!(state.as_str(), "running" | "starting"))
             .then(|| String::from_utf8_lossy(&last_lines(dir, 20, 4096)).into_owned()),
         state,
+        writes,
     }
 }
 
@@ -135,7 +139,7 @@ pub fn start(ctx: &Context, req: StartRequest) -> Result<(ServiceStarted, i32)> 
     });
     let out = boundary::exec(ctx, ex)?;
     let env = out.envelope;
-    let service = find(ctx, &id).map(|(v, dir, r)| doc(&v, &dir, &r));
+    let service = find(ctx, &id).map(|(v, dir, r)| doc(&v, &dir, &r, writes_of(ctx, &v, &r)));
     let started = ServiceStarted {
         decision: env.decision.clone(),
         checkpoint: env.checkpoint.clone(),
@@ -164,12 +168,21 @@ fn find(ctx: &Context, id: &str) -> Option<(VaultRef, PathBuf, ServiceRecord)> {
     Some((v, dir, r))
 }
 
+/// What `r`'s workspace's services wrote while it ran, for the document of a start or a
+/// stop: a vault that cannot be read then leaves it empty (the start or stop happened;
+/// `service list` reports the error).
+fn writes_of(ctx: &Context, v: &VaultRef, r: &ServiceRecord) -> ServiceWrites {
+    Writes::read(ctx, v, [r]).map_or_else(|_| ServiceWrites::default(), |w| w.of(r))
+}
+
 /// The services of the `--vault` workspace, oldest first.
 pub fn list(ctx: &Context) -> Result<Vec<ServiceDoc>> {
     let (v, ws_dir) = workspace(ctx)?;
-    Ok(proc_service::records(&ws_dir)
+    let all = proc_service::records(&ws_dir);
+    let writes = Writes::read(ctx, &v, all.iter().map(|(_, r)| r))?;
+    Ok(all
         .iter()
-        .map(|(dir, r)| doc(&v, dir, r))
+        .map(|(dir, r)| doc(&v, dir, r, writes.of(r)))
         .collect())
 }
 
@@ -270,7 +283,7 @@ pub fn stop(ctx: &Context, which: &str) -> Result<ServiceStopped> {
         audit_stop(&v, &r, "service.stop")?;
     }
     Ok(ServiceStopped {
-        service: doc(&v, &dir, &r),
+        service: doc(&v, &dir, &r, writes_of(ctx, &v, &r)),
         stopped,
     })
 }

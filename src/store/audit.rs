@@ -141,6 +141,45 @@ pub fn rows_with_action_prefix(db: &Connection, prefix: &str) -> Result<Vec<Stor
     Ok(out)
 }
 
+/// The rows of `workspace` with exactly `action` written at or after `since_ns`, oldest
+/// first: (time, detail). The log's ids are dense and its times rise with them, so the
+/// first row at or after `since_ns` is found by bisection and only the rows after it are
+/// read (the table has no index but its id).
+pub fn rows_since(
+    db: &Connection,
+    workspace: &str,
+    action: &str,
+    since_ns: i64,
+) -> Result<Vec<(i64, serde_json::Value)>> {
+    let Some((last, _)) = head(db)? else {
+        return Ok(vec![]);
+    };
+    let mut ts_of = db.prepare_cached("SELECT ts_ns FROM audit WHERE id = ?1")?;
+    let (mut lo, mut hi) = (1i64, last + 1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let ts: Option<i64> = ts_of.query_row([mid], |r| r.get(0)).optional()?;
+        // A missing row (never, in an intact log) is taken as early: read past it.
+        if ts.is_some_and(|t| t >= since_ns) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let mut stmt = db.prepare_cached(
+        "SELECT ts_ns, detail FROM audit WHERE id >= ?1 AND action = ?2 AND workspace = ?3 \
+         ORDER BY id",
+    )?;
+    let rows = stmt.query_map(params![lo, action, workspace], |r| {
+        let detail: String = r.get(1)?;
+        Ok((
+            r.get::<_, i64>(0)?,
+            serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
+        ))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// The newest audit row: its id and hash (`None` for an empty log).
 pub fn head(db: &Connection) -> Result<Option<(i64, String)>> {
     Ok(db

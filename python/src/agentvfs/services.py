@@ -45,6 +45,10 @@ class ServiceInfo:
     signal: Optional[int]
     end_reason: Optional[str]
     last_output: Optional[str]
+    #: What the workspace's services wrote while it ran (``docs/services.md``): ``taken``,
+    #: ``added``, ``modified``, ``deleted``, ``total``, ``last`` (``paths``, ``more``) and
+    #: ``pending`` (``entries``, ``at_least``; None unless it ran since the last ingest).
+    writes: Dict[str, Any]
     raw: Dict[str, Any]
 
     @classmethod
@@ -64,6 +68,7 @@ class ServiceInfo:
             signal=opt_int(d.get("signal")),
             end_reason=d.get("end_reason"),
             last_output=d.get("last_output"),
+            writes=dict(d.get("writes") or {}),
             raw=dict(d),
         )
 
