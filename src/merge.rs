@@ -508,7 +508,7 @@ impl Walker<'_> {
     /// sides' entries below it when the walk goes on into it (a directory).
     fn node(
         &mut self,
-        comps: &mut Vec<Vec<u8>>,
+        comps: &[Vec<u8>],
         b: Option<&Entry>,
         f: Option<&Entry>,
         t: Option<&Entry>,
@@ -558,7 +558,7 @@ impl Walker<'_> {
     /// that kind too).
     fn both_changed(
         &mut self,
-        comps: &mut Vec<Vec<u8>>,
+        comps: &[Vec<u8>],
         b: Option<&Entry>,
         be: Option<&Entry>,
         fe: &Entry,
@@ -585,11 +585,11 @@ impl Walker<'_> {
             if m.as_ref().is_none_or(|m| m.conflicts != 0) {
                 return self.conflict_with(comps, b, f, t, m);
             }
-            let taken = change(comps.clone(), ChangeKind::Modified, b, f);
+            let taken = change(comps.to_vec(), ChangeKind::Modified, b, f);
             self.clean_merge(comps, m.unwrap(), Some(taken));
             if *own || !xattrs.is_empty() {
                 self.plan.actions.push(Action::Update {
-                    comps: comps.clone(),
+                    comps: comps.to_vec(),
                     content: None,
                     owner: own.then(|| owner(fe)),
                     xattrs: xattrs.clone(),
@@ -610,7 +610,7 @@ impl Walker<'_> {
         } else {
             ChangeKind::MetaChanged
         };
-        self.plan.taken.push(change(comps.clone(), kind, b, f));
+        self.plan.taken.push(change(comps.to_vec(), kind, b, f));
         if content && fe.kind != Kind::File {
             // A symlink's target or a device number: replace the entry, keeping the
             // target's own mode and attribute changes.
@@ -622,13 +622,13 @@ impl Walker<'_> {
             apply_xattr_ops(&mut x, &xattrs);
             merged.xattrs = x;
             self.plan.actions.push(Action::Take {
-                comps: comps.clone(),
+                comps: comps.to_vec(),
                 entry: Some(merged),
             });
             return Ok(());
         }
         self.plan.actions.push(Action::Update {
-            comps: comps.clone(),
+            comps: comps.to_vec(),
             content: content.then(|| (fe.hash.unwrap_or(objects::HOLE), fe.size)),
             owner: own.then(|| owner(fe)),
             xattrs,

@@ -223,6 +223,7 @@ fn grow_read(start: usize, factor: usize, read: impl Fn(&mut [u8]) -> isize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     /// A file at the bottom of a chain far deeper than PATH_MAX still counts: its blocks
     /// are reached through the chain's anchors, not a path.
