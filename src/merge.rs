@@ -33,6 +33,11 @@ use crate::workspace::flush::entry_at;
 use crate::workspace::path::display;
 use crate::workspace::{Inode, NewNode, ROOT_INO, SetAttr, Workspace};
 
+mod apply;
+mod conflict;
+
+pub use apply::apply;
+
 /// Largest text file (on any side) that gets a line merge: the same cap as a patch.
 pub const TEXT_LIMIT: u64 = crate::diff::PATCH_LIMIT;
 
@@ -244,6 +249,71 @@ enum Sel {
     All,
 }
 
+/// The entries of one directory on the three sides: base, fork, target.
+type Children = (Vec<Entry>, Vec<Entry>, Vec<Entry>);
+
+/// A directory level of the merge walk: the three sides' entries (sorted by name) and how
+/// far through the base's and the fork's the walk is.
+struct Level {
+    b: Vec<Entry>,
+    f: Vec<Entry>,
+    t: Vec<Entry>,
+    i: usize,
+    j: usize,
+}
+
+impl Level {
+    fn new((b, f, t): Children) -> Level {
+        Level {
+            b,
+            f,
+            t,
+            i: 0,
+            j: 0,
+        }
+    }
+
+    /// The next name in the base or the fork that the fork changed (the walk never enters
+    /// what the fork left as it was), with its entries on the three sides.
+    #[allow(clippy::type_complexity)]
+    fn next_changed(&mut self) -> Option<(Option<Entry>, Option<Entry>, Option<Entry>)> {
+        let (b, f) = (&self.b, &self.f);
+        while self.i < b.len() || self.j < f.len() {
+            let order = match (b.get(self.i), f.get(self.j)) {
+                (Some(x), Some(y)) => x.name.cmp(&y.name),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            let (be, fe) = match order {
+                std::cmp::Ordering::Less => {
+                    self.i += 1;
+                    (Some(&b[self.i - 1]), None)
+                }
+                std::cmp::Ordering::Greater => {
+                    self.j += 1;
+                    (None, Some(&f[self.j - 1]))
+                }
+                std::cmp::Ordering::Equal => {
+                    self.i += 1;
+                    self.j += 1;
+                    (Some(&b[self.i - 1]), Some(&f[self.j - 1]))
+                }
+            };
+            if same_opt(be, fe) {
+                continue;
+            }
+            let name = be.or(fe).map(|e| e.name.as_slice()).unwrap_or_default();
+            let te = self
+                .t
+                .binary_search_by(|e| e.name.as_slice().cmp(name))
+                .ok()
+                .map(|k| self.t[k].clone());
+            return Some((be.cloned(), fe.cloned(), te));
+        }
+        None
+    }
+}
+
 struct Walker<'a> {
     db: &'a Connection,
     opts: &'a Options<'a>,
@@ -334,15 +404,10 @@ pub fn plan(
             w.conflict(&[], Some(&eb), Some(&ef), Some(&et))?;
         }
     }
-    w.dir(&mut Vec::new(), &tb.entries, &tf.entries, &tt.entries)?;
+    w.dir(&mut Vec::new(), tb.entries, tf.entries, tt.entries)?;
     w.renamed_in_fork(fork)?;
     Ok(w.plan)
 }
-
-/// Room left on the stack below which a level of the merge walk moves to a new segment,
-/// and the size of that segment (about a thousand levels).
-const STACK_RED_ZONE: usize = 128 * 1024;
-const STACK_SEGMENT: usize = 4 * 1024 * 1024;
 
 impl Walker<'_> {
     fn select(&self, comps: &[Vec<u8>]) -> Sel {
@@ -368,76 +433,60 @@ impl Walker<'_> {
         }
     }
 
-    /// Merges one directory level: every name in the base or the fork. The walk recurses
-    /// once per level through here, so the stack grows on the heap as a tree deepens (a
-    /// 5 000-deep chain overflowed the main thread's 8 MiB).
+    /// Merges a directory and everything below it that the fork changed: every name in
+    /// the base or the fork, level by level, depth first in name order. The levels being
+    /// walked are an explicit stack (one entry per level down, on the heap), so neither
+    /// the call stack nor anything but that list grows with the tree's depth.
     fn dir(
         &mut self,
         prefix: &mut Vec<Vec<u8>>,
-        b: &[Entry],
-        f: &[Entry],
-        t: &[Entry],
+        b: Vec<Entry>,
+        f: Vec<Entry>,
+        t: Vec<Entry>,
     ) -> Result<()> {
-        stacker::maybe_grow(STACK_RED_ZONE, STACK_SEGMENT, || {
-            self.dir_level(prefix, b, f, t)
-        })
-    }
-
-    fn dir_level(
-        &mut self,
-        prefix: &mut Vec<Vec<u8>>,
-        b: &[Entry],
-        f: &[Entry],
-        t: &[Entry],
-    ) -> Result<()> {
-        let (mut i, mut j) = (0, 0);
-        while i < b.len() || j < f.len() {
-            let order = match (b.get(i), f.get(j)) {
-                (Some(x), Some(y)) => x.name.cmp(&y.name),
-                (Some(_), None) => std::cmp::Ordering::Less,
-                _ => std::cmp::Ordering::Greater,
-            };
-            let (be, fe) = match order {
-                std::cmp::Ordering::Less => {
-                    i += 1;
-                    (Some(&b[i - 1]), None)
+        let mut stack = vec![Level::new((b, f, t))];
+        while let Some(top) = stack.last_mut() {
+            let Some((be, fe, te)) = top.next_changed() else {
+                stack.pop();
+                // The level below the walk's own was entered by a name of its parent.
+                if !stack.is_empty() {
+                    prefix.pop();
                 }
-                std::cmp::Ordering::Greater => {
-                    j += 1;
-                    (None, Some(&f[j - 1]))
-                }
-                std::cmp::Ordering::Equal => {
-                    i += 1;
-                    j += 1;
-                    (Some(&b[i - 1]), Some(&f[j - 1]))
-                }
-            };
-            // The fork left this name as it was: nothing below it to take.
-            if same_opt(be, fe) {
                 continue;
-            }
-            let name = be.or(fe).map(|e| e.name.clone()).unwrap_or_default();
-            let te = t
-                .binary_search_by(|e| e.name.as_slice().cmp(&name))
-                .ok()
-                .map(|k| &t[k]);
-            prefix.push(name);
-            match self.select(prefix) {
-                Sel::Skip => {}
+            };
+            let (be, fe, te) = (be.as_ref(), fe.as_ref(), te.as_ref());
+            prefix.push(be.or(fe).map(|e| e.name.clone()).unwrap_or_default());
+            let below = match self.select(prefix) {
+                Sel::Skip => None,
                 Sel::Ancestor => {
                     if is_dir(fe) && te.is_some_and(|t| t.kind != Kind::Dir) {
                         self.conflict(prefix, be, fe, te)?;
+                        None
                     } else {
-                        let (bc, fc, tc) =
-                            (self.children(be)?, self.children(fe)?, self.children(te)?);
-                        self.dir(prefix, &bc, &fc, &tc)?;
+                        Some(self.children3(be, fe, te)?)
                     }
                 }
                 Sel::All => self.node(prefix, be, fe, te)?,
+            };
+            match below {
+                // The name stays on `prefix` while its level is walked.
+                Some(below) => stack.push(Level::new(below)),
+                None => {
+                    prefix.pop();
+                }
             }
-            prefix.pop();
         }
         Ok(())
+    }
+
+    /// The entries of the three sides' directories (none for a side that is no directory).
+    fn children3(
+        &self,
+        b: Option<&Entry>,
+        f: Option<&Entry>,
+        t: Option<&Entry>,
+    ) -> Result<Children> {
+        Ok((self.children(b)?, self.children(f)?, self.children(t)?))
     }
 
     fn take(&mut self, comps: &[Vec<u8>], b: Option<&Entry>, f: Option<&Entry>) -> Result<()> {
@@ -455,21 +504,24 @@ impl Walker<'_> {
         Ok(())
     }
 
+    /// A name the fork changed: what the merge makes of it, and `Some` with the three
+    /// sides' entries below it when the walk goes on into it (a directory).
     fn node(
         &mut self,
-        comps: &mut Vec<Vec<u8>>,
+        comps: &[Vec<u8>],
         b: Option<&Entry>,
         f: Option<&Entry>,
         t: Option<&Entry>,
-    ) -> Result<()> {
+    ) -> Result<Option<Children>> {
         if same_opt(t, f) {
-            return Ok(());
+            return Ok(None);
         }
         if same_opt(t, b) {
-            return self.take(comps, b, f);
+            self.take(comps, b, f)?;
+            return Ok(None);
         }
         if self.follows_rename(comps, b, f, t)? {
-            return Ok(());
+            return Ok(None);
         }
         let (Some(fe), Some(te)) = (f, t) else {
             // A directory one side deleted while the other changed something below it:
@@ -480,14 +532,15 @@ impl Walker<'_> {
                 if (f.is_none() && under(&self.fork_renames))
                     || (t.is_none() && under(&self.target_renames))
                 {
-                    let (bc, fc, tc) = (self.children(b)?, self.children(f)?, self.children(t)?);
-                    return self.dir(comps, &bc, &fc, &tc);
+                    return self.children3(b, f, t).map(Some);
                 }
             }
-            return self.conflict(comps, b, f, t);
+            self.conflict(comps, b, f, t)?;
+            return Ok(None);
         };
         if fe.kind != te.kind {
-            return self.conflict(comps, b, f, t);
+            self.conflict(comps, b, f, t)?;
+            return Ok(None);
         }
         // A base of another type counts as no base: both sides made the same new thing.
         let be = b.filter(|b| b.kind == fe.kind);
@@ -495,9 +548,23 @@ impl Walker<'_> {
             if !self.dir_meta(comps, be, fe, te) {
                 self.conflict(comps, b, f, t)?;
             }
-            let (bc, fc, tc) = (self.children(be)?, self.children(f)?, self.children(t)?);
-            return self.dir(comps, &bc, &fc, &tc);
+            return self.children3(be, f, t).map(Some);
         }
+        self.both_changed(comps, b, be, fe, te)?;
+        Ok(None)
+    }
+
+    /// A non-directory both sides changed, to the same kind (`be`: the base when it is of
+    /// that kind too).
+    fn both_changed(
+        &mut self,
+        comps: &[Vec<u8>],
+        b: Option<&Entry>,
+        be: Option<&Entry>,
+        fe: &Entry,
+        te: &Entry,
+    ) -> Result<()> {
+        let (f, t) = (Some(fe), Some(te));
         if b.is_some() && be.is_none() {
             return self.conflict(comps, b, f, t);
         }
@@ -518,11 +585,11 @@ impl Walker<'_> {
             if m.as_ref().is_none_or(|m| m.conflicts != 0) {
                 return self.conflict_with(comps, b, f, t, m);
             }
-            let taken = change(comps.clone(), ChangeKind::Modified, b, f);
+            let taken = change(comps.to_vec(), ChangeKind::Modified, b, f);
             self.clean_merge(comps, m.unwrap(), Some(taken));
             if *own || !xattrs.is_empty() {
                 self.plan.actions.push(Action::Update {
-                    comps: comps.clone(),
+                    comps: comps.to_vec(),
                     content: None,
                     owner: own.then(|| owner(fe)),
                     xattrs: xattrs.clone(),
@@ -543,7 +610,7 @@ impl Walker<'_> {
         } else {
             ChangeKind::MetaChanged
         };
-        self.plan.taken.push(change(comps.clone(), kind, b, f));
+        self.plan.taken.push(change(comps.to_vec(), kind, b, f));
         if content && fe.kind != Kind::File {
             // A symlink's target or a device number: replace the entry, keeping the
             // target's own mode and attribute changes.
@@ -555,13 +622,13 @@ impl Walker<'_> {
             apply_xattr_ops(&mut x, &xattrs);
             merged.xattrs = x;
             self.plan.actions.push(Action::Take {
-                comps: comps.clone(),
+                comps: comps.to_vec(),
                 entry: Some(merged),
             });
             return Ok(());
         }
         self.plan.actions.push(Action::Update {
-            comps: comps.clone(),
+            comps: comps.to_vec(),
             content: content.then(|| (fe.hash.unwrap_or(objects::HOLE), fe.size)),
             owner: own.then(|| owner(fe)),
             xattrs,
@@ -681,170 +748,6 @@ impl Walker<'_> {
         self.plan.line_merged.sort();
         Ok(())
     }
-
-    /// The three-way line merge of a file both sides edited (`b` the base, `None` for
-    /// none), or `None` when a side is not text (binary, not UTF-8, over `TEXT_LIMIT`).
-    fn line_merge(
-        &self,
-        b: Option<&Entry>,
-        f: &Entry,
-        t: &Entry,
-    ) -> Result<Option<crate::textmerge::TextMerge>> {
-        let (Some(base), Some(theirs), Some(ours)) =
-            (self.text(b)?, self.text(Some(f))?, self.text(Some(t))?)
-        else {
-            return Ok(None);
-        };
-        Ok(Some(crate::textmerge::merge3(
-            &base,
-            &ours,
-            &theirs,
-            self.opts.target_label,
-            self.opts.fork_label,
-        )))
-    }
-
-    /// A line merge without overlaps: the file gets it, and the fork's edit is taken.
-    fn clean_merge(
-        &mut self,
-        comps: &[Vec<u8>],
-        m: crate::textmerge::TextMerge,
-        taken: Option<Change>,
-    ) {
-        self.plan.actions.push(Action::Write {
-            comps: comps.to_vec(),
-            data: m.text.into_bytes(),
-        });
-        self.plan.taken.extend(taken);
-        self.plan.line_merged.push(display(comps));
-    }
-
-    /// Where the fork's version of a binary conflict goes: `NAME.FORK` beside it (with a
-    /// number when the target has that name already).
-    fn beside(&self, comps: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
-        let label: String = self
-            .opts
-            .fork_label
-            .chars()
-            .map(|c| if c == '/' { '_' } else { c })
-            .collect();
-        let mut out = comps.to_vec();
-        let name = comps.last().cloned().unwrap_or_default();
-        for n in 0.. {
-            let mut v = name.clone();
-            v.push(b'.');
-            v.extend_from_slice(label.as_bytes());
-            if n > 0 {
-                v.extend_from_slice(format!(".{n}").as_bytes());
-            }
-            *out.last_mut().unwrap() = v;
-            if entry_at(self.db, &self.target_root, &out)?.is_none() {
-                break;
-            }
-        }
-        Ok(out)
-    }
-
-    fn text(&self, e: Option<&Entry>) -> Result<Option<String>> {
-        let Some(e) = e else {
-            return Ok(Some(String::new()));
-        };
-        if e.kind != Kind::File || e.size > TEXT_LIMIT {
-            return Ok(None);
-        }
-        let data = crate::store::content::read_all(self.db, e.hash.as_ref().unwrap(), e.size)?;
-        if data.contains(&0) {
-            return Ok(None);
-        }
-        Ok(String::from_utf8(data).ok())
-    }
-
-    fn conflict(
-        &mut self,
-        comps: &[Vec<u8>],
-        b: Option<&Entry>,
-        f: Option<&Entry>,
-        t: Option<&Entry>,
-    ) -> Result<()> {
-        self.conflict_with(comps, b, f, t, None)
-    }
-
-    /// A conflict at `comps`; `merged` is the line merge already made of its content.
-    fn conflict_with(
-        &mut self,
-        comps: &[Vec<u8>],
-        b: Option<&Entry>,
-        f: Option<&Entry>,
-        t: Option<&Entry>,
-        merged: Option<crate::textmerge::TextMerge>,
-    ) -> Result<()> {
-        let kind = match (b, f, t) {
-            (None, _, _) => ConflictKind::BothAdded,
-            (Some(_), None, _) => ConflictKind::DeletedInFork,
-            (Some(_), _, None) => ConflictKind::DeletedInTarget,
-            (Some(b), Some(f), Some(t)) if b.kind != f.kind || b.kind != t.kind => {
-                ConflictKind::TypeChanged
-            }
-            _ => ConflictKind::BothModified,
-        };
-        let kind = match (kind, f, t) {
-            (ConflictKind::BothAdded, Some(f), Some(t)) if f.kind != t.kind => {
-                ConflictKind::TypeChanged
-            }
-            (k, _, _) => k,
-        };
-        let mut resolution = Resolution::KeptTarget;
-        let mut kept_as = None;
-        if self.opts.markers
-            && let (Some(fe), Some(te)) = (f, t)
-            && fe.kind == Kind::File
-            && te.kind == Kind::File
-            && (fe.hash, fe.size) != (te.hash, te.size)
-        {
-            let merged = match merged {
-                Some(m) => Some(m),
-                None => self.line_merge(b.filter(|b| b.kind == Kind::File), fe, te)?,
-            };
-            match merged {
-                Some(m) => {
-                    // Without overlaps, the conflict is in the mode or an attribute: the
-                    // content still gets both sides' edits.
-                    if m.conflicts > 0 {
-                        resolution = Resolution::Markers;
-                    }
-                    self.plan.actions.push(Action::Write {
-                        comps: comps.to_vec(),
-                        data: m.text.into_bytes(),
-                    });
-                }
-                None => {
-                    // No lines to merge: the fork's version is written beside the target's.
-                    let at = self.beside(comps)?;
-                    let mut copy = fe.clone();
-                    copy.name = at.last().cloned().unwrap_or_default();
-                    self.plan.actions.push(Action::Take {
-                        comps: at.clone(),
-                        entry: Some(copy),
-                    });
-                    resolution = Resolution::BothKept;
-                    kept_as = Some(display(&at));
-                }
-            }
-        }
-        self.plan.conflicts.push(Conflict {
-            path: display(comps),
-            kind,
-            fork: side_change(b, f),
-            target: side_change(b, t),
-            type_base: b.map(|e| e.kind.name()),
-            type_fork: f.map(|e| e.kind.name()),
-            type_target: t.map(|e| e.kind.name()),
-            resolution,
-            kept_as,
-            comps: comps.to_vec(),
-        });
-        Ok(())
-    }
 }
 
 fn apply_xattr_ops(x: &mut Xattrs, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
@@ -855,99 +758,4 @@ fn apply_xattr_ops(x: &mut Xattrs, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
         }
     }
     x.sort();
-}
-
-/// The live entry at `comps`, read literally (no symlink followed).
-fn literal(ws: &Workspace, comps: &[Vec<u8>]) -> Result<Inode> {
-    let mut cur = ws.get(ROOT_INO)?;
-    for (i, c) in comps.iter().enumerate() {
-        if cur.kind != Kind::Dir {
-            return Err(Error::NotADirectory(display(&comps[..i])));
-        }
-        cur = ws
-            .lookup(&cur, c)?
-            .ok_or_else(|| Error::NotFound(display(&comps[..=i])))?;
-    }
-    Ok(cur)
-}
-
-/// The live directory at `comps`, creating missing ones like the fork has them.
-fn ensure_dir(ws: &Workspace, comps: &[Vec<u8>], fork_root: &Hash) -> Result<Inode> {
-    let mut cur = ws.get(ROOT_INO)?;
-    for (i, c) in comps.iter().enumerate() {
-        cur = match ws.lookup(&cur, c)? {
-            Some(d) if d.kind == Kind::Dir => d,
-            Some(_) => return Err(Error::NotADirectory(display(&comps[..=i]))),
-            None => {
-                let fe = entry_at(ws.db, fork_root, &comps[..=i])?.filter(|e| e.kind == Kind::Dir);
-                let mut n = NewNode::new(Kind::Dir, fe.as_ref().map_or(0o755, |e| e.mode));
-                if let Some(e) = &fe {
-                    (n.uid, n.gid, n.mtime_ns) = (e.uid, e.gid, Some(e.mtime_ns));
-                }
-                let d = ws.create(&cur, c, n)?;
-                for (xn, xv) in fe.iter().flat_map(|e| e.xattrs.iter()) {
-                    ws.set_xattr(d.ino, xn, xv)?;
-                }
-                ws.get(d.ino)?
-            }
-        };
-    }
-    Ok(cur)
-}
-
-/// Makes the plan's changes in the target's live layer.
-pub fn apply(ws: &Workspace, plan: &Plan, fork_root: &Hash) -> Result<()> {
-    for a in &plan.actions {
-        match a {
-            Action::Take { comps, entry } => {
-                let Some((name, parents)) = comps.split_last() else {
-                    return Err(Error::Internal("merge cannot replace the root".into()));
-                };
-                let mut dir = ensure_dir(ws, parents, fork_root)?;
-                if ws.lookup(&dir, name)?.is_some() {
-                    ws.remove_tree(&dir, name)?;
-                    dir = ws.get(dir.ino)?;
-                }
-                if let Some(e) = entry {
-                    ws.graft(&dir, name, e)?;
-                }
-            }
-            Action::Update {
-                comps,
-                content,
-                owner,
-                xattrs,
-            } => {
-                let node = literal(ws, comps)?;
-                if let Some((hash, size)) = content {
-                    ws.set_content(node.ino, *hash, *size)?;
-                }
-                if let Some((mode, uid, gid)) = owner {
-                    ws.setattr(
-                        node.ino,
-                        &SetAttr {
-                            mode: Some(*mode),
-                            uid: Some(*uid),
-                            gid: Some(*gid),
-                            ..Default::default()
-                        },
-                    )?;
-                }
-                for (n, v) in xattrs {
-                    match v {
-                        Some(v) => ws.set_xattr(node.ino, n, v)?,
-                        None => {
-                            ws.remove_xattr(node.ino, n)?;
-                        }
-                    }
-                }
-            }
-            Action::Write { comps, data } => {
-                let node = literal(ws, comps)?;
-                let hash = crate::store::content::write_bytes(ws.db, data)?.0;
-                ws.set_content(node.ino, hash, data.len() as u64)?;
-            }
-        }
-    }
-    Ok(())
 }

@@ -1,9 +1,12 @@
 //! Trees deeper than PATH_MAX (4 096 bytes of path): a chain of 5 000 directories, made
 //! on the host and imported, or made by a run, goes through every command that walks a
-//! tree (import, ls, find, checkpoint, diff, export, verify, gc, exec and the layers a
-//! later run stands on), and nothing needs a path that long on the host side.
+//! tree (import, ls, find, checkpoint, diff, merge, export, verify, gc, exec and the layers a
+//! later run stands on; the removal of a kept overlay; the ignored files, exported and
+//! through the mount), and nothing needs a path that long on the host side.
 
 mod common;
+#[path = "common/fuse.rs"]
+mod fuse;
 #[path = "common/overlay.rs"]
 mod overlay;
 
@@ -457,4 +460,290 @@ fn an_ignored_directory_below_path_max_stays_out_of_the_history() {
     assert!(!exists_at(&ign, DEPTH, "build"), "removed from {ign:?}");
     let v = ok_in(&env, "t", &["--shell", &down(false, "ls")]);
     assert_eq!(overlay::stdout(&v), "main.c\n");
+}
+
+/// A fork and its parent both change a chain deeper than PATH_MAX: edits of the bottom
+/// file that do not overlap merge line by line (with files both sides added beside it),
+/// and the same line edited on both sides is a conflict named at its depth, the target's
+/// text kept. The merge walks the chain level by level without recursion.
+#[test]
+fn a_chain_deeper_than_path_max_changed_on_both_sides_merges() {
+    let env = Env::new();
+    env.ok(&["vault", "create", "t"]);
+    let host = env.path("host");
+    make_chain(&host, DEPTH, "1\n2\n3\n4\n5\n6\n7\n8\n");
+    env.ok(&["--vault", "t", "import", host.to_str().unwrap(), "/"]);
+    env.ok(&["--vault", "t", "checkpoint", "save", "base"]);
+    env.ok(&["vault", "fork", "t", "f1"]);
+    let deep = chain_path("/", DEPTH);
+    let bottom = deep.trim_end_matches("/f").to_string();
+    let (g, h) = (format!("{bottom}/g"), format!("{bottom}/h"));
+    env.ok(&[
+        "--vault",
+        "f1",
+        "write",
+        &deep,
+        "ONE\n2\n3\n4\n5\n6\n7\n8\n",
+    ]);
+    env.ok(&["--vault", "f1", "write", &g, "from the fork\n"]);
+    env.ok(&[
+        "--vault",
+        "t",
+        "write",
+        &deep,
+        "1\n2\n3\n4\n5\n6\n7\nEIGHT\n",
+    ]);
+    env.ok(&["--vault", "t", "write", &h, "from the target\n"]);
+    env.ok(&["--vault", "t", "checkpoint", "save", "target-edits"]);
+    let r = env.json(&["--vault", "t", "vault", "merge", "f1"]);
+    assert_eq!(
+        r["clean"],
+        true,
+        "{}",
+        &r.to_string()[..r.to_string().len().min(600)]
+    );
+    assert_eq!(r["line_merged"], serde_json::json!([deep]));
+    assert_eq!(env.cat(Some("t"), &deep), "ONE\n2\n3\n4\n5\n6\n7\nEIGHT\n");
+    assert_eq!(env.cat(Some("t"), &g), "from the fork\n");
+    assert_eq!(env.cat(Some("t"), &h), "from the target\n");
+
+    // Both sides edit line 4: a conflict at the bottom; the target keeps its text.
+    env.ok(&["vault", "fork", "t", "f2"]);
+    let (fork4, target4) = (
+        "ONE\n2\n3\nFOUR (fork)\n5\n6\n7\nEIGHT\n",
+        "ONE\n2\n3\nFOUR (target)\n5\n6\n7\nEIGHT\n",
+    );
+    env.ok(&["--vault", "f2", "write", &deep, fork4]);
+    env.ok(&["--vault", "t", "write", &deep, target4]);
+    env.ok(&["--vault", "t", "checkpoint", "save", "target-four"]);
+    let r = env.json_exit(&["--vault", "t", "vault", "merge", "f2"], 1);
+    assert_eq!(
+        r["refused"],
+        true,
+        "{}",
+        &r.to_string()[..r.to_string().len().min(600)]
+    );
+    let conflicts = r["conflicts"].as_array().unwrap();
+    assert_eq!(conflicts.len(), 1, "{:?}", conflicts.len());
+    assert_eq!(conflicts[0]["path"], deep.as_str());
+    assert_eq!(conflicts[0]["kind"], "both_modified");
+    assert_eq!(env.cat(Some("t"), &deep), target4);
+    let v = env.json(&["vault", "verify", "t"]);
+    assert_eq!(v["report"]["ok"], true, "verify: {v}");
+}
+
+/// How deep the deepest directory below `top` is, counted up to `cap` (a walk by paths,
+/// which stay short up to there; symlinks are not followed, unreadable directories are
+/// not entered).
+fn deepest(top: &Path, cap: usize) -> usize {
+    let mut most = 0;
+    let mut stack = vec![(top.to_path_buf(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        most = most.max(depth);
+        if depth >= cap {
+            continue;
+        }
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((e.path(), depth + 1));
+            }
+        }
+    }
+    most
+}
+
+/// A run makes a chain deeper than PATH_MAX in a fork; the fork's kept overlay holds it
+/// in its upper. Deleting the fork retires the overlay and removes its directory: nothing
+/// of the chain is left under $AVFS_HOME (std's `remove_dir_all` keeps a descriptor per
+/// level and left it there), and the parent's runs go on.
+#[test]
+fn a_kept_overlay_deeper_than_path_max_is_removed_with_its_workspace() {
+    if !overlay_or_skip("a_kept_overlay_deeper_than_path_max_is_removed") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    ok_in(&env, "t", &["--", "true"]);
+    env.ok(&["vault", "fork", "t", "deep"]);
+    ok_in(&env, "deep", &["--shell", &down(true, "echo bottom > f")]);
+    let st = env.json(&["--vault", "deep", "status"]);
+    let kept = st["kept_overlays"].as_array().unwrap();
+    assert!(
+        kept.iter().any(|k| k["workspace"] == "deep"),
+        "the fork has a kept overlay: {kept:?}"
+    );
+    let home = env.home();
+    assert!(
+        deepest(&home, 200) >= 200,
+        "the chain is in the kept overlay under {home:?}"
+    );
+    env.ok(&["vault", "delete", "deep", "-y"]);
+    let left = deepest(&home, 200);
+    assert!(
+        left < 100,
+        "a tree {left}+ levels deep is left under {home:?}"
+    );
+    let v = ok_in(&env, "t", &["--shell", "echo still > here && cat here"]);
+    assert_eq!(overlay::stdout(&v), "still\n");
+}
+
+/// Opens `name` below `dir` as a directory; the errno when it cannot.
+fn try_open_dir(dir: i32, name: &str) -> Result<i32, i32> {
+    // SAFETY: a valid descriptor and C string.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            c(name).as_ptr(),
+            libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(fd)
+    }
+}
+
+/// An ignored `node_modules/` a run made 5 000 levels deep (deeper than PATH_MAX on the
+/// host, where the ignored files live): `export --include-ignored` copies all of it, of
+/// the workspace and of the ignored directory alone; the mount shows it as deep as its
+/// host path fits and below answers ENAMETOOLONG (a lookup and a create), never "no such
+/// file", a crash or a hang; the mount keeps working.
+#[test]
+fn an_ignored_chain_deeper_than_path_max_exports_and_shows_in_the_mount() {
+    if !overlay_or_skip("an_ignored_chain_deeper_than_path_max") {
+        return;
+    }
+    let env = setup_with(POLICY);
+    let v = ok_in(
+        &env,
+        "t",
+        &[
+            "--shell",
+            &format!(
+                "echo 'node_modules/' > .gitignore && echo top > top.txt && mkdir node_modules \
+                 && echo shallow > node_modules/index.js && cd node_modules && {}",
+                down(true, "echo bottom > f")
+            ),
+        ],
+    );
+    let s = &v["change_summary"];
+    assert_eq!(s["ignored"]["files"], 2, "{s}");
+    assert_eq!(
+        s["added"], 2,
+        "only .gitignore and top.txt are history: {s}"
+    );
+
+    let out = env.path("out");
+    env.ok(&[
+        "--vault",
+        "t",
+        "export",
+        "--include-ignored",
+        "/",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(out.join("top.txt")).unwrap(),
+        "top\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("node_modules/index.js")).unwrap(),
+        "shallow\n"
+    );
+    assert_eq!(
+        read_chain(&out.join("node_modules")),
+        (DEPTH, "bottom\n".to_string())
+    );
+    let only = env.path("only");
+    env.ok(&[
+        "--vault",
+        "t",
+        "export",
+        "--include-ignored",
+        "/node_modules",
+        only.to_str().unwrap(),
+    ]);
+    assert_eq!(read_chain(&only), (DEPTH, "bottom\n".to_string()));
+    // Again over the first export (`--force`): the deep files are replaced in place.
+    env.ok(&[
+        "--vault",
+        "t",
+        "export",
+        "--force",
+        "--include-ignored",
+        "/",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        read_chain(&out.join("node_modules")),
+        (DEPTH, "bottom\n".to_string())
+    );
+
+    if !fuse::fuse_or_skip("an_ignored_chain_deeper_than_path_max (mount)") {
+        return;
+    }
+    let mp = env.path("mnt");
+    std::fs::create_dir_all(&mp).unwrap();
+    env.ok(&["mount", "t", mp.to_str().unwrap()]);
+    struct Unmount<'a>(&'a Env, &'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.run(&["unmount", self.1.to_str().unwrap()]);
+        }
+    }
+    let _unmount = Unmount(&env, &mp);
+    assert_eq!(
+        std::fs::read_to_string(mp.join("node_modules/index.js")).unwrap(),
+        "shallow\n"
+    );
+    let mut fd = open_at(
+        libc::AT_FDCWD,
+        mp.join("node_modules").to_str().unwrap(),
+        libc::O_DIRECTORY,
+    );
+    let mut depth = 0;
+    let errno = loop {
+        match try_open_dir(fd, "d") {
+            Ok(next) => {
+                // SAFETY: ours to close.
+                unsafe { libc::close(fd) };
+                fd = next;
+                depth += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(
+        errno,
+        libc::ENAMETOOLONG,
+        "below depth {depth}: {}",
+        std::io::Error::from_raw_os_error(errno)
+    );
+    assert!(
+        depth > 1_000 && depth < DEPTH,
+        "the mount shows {depth} levels"
+    );
+    // A new entry there is refused the same way, and the mount goes on working.
+    // SAFETY: a valid descriptor and C string.
+    let r = unsafe { libc::mkdirat(fd, c("x").as_ptr(), 0o755) };
+    let e = std::io::Error::last_os_error().raw_os_error();
+    assert_eq!(
+        (r, e),
+        (-1, Some(libc::ENAMETOOLONG)),
+        "mkdir at depth {depth}"
+    );
+    // SAFETY: ours to close.
+    unsafe { libc::close(fd) };
+    assert_eq!(
+        std::fs::read_to_string(mp.join("top.txt")).unwrap(),
+        "top\n"
+    );
+    std::fs::write(mp.join("node_modules/new.js"), "new\n").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(mp.join("node_modules/new.js")).unwrap(),
+        "new\n"
+    );
 }

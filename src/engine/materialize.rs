@@ -8,11 +8,9 @@
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
-use std::fs;
 use std::io;
 use std::os::fd::FromRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use rusqlite::Connection;
@@ -595,34 +593,9 @@ fn mark_opaque(at: &Rel) -> Result<()> {
 }
 
 /// Removes a directory tree that may hold directories without write permission (an
-/// overlay work dir, a layer with read-only directories).
+/// overlay work dir, a layer with read-only directories), at any depth: through
+/// [`crate::relpath::remove_tree`], which keeps its own stack and few descriptors (a run
+/// can leave an upper deeper than PATH_MAX in a kept overlay). Nothing there is fine.
 pub fn remove_tree(p: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            make_writable(p);
-            match fs::remove_dir_all(p) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-                other => other,
-            }
-        }
-    }
-}
-
-/// Gives every directory below `p` (and `p`) owner permissions, without recursing.
-fn make_writable(p: &Path) {
-    let mut stack = vec![p.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(m) = fs::symlink_metadata(&d) else {
-            continue;
-        };
-        if !m.is_dir() {
-            continue;
-        }
-        let _ = fs::set_permissions(&d, fs::Permissions::from_mode(0o700));
-        if let Ok(rd) = fs::read_dir(&d) {
-            stack.extend(rd.flatten().map(|e| e.path()));
-        }
-    }
+    crate::relpath::remove_tree_path(p)
 }

@@ -9,7 +9,7 @@
 use std::ffi::{CStr, CString};
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 
 use crate::store::objects::Xattrs;
@@ -98,7 +98,7 @@ impl Meta {
     }
 }
 
-pub use crate::relpath::{Rel, readlink_at};
+pub use crate::relpath::{OpenDir, Rel, readlink_at};
 
 /// The disk space (allocated blocks) of the tree at `path`, at any depth: an explicit
 /// stack of directories named through [`Rel`], so neither the call stack nor a path
@@ -157,80 +157,6 @@ pub fn lstat_at(dir: &File, name: &CStr) -> io::Result<Meta> {
     // SAFETY: fstatat filled it.
     let st = unsafe { st.assume_init() };
     Ok(Meta::of_stat(&st))
-}
-
-/// A directory open for listing: its descriptor (for metadata, attributes and `*at`
-/// calls) and its entries.
-pub struct OpenDir {
-    pub file: File,
-    stream: *mut libc::DIR,
-}
-
-/// One directory entry: its name and `d_type` (`DT_UNKNOWN` when the file system does
-/// not say).
-pub struct DirEntry {
-    pub name: Vec<u8>,
-    pub d_type: u8,
-}
-
-impl OpenDir {
-    /// Opens the directory `at` names for listing, never through a symlink.
-    pub fn open_at(at: &Rel) -> io::Result<OpenDir> {
-        OpenDir::from_file(at.open(libc::O_DIRECTORY)?)
-    }
-
-    pub fn from_file(file: File) -> io::Result<OpenDir> {
-        // The stream owns (and closes) a duplicate; `file` stays usable.
-        // SAFETY: a valid descriptor.
-        let dup = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `dup` is ours; on success the stream owns it.
-        let stream = unsafe { libc::fdopendir(dup) };
-        if stream.is_null() {
-            let e = io::Error::last_os_error();
-            // SAFETY: fdopendir failed, so `dup` is still ours to close.
-            drop(unsafe { File::from_raw_fd(dup) });
-            return Err(e);
-        }
-        Ok(OpenDir { file, stream })
-    }
-
-    /// The next entry (not `.` or `..`), `None` at the end.
-    pub fn next_entry(&mut self) -> io::Result<Option<DirEntry>> {
-        loop {
-            // SAFETY: readdir reports errors through errno only when it returns null.
-            unsafe { *libc::__errno_location() = 0 };
-            // SAFETY: a valid stream, used by this thread only.
-            let d = unsafe { libc::readdir64(self.stream) };
-            if d.is_null() {
-                let e = io::Error::last_os_error();
-                return if e.raw_os_error().unwrap_or(0) == 0 {
-                    Ok(None)
-                } else {
-                    Err(e)
-                };
-            }
-            // SAFETY: readdir returned a valid entry with a NUL-terminated name.
-            let (name, d_type) =
-                unsafe { (CStr::from_ptr((*d).d_name.as_ptr()).to_bytes(), (*d).d_type) };
-            if name == b"." || name == b".." {
-                continue;
-            }
-            return Ok(Some(DirEntry {
-                name: name.to_vec(),
-                d_type,
-            }));
-        }
-    }
-}
-
-impl Drop for OpenDir {
-    fn drop(&mut self) {
-        // SAFETY: the stream is valid and closed once.
-        unsafe { libc::closedir(self.stream) };
-    }
 }
 
 /// `user.*` attributes of an open file or directory, minus overlayfs's own; and whether
@@ -297,6 +223,7 @@ fn grow_read(start: usize, factor: usize, read: impl Fn(&mut [u8]) -> isize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     /// A file at the bottom of a chain far deeper than PATH_MAX still counts: its blocks
     /// are reached through the chain's anchors, not a path.

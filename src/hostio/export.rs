@@ -305,11 +305,6 @@ impl Exporter<'_, '_> {
     }
 }
 
-/// A short path to what `at` names, at any depth (through `/proc/self/fd`).
-fn proc_path(at: &Rel) -> PathBuf {
-    PathBuf::from(OsStr::from_bytes(at.proc_path().as_bytes()))
-}
-
 /// An error about a host entry, naming it as the user knows it (`disp`), not by the
 /// `/proc/self/fd` path it was reached through.
 fn shown_as(e: Error, disp: &Path) -> Error {

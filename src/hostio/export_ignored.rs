@@ -7,8 +7,14 @@
 //! path, the history wins: an entry the workspace holds (a tracked file made after the
 //! rule) is kept and the ignored one is listed in `skipped`; anything else there (an
 //! earlier export, with `--force`) is replaced, as export replaces same-named files.
+//!
+//! Both trees are walked at any depth: an explicit stack of directories, each entry named
+//! through a [`Rel`] on either side (a short path below an open directory), so an
+//! ignored tree deeper than PATH_MAX (a `node_modules` a run made) is copied like any
+//! other, and neither the call stack nor a path grows with the depth.
 
 use super::*;
+use std::sync::Arc;
 
 /// Copies the tree `from` (the ignored directory's part below the exported workspace
 /// directory `wpath`) into the host directory `host`, adding to `stats`.
@@ -27,9 +33,12 @@ pub(super) fn copy_ignored(
         root: unsafe { libc::geteuid() } == 0,
         links: HashMap::new(),
         stats,
+        host,
+        wlen: wpath.len(),
     };
-    let mut comps = wpath.to_vec();
-    c.dir(from, host, &mut comps)
+    let src = Rel::root_following(from).map_err(|e| host_err(from, e))?;
+    let dst = Rel::root_following(host).map_err(|e| host_err(host, e))?;
+    c.tree(src, dst, wpath.to_vec())
 }
 
 struct Copier<'s, 'w, 'a> {
@@ -37,8 +46,24 @@ struct Copier<'s, 'w, 'a> {
     keep_setuid: bool,
     root: bool,
     /// First host place of each source file with more than one name, by (dev, ino).
-    links: HashMap<(u64, u64), PathBuf>,
+    links: HashMap<(u64, u64), Rel>,
     stats: &'s mut ExportStats,
+    /// The export's host directory and how many components of a workspace path lie
+    /// above it: how errors name a host entry.
+    host: &'w Path,
+    wlen: usize,
+}
+
+/// A directory being copied: both sides' entries named through `Rel`s, the source's
+/// names left to copy (the first last), and, for one the copy made, its source's
+/// metadata (its attributes are set once what is below it is written).
+struct Level {
+    src: Rel,
+    src_anchor: Option<Arc<fs::File>>,
+    dst: Rel,
+    dst_anchor: Option<Arc<fs::File>>,
+    names: Vec<Vec<u8>>,
+    made: Option<fs::Metadata>,
 }
 
 impl Copier<'_, '_, '_> {
@@ -64,7 +89,8 @@ impl Copier<'_, '_, '_> {
 
     /// Makes the host slot `p` free for an ignored entry of kind `is_dir`; `Ok(false)`:
     /// keep what is there (the history's entry, or a real directory to merge into).
-    fn clear(&mut self, p: &Path, comps: &[Vec<u8>], is_dir: bool) -> Result<bool> {
+    fn clear(&mut self, at: &Rel, comps: &[Vec<u8>], is_dir: bool) -> Result<bool> {
+        let p = &proc_path(at);
         let m = match fs::symlink_metadata(p) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
@@ -81,81 +107,154 @@ impl Copier<'_, '_, '_> {
             return Ok(false);
         }
         if m.is_dir() {
-            fs::remove_dir_all(p).map_err(|e| host_err(p, e))?;
+            crate::relpath::remove_tree(at).map_err(|e| host_err(p, e))?;
         } else {
             fs::remove_file(p).map_err(|e| host_err(p, e))?;
         }
         Ok(true)
     }
 
-    fn dir(&mut self, from: &Path, host: &Path, comps: &mut Vec<Vec<u8>>) -> Result<()> {
-        let mut names: Vec<_> = fs::read_dir(from)
-            .map_err(|e| host_err(from, e))?
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<io::Result<_>>()
-            .map_err(|e| host_err(from, e))?;
-        names.sort();
-        for name in names {
-            let (src, dst) = (from.join(&name), host.join(&name));
-            comps.push(name.as_bytes().to_vec());
-            let r = self.entry(&src, &dst, comps);
-            comps.pop();
-            r?;
+    /// How errors name the host entry the export writes at `comps`: below the export's
+    /// host directory, its middle left out when it is too long to read (a path deeper
+    /// than PATH_MAX is tens of kilobytes of `d/d/d`).
+    fn shown(&self, comps: &[Vec<u8>]) -> PathBuf {
+        let mut s = self.host.as_os_str().as_bytes().to_vec();
+        for c in comps.iter().skip(self.wlen) {
+            s.push(b'/');
+            s.extend_from_slice(c);
+        }
+        const HEAD: usize = 120;
+        const TAIL: usize = 200;
+        if s.len() > HEAD + TAIL + 40 {
+            let left = s.len() - HEAD - TAIL;
+            let mut t = s[..HEAD].to_vec();
+            t.extend_from_slice(format!("…({left} bytes)…").as_bytes());
+            t.extend_from_slice(&s[s.len() - TAIL..]);
+            s = t;
+        }
+        PathBuf::from(std::ffi::OsString::from_vec(s))
+    }
+
+    /// Names an error of an entry reached through `/proc/self/fd` by its host path.
+    fn named(&self, comps: &[Vec<u8>], e: Error) -> Error {
+        match e {
+            Error::Host { message, .. } => Error::Host {
+                what: self.shown(comps).display().to_string(),
+                message,
+            },
+            other => other,
+        }
+    }
+
+    /// Copies the source directory `src` into the host directory `dst` (both there),
+    /// depth first in name order; `comps` is the workspace path of `src`.
+    fn tree(&mut self, src: Rel, dst: Rel, mut comps: Vec<Vec<u8>>) -> Result<()> {
+        let base = comps.len();
+        let list = |c: &Copier, at: &Rel, comps: &[Vec<u8>]| -> Result<Vec<Vec<u8>>> {
+            crate::relpath::names(at).map_err(|e| c.named(comps, Error::from(e)))
+        };
+        let mut stack = vec![Level {
+            names: list(self, &src, &comps)?,
+            src,
+            src_anchor: None,
+            dst,
+            dst_anchor: None,
+            made: None,
+        }];
+        while let Some(top) = stack.last_mut() {
+            let Some(name) = top.names.pop() else {
+                let done = stack.pop().expect("a top");
+                if let Some(m) = done.made {
+                    self.stats.dirs += 1;
+                    let p = proc_path(&done.dst);
+                    self.attrs(&p, &m, false)
+                        .map_err(|e| self.named(&comps, e))?;
+                }
+                // The level below the walk's own was entered by a name of its parent.
+                if comps.len() > base {
+                    comps.pop();
+                }
+                continue;
+            };
+            let at = |r: Result<Rel, io::Error>| r.map_err(Error::from);
+            let s = at(top.src.child(&mut top.src_anchor, &name));
+            let d = at(top.dst.child(&mut top.dst_anchor, &name));
+            comps.push(name);
+            let (s, d) = match (s, d) {
+                (Ok(s), Ok(d)) => (s, d),
+                (Err(e), _) | (_, Err(e)) => return Err(self.named(&comps, e)),
+            };
+            match self.entry(&s, &d, &comps) {
+                Ok(Some(made)) => {
+                    let names = list(self, &s, &comps)?;
+                    stack.push(Level {
+                        src: s,
+                        src_anchor: None,
+                        dst: d,
+                        dst_anchor: None,
+                        names,
+                        made,
+                    });
+                }
+                Ok(None) => {
+                    comps.pop();
+                }
+                Err(e) => return Err(self.named(&comps, e)),
+            }
         }
         Ok(())
     }
 
-    fn entry(&mut self, src: &Path, dst: &Path, comps: &mut Vec<Vec<u8>>) -> Result<()> {
+    /// Copies one entry; for a directory, makes (or keeps) it and answers `Some` (with
+    /// its metadata when the copy made it) for the walk to go on into it.
+    fn entry(
+        &mut self,
+        s: &Rel,
+        d: &Rel,
+        comps: &[Vec<u8>],
+    ) -> Result<Option<Option<fs::Metadata>>> {
+        let (src, dst) = (&proc_path(s), &proc_path(d));
         let m = fs::symlink_metadata(src).map_err(|e| host_err(src, e))?;
         let ft = m.file_type();
         if ft.is_dir() {
-            let fresh = self.clear(dst, comps, true)?;
+            let fresh = self.clear(d, comps, true)?;
             if fresh {
                 fs::DirBuilder::new()
                     .mode(0o700)
                     .create(dst)
                     .map_err(|e| host_err(dst, e))?;
             } else if !fs::symlink_metadata(dst).is_ok_and(|d| d.is_dir()) {
-                return Ok(()); // the history's non-directory stands
+                return Ok(None); // the history's non-directory stands
             }
-            self.dir(src, dst, comps)?;
-            self.stats.dirs += u64::from(fresh);
             // A directory the history (or the host) had keeps its attributes.
-            if fresh {
-                self.attrs(dst, &m, false)?;
-            }
-            return Ok(());
+            return Ok(Some(fresh.then_some(m)));
         }
-        if !self.clear(dst, comps, false)? {
-            return Ok(());
+        if !self.clear(d, comps, false)? {
+            return Ok(None);
         }
         if m.nlink() > 1
             && !ft.is_symlink()
             && let Some(first) = self.links.get(&(m.dev(), m.ino()))
         {
-            fs::hard_link(first, dst).map_err(|e| host_err(dst, e))?;
+            fs::hard_link(proc_path(first), dst).map_err(|e| host_err(dst, e))?;
             self.stats.hardlinks += 1;
-            return Ok(());
+            return Ok(None);
         }
         if ft.is_symlink() {
             let target = fs::read_link(src).map_err(|e| host_err(src, e))?;
             std::os::unix::fs::symlink(&target, dst).map_err(|e| host_err(dst, e))?;
             self.stats.symlinks += 1;
             self.attrs(dst, &m, true)?;
-            return Ok(());
+            return Ok(None);
         }
         if !ft.is_file() {
             self.skip(
                 comps,
                 "an ignored FIFO, socket or device node is not copied",
             );
-            return Ok(());
+            return Ok(None);
         }
-        let mut input = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(src)
-            .map_err(|e| host_err(src, e))?;
+        let mut input = s.open_file().map_err(|e| host_err(src, e))?;
         let mut out = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -170,9 +269,9 @@ impl Copier<'_, '_, '_> {
         self.stats.bytes += m.len();
         self.attrs(dst, &m, false)?;
         if m.nlink() > 1 {
-            self.links.insert((m.dev(), m.ino()), dst.to_path_buf());
+            self.links.insert((m.dev(), m.ino()), d.clone());
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Owner (root only), permission bits (not of a link) and mtime, after the content.

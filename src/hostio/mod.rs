@@ -79,6 +79,11 @@ fn host_err(p: &Path, e: io::Error) -> Error {
     Error::host(p.display(), e)
 }
 
+/// A short path to what `at` names, at any depth (through `/proc/self/fd`).
+fn proc_path(at: &Rel) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(at.proc_path().as_bytes()))
+}
+
 fn host_msg(p: &Path, message: impl Into<String>) -> Error {
     Error::Host {
         what: p.display().to_string(),

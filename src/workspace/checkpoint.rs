@@ -346,23 +346,48 @@ impl Workspace<'_> {
         Ok(())
     }
 
+    /// Makes the live directory `dir` hold `new` where it holds `old` (two versions of its
+    /// tree), descending only into directories that differ. The directories on the way
+    /// down are an explicit stack, so a restore of a tree deeper than the call stack would
+    /// take works; the order is a depth-first walk by name.
     fn apply_entries(
         &self,
         dir: &super::Inode,
         old: Vec<crate::store::objects::Entry>,
         new: Vec<crate::store::objects::Entry>,
     ) -> Result<()> {
+        use crate::store::objects::Entry;
         use std::collections::BTreeMap;
-        let old: BTreeMap<Vec<u8>, _> = old.into_iter().map(|e| (e.name.clone(), e)).collect();
-        let new: BTreeMap<Vec<u8>, _> = new.into_iter().map(|e| (e.name.clone(), e)).collect();
-        let names: std::collections::BTreeSet<&Vec<u8>> = old.keys().chain(new.keys()).collect();
-        for name in names {
-            let (a, b) = (old.get(name), new.get(name));
-            if a == b {
-                continue;
+        type Pair = (Vec<u8>, Option<Entry>, Option<Entry>);
+        // The names of a directory that differ, the first last (for `pop`).
+        let differing = |old: Vec<Entry>, new: Vec<Entry>| -> Vec<Pair> {
+            let mut both: BTreeMap<Vec<u8>, (Option<Entry>, Option<Entry>)> = BTreeMap::new();
+            for e in old {
+                let name = e.name.clone();
+                both.entry(name).or_default().0 = Some(e);
             }
-            let live = self.lookup(dir, name)?;
-            match (a, b) {
+            for e in new {
+                let name = e.name.clone();
+                both.entry(name).or_default().1 = Some(e);
+            }
+            let mut out: Vec<Pair> = both
+                .into_iter()
+                .filter(|(_, (a, b))| a != b)
+                .map(|(n, (a, b))| (n, a, b))
+                .collect();
+            out.reverse();
+            out
+        };
+        let mut stack = vec![(dir.clone(), differing(old, new))];
+        while let Some((dir, names)) = stack.last_mut() {
+            let Some((name, a, b)) = names.pop() else {
+                stack.pop();
+                continue;
+            };
+            let dir = dir.clone();
+            let name = &name;
+            let live = self.lookup(&dir, name)?;
+            match (a.as_ref(), b.as_ref()) {
                 (Some(a), Some(b)) if a.kind == Kind::Dir && b.kind == Kind::Dir => match live {
                     Some(l) if l.kind == Kind::Dir => {
                         self.set_dir_attrs(l.ino, b.mode, b.uid, b.gid, b.mtime_ns, &b.xattrs)?;
@@ -372,12 +397,12 @@ impl Workspace<'_> {
                                 crate::store::objects::get_tree(self.db, b.hash.as_ref().unwrap())?,
                             );
                             let l = self.get(l.ino)?;
-                            self.apply_entries(&l, ta.entries, tb.entries)?;
+                            stack.push((l, differing(ta.entries, tb.entries)));
                         }
                     }
                     other => {
                         if other.is_some() {
-                            self.remove_tree(dir, name)?;
+                            self.remove_tree(&dir, name)?;
                         }
                         let d = self.get(dir.ino)?;
                         self.graft(&d, name, b)?;
@@ -385,12 +410,12 @@ impl Workspace<'_> {
                 },
                 (_, None) => {
                     if live.is_some() {
-                        self.remove_tree(dir, name)?;
+                        self.remove_tree(&dir, name)?;
                     }
                 }
                 (_, Some(b)) => {
                     if live.is_some() {
-                        self.remove_tree(dir, name)?;
+                        self.remove_tree(&dir, name)?;
                     }
                     let d = self.get(dir.ino)?;
                     self.graft(&d, name, b)?;

@@ -294,35 +294,76 @@ impl Workspace<'_> {
 }
 
 /// Gives every link group inside `entry` a fresh vault-wide number (shared via `map`), so
-/// a copied or restored subtree never joins links that live elsewhere in the tree.
+/// a copied or restored subtree never joins links that live elsewhere in the tree. The
+/// directories on the way down are an explicit stack (a tree can be deeper than the call
+/// stack would take); numbers are given in the same order as a depth-first walk.
 pub fn renumber_links(
     db: &rusqlite::Connection,
     entry: &Entry,
     map: &mut HashMap<u64, u64>,
 ) -> Result<Entry> {
-    let mut e = entry.clone();
-    if e.link_group != 0 {
-        let next = match map.get(&e.link_group) {
-            Some(g) => *g,
-            None => {
-                let g = counter_take(db, "next_link_group", 1)? as u64;
-                map.insert(e.link_group, g);
-                g
-            }
-        };
-        e.link_group = next;
-    }
-    if e.kind == Kind::Dir && e.has_links {
+    let mut renumber = |e: &mut Entry| -> Result<()> {
+        if e.link_group != 0 {
+            let next = match map.get(&e.link_group) {
+                Some(g) => *g,
+                None => {
+                    let g = counter_take(db, "next_link_group", 1)? as u64;
+                    map.insert(e.link_group, g);
+                    g
+                }
+            };
+            e.link_group = next;
+        }
+        Ok(())
+    };
+    let walks_into = |e: &Entry| e.kind == Kind::Dir && e.has_links;
+    let tree_of = |e: &Entry| -> Result<crate::store::objects::Tree> {
         let hash = e
             .hash
             .ok_or_else(|| Error::Internal("directory entry without tree".into()))?;
-        let mut tree = get_tree(db, &hash)?;
-        for child in tree.entries.iter_mut() {
-            *child = renumber_links(db, child, map)?;
-        }
-        e.hash = Some(put_tree(db, &tree)?);
+        get_tree(db, &hash)
+    };
+    // A directory being renumbered: its entry, its tree, and the next child to do.
+    struct Level {
+        entry: Entry,
+        tree: crate::store::objects::Tree,
+        next: usize,
     }
-    Ok(e)
+    let mut e = entry.clone();
+    renumber(&mut e)?;
+    if !walks_into(&e) {
+        return Ok(e);
+    }
+    let mut stack = vec![Level {
+        tree: tree_of(&e)?,
+        entry: e,
+        next: 0,
+    }];
+    loop {
+        let top = stack.last_mut().expect("a level");
+        if top.next < top.tree.entries.len() {
+            let i = top.next;
+            top.next += 1;
+            let child = &mut top.tree.entries[i];
+            renumber(child)?;
+            if walks_into(child) {
+                let c = child.clone();
+                stack.push(Level {
+                    tree: tree_of(&c)?,
+                    entry: c,
+                    next: 0,
+                });
+            }
+            continue;
+        }
+        let mut done = stack.pop().expect("a level");
+        done.entry.hash = Some(put_tree(db, &done.tree)?);
+        match stack.last_mut() {
+            // The parent's child just finished is the one before its `next`.
+            Some(parent) => parent.tree.entries[parent.next - 1] = done.entry,
+            None => return Ok(done.entry),
+        }
+    }
 }
 
 /// Follows `path` components through stored trees from `root`; `None` if absent.

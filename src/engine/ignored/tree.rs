@@ -14,6 +14,11 @@ use std::sync::Arc;
 use super::IgnoredCount;
 use crate::engine::scan::{self, Meta, OpenDir, Rel};
 use crate::error::{Error, Result};
+/// Removal and listing at any depth are the leaf `relpath`'s (the engine's other
+/// removals use them too).
+pub(super) use crate::relpath::{
+    names, remove_tree as remove, remove_tree_path as remove_path, unlink,
+};
 
 /// How an error names an entry: `root/rel`, its middle left out when it is too long to
 /// read (a path deeper than PATH_MAX is tens of kilobytes of `d/d/d`).
@@ -76,18 +81,6 @@ pub(super) fn is_opaque(at: &Rel) -> bool {
     n == 1 && buf[0] == b'y'
 }
 
-/// The names in the directory `at` names, sorted, the first last (for `pop`). The
-/// directory is closed again: a walk keeps no descriptor per level it is down.
-pub(super) fn names(at: &Rel) -> io::Result<Vec<Vec<u8>>> {
-    let mut od = OpenDir::open_at(at)?;
-    let mut out = Vec::new();
-    while let Some(e) = od.next_entry()? {
-        out.push(e.name);
-    }
-    out.sort_unstable_by(|a, b| b.cmp(a));
-    Ok(out)
-}
-
 /// The bytes of the regular file `at` names (never through a symlink).
 pub(super) fn read_file(at: &Rel) -> Option<Vec<u8>> {
     let mut f = at.open_file().ok()?;
@@ -116,86 +109,15 @@ pub(super) fn set_attrs(at: &Rel, m: &Meta) {
     }
 }
 
+#[cfg(test)]
 fn chmod(at: &Rel, mode: u32) -> io::Result<()> {
     // SAFETY: a valid descriptor and C string.
     check(unsafe { libc::fchmodat(at.fd(), at.path.as_ptr(), mode, 0) })
 }
 
-/// Removes the entry `at` names (`dir`: an empty directory).
-pub(super) fn unlink(at: &Rel, dir: bool) -> io::Result<()> {
-    let flags = if dir { libc::AT_REMOVEDIR } else { 0 };
-    // SAFETY: a valid descriptor and C string.
-    check(unsafe { libc::unlinkat(at.fd(), at.path.as_ptr(), flags) })
-}
-
 fn rename(from: &Rel, to: &Rel) -> io::Result<()> {
     // SAFETY: valid descriptors and C strings.
     check(unsafe { libc::renameat(from.fd(), from.path.as_ptr(), to.fd(), to.path.as_ptr()) })
-}
-
-/// Removes what `at` names, a whole tree at any depth; nothing there is fine. A
-/// directory that denies its owner writing or listing (a read-only module cache) is
-/// given owner permissions first: it is ours to remove.
-pub(super) fn remove(at: &Rel) -> io::Result<()> {
-    let Some(m) = lstat_opt(at)? else {
-        return Ok(());
-    };
-    if !m.is_dir() {
-        return unlink(at, false);
-    }
-    struct Dir {
-        rel: Rel,
-        anchor: Option<Arc<File>>,
-        names: Vec<Vec<u8>>,
-    }
-    // A directory is made the owner's to list, search and empty before it is read.
-    let open = |rel: Rel, m: &Meta| -> io::Result<Dir> {
-        if m.mode & 0o700 != 0o700 {
-            chmod(&rel, 0o700)?;
-        }
-        Ok(Dir {
-            names: names(&rel)?,
-            rel,
-            anchor: None,
-        })
-    };
-    let mut stack = vec![open(at.clone(), &m)?];
-    while let Some(top) = stack.last_mut() {
-        let Some(name) = top.names.pop() else {
-            let Dir { rel, anchor, .. } = stack.pop().expect("a top");
-            drop(anchor);
-            unlink(&rel, true)?;
-            continue;
-        };
-        let c = top.rel.child(&mut top.anchor, &name)?;
-        match lstat_opt(&c)? {
-            Some(m) if m.is_dir() => {
-                let d = open(c, &m)?;
-                stack.push(d);
-            }
-            Some(_) => unlink(&c, false)?,
-            None => {}
-        }
-    }
-    Ok(())
-}
-
-/// Removes the tree at `p` (any depth); nothing there is fine.
-pub(super) fn remove_path(p: &Path) -> io::Result<()> {
-    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    };
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
-    };
-    let at = match Rel::root_following(parent) {
-        Ok(r) => r,
-        Err(e) if not_found(&e) => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    remove(&at.child(&mut None, name.as_bytes())?)
 }
 
 /// Counts the regular files below what `at` names (or it itself) and their bytes.

@@ -135,17 +135,35 @@ impl Ignored {
 
     /// The ignored entry at `rel` (below the workspace's root), if the directory has one.
     pub(super) fn inode(&mut self, rel: &Path) -> Option<Inode> {
+        self.find(rel).ok().flatten()
+    }
+
+    /// The ignored entry at `rel`, if the directory has one; NameTooLong where its host
+    /// path is longer than the host takes (the ignored view names entries by their full
+    /// host path: a tree a run made deeper than PATH_MAX shows down to there, and below
+    /// it a lookup answers ENAMETOOLONG, not "no such file").
+    pub(super) fn find(&mut self, rel: &Path) -> Result<Option<Inode>> {
         let p = self.dir.join(rel);
-        let m = std::fs::symlink_metadata(&p).ok()?;
+        let m = match std::fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            Err(e) => {
+                return match host_err(&p, e) {
+                    long @ Error::NameTooLong(_) => Err(long),
+                    _ => Ok(None),
+                };
+            }
+        };
         let ino = self.ino_for(rel);
-        Some(inode_of(ino, &m, &p))
+        Ok(Some(inode_of(ino, &m, &p)))
     }
 
     /// An ignored inode as the host has it now.
     pub(super) fn get(&self, ino: u64) -> Result<Inode> {
         let p = self.host(ino)?;
-        let m =
-            std::fs::symlink_metadata(&p).map_err(|_| Error::NotFound(format!("inode {ino}")))?;
+        let m = std::fs::symlink_metadata(&p).map_err(|e| match host_err(&p, e) {
+            Error::NameTooLong(w) => Error::NameTooLong(w),
+            _ => Error::NotFound(format!("inode {ino}")),
+        })?;
         Ok(inode_of(ino, &m, &p))
     }
 
@@ -164,6 +182,20 @@ impl Ignored {
             })
             .collect()
     }
+}
+
+/// A host error of the ignored directory: ENAMETOOLONG stays that errno (the entry's
+/// host path is longer than PATH_MAX), anything else is an I/O error.
+pub(super) fn host_err(p: &Path, e: std::io::Error) -> Error {
+    if e.raw_os_error() == Some(libc::ENAMETOOLONG) {
+        let shown = p.to_string_lossy();
+        let tail = shown.len().saturating_sub(200);
+        let tail = (tail..shown.len())
+            .find(|&i| shown.is_char_boundary(i))
+            .unwrap_or(0);
+        return Error::NameTooLong(format!("…{}", &shown[tail..]));
+    }
+    Error::host(p.display(), e)
 }
 
 fn inode_of(ino: u64, m: &std::fs::Metadata, p: &Path) -> Inode {
@@ -253,7 +285,7 @@ impl State {
         };
         self.known.insert((parent, name.to_vec()));
         let g = self.ign.as_mut().expect("ign_rel found it");
-        Ok(g.inode(&rel.join(OsStr::from_bytes(name))))
+        g.find(&rel.join(OsStr::from_bytes(name)))
     }
 
     /// The ignored entries of directory `dir` that `vault` (its listing) does not name,
@@ -348,7 +380,7 @@ impl AvfsFs {
                 .read(true)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&p)
-                .map_err(|e| Error::host(p.display(), e))?;
+                .map_err(|e| host_err(&p, e))?;
             let mut buf = vec![0u8; size as usize];
             let mut got = 0;
             while got < buf.len() {
@@ -356,7 +388,7 @@ impl AvfsFs {
                     Ok(0) => break,
                     Ok(n) => got += n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(Error::host(p.display(), e)),
+                    Err(e) => return Err(host_err(&p, e)),
                 }
             }
             buf.truncate(got);

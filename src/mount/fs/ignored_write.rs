@@ -16,7 +16,7 @@ use std::fs::{self as hostfs, File};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 
-use super::ignored::{erofs, vault_path};
+use super::ignored::{erofs, host_err, vault_path};
 
 /// A request's answer: an errno straight from the host.
 type Answer<T> = std::result::Result<T, Errno>;
@@ -145,7 +145,7 @@ impl State {
             if d.is_dir() {
                 continue;
             }
-            hostfs::create_dir(&d).map_err(|e| Error::host(d.display(), e))?;
+            hostfs::create_dir(&d).map_err(|e| host_err(&d, e))?;
             if let Some(v) = ws.resolve(&comps, false)? {
                 let _ = hostfs::set_permissions(&d, hostfs::Permissions::from_mode(v.mode));
                 let _ = std::os::unix::fs::lchown(&d, Some(v.uid), Some(v.gid));
