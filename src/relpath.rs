@@ -126,6 +126,21 @@ impl Rel {
 }
 
 /// The target of the symlink `name` in the directory open as `dir`.
+/// A host path as an error names it: its middle left out when it is too long to read (a
+/// path deeper than PATH_MAX is tens of kilobytes of `d/d/d`).
+pub fn shortened(path: Vec<u8>) -> Vec<u8> {
+    const HEAD: usize = 120;
+    const TAIL: usize = 200;
+    if path.len() <= HEAD + TAIL + 40 {
+        return path;
+    }
+    let left = path.len() - HEAD - TAIL;
+    let mut t = path[..HEAD].to_vec();
+    t.extend_from_slice(format!("…({left} bytes)…").as_bytes());
+    t.extend_from_slice(&path[path.len() - TAIL..]);
+    t
+}
+
 pub fn readlink_at(dir: &File, name: &CStr) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; 256];
     loop {

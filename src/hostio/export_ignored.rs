@@ -115,24 +115,14 @@ impl Copier<'_, '_, '_> {
     }
 
     /// How errors name the host entry the export writes at `comps`: below the export's
-    /// host directory, its middle left out when it is too long to read (a path deeper
-    /// than PATH_MAX is tens of kilobytes of `d/d/d`).
+    /// host directory, shortened (`relpath::shortened`).
     fn shown(&self, comps: &[Vec<u8>]) -> PathBuf {
         let mut s = self.host.as_os_str().as_bytes().to_vec();
         for c in comps.iter().skip(self.wlen) {
             s.push(b'/');
             s.extend_from_slice(c);
         }
-        const HEAD: usize = 120;
-        const TAIL: usize = 200;
-        if s.len() > HEAD + TAIL + 40 {
-            let left = s.len() - HEAD - TAIL;
-            let mut t = s[..HEAD].to_vec();
-            t.extend_from_slice(format!("…({left} bytes)…").as_bytes());
-            t.extend_from_slice(&s[s.len() - TAIL..]);
-            s = t;
-        }
-        PathBuf::from(std::ffi::OsString::from_vec(s))
+        PathBuf::from(std::ffi::OsString::from_vec(crate::relpath::shortened(s)))
     }
 
     /// Names an error of an entry reached through `/proc/self/fd` by its host path.

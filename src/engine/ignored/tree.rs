@@ -20,24 +20,14 @@ pub(super) use crate::relpath::{
     names, remove_tree as remove, remove_tree_path as remove_path, unlink,
 };
 
-/// How an error names an entry: `root/rel`, its middle left out when it is too long to
-/// read (a path deeper than PATH_MAX is tens of kilobytes of `d/d/d`).
+/// How an error names an entry: `root/rel`, shortened (`relpath::shortened`).
 pub(super) fn shown(root: &Path, rel: &[u8]) -> String {
     let mut s = root.as_os_str().as_bytes().to_vec();
     if !rel.is_empty() {
         s.push(b'/');
         s.extend_from_slice(rel);
     }
-    const HEAD: usize = 120;
-    const TAIL: usize = 200;
-    if s.len() > HEAD + TAIL + 40 {
-        let left = s.len() - HEAD - TAIL;
-        let mut t = s[..HEAD].to_vec();
-        t.extend_from_slice(format!("…({left} bytes)…").as_bytes());
-        t.extend_from_slice(&s[s.len() - TAIL..]);
-        s = t;
-    }
-    String::from_utf8_lossy(&s).into_owned()
+    String::from_utf8_lossy(&crate::relpath::shortened(s)).into_owned()
 }
 
 fn check(r: libc::c_int) -> io::Result<()> {
