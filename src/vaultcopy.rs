@@ -123,7 +123,7 @@ pub fn export_workspace(src_path: &Path, workspace: &str, dst_path: &Path) -> Re
     let result = dst.write(|d| {
         let mut report = ExportReport::default();
         let s = &src.conn;
-        report.bytes += copy_rows(s, d, "chunk", "hash, data", &reach.chunks)?;
+        report.bytes += copy_rows(s, d, "chunk", "hash, data, codec", &reach.chunks)?;
         copy_rows(s, d, "content", "hash, size, chunks, format", &reach.contents)?;
         copy_rows(s, d, "tree", "hash, data, files, bytes", &reach.trees)?;
         report.trees = reach.trees.len();

@@ -124,6 +124,20 @@ fn ignored_files_stay_in_place_but_out_of_the_history() {
         !bytes.windows(marker.len()).any(|w| w == marker.as_bytes()),
         "an ignored file's bytes reached the vault"
     );
+    // Nor compressed: every stored chunk, decoded.
+    let db = rusqlite::Connection::open(&vault_file).unwrap();
+    let mut rows = db.prepare("SELECT codec, data FROM chunk").unwrap();
+    let chunks = rows
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+        .unwrap();
+    for row in chunks {
+        let (codec, stored) = row.unwrap();
+        let bytes = agentvfs::store::objects::decode_chunk(codec, stored).unwrap();
+        assert!(
+            !bytes.windows(marker.len()).any(|w| w == marker.as_bytes()),
+            "an ignored file's bytes reached the vault, compressed"
+        );
+    }
 }
 
 #[test]

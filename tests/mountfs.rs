@@ -830,8 +830,8 @@ fn cli_rewrites_and_deleted_checkpoints_give_space_back() {
     assert_eq!(v["report"]["ok"], true, "{v}");
 }
 
-/// A vault of format 4 (dense chunk lists, no atime) opens, reads, verifies, takes new
-/// writes and is upgraded to the current format.
+/// A vault of format 4 (dense chunk lists, chunks as they are, no atime) opens, reads,
+/// verifies, takes new writes and is upgraded to the current format.
 #[test]
 fn a_format_4_vault_opens_and_is_upgraded() {
     let env = common::Env::new();
@@ -863,8 +863,29 @@ fn a_format_4_vault_opens_and_is_upgraded() {
             )
             .unwrap();
         }
+        // Format 9 compressed the chunks: an older file holds them as they are.
+        let packed: Vec<(i64, i64, Vec<u8>)> = c
+            .prepare("SELECT id, codec, data FROM chunk")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            packed.iter().any(|(_, codec, _)| *codec != 0),
+            "this repeating pattern is stored compressed"
+        );
+        for (id, codec, stored) in packed {
+            let raw = agentvfs::store::objects::decode_chunk(codec, stored).unwrap();
+            c.execute(
+                "UPDATE chunk SET data = ?2 WHERE id = ?1",
+                rusqlite::params![id, raw],
+            )
+            .unwrap();
+        }
         c.execute_batch(
-            "ALTER TABLE content DROP COLUMN format; ALTER TABLE inode DROP COLUMN atime_ns;
+            "ALTER TABLE chunk DROP COLUMN codec;
+             ALTER TABLE content DROP COLUMN format; ALTER TABLE inode DROP COLUMN atime_ns;
              DROP TABLE reclaim_young;
              ALTER TABLE workspace DROP COLUMN audit_head; ALTER TABLE checkpoint DROP COLUMN audit_head;
              DROP TRIGGER checkpoint_object_forget; DROP TABLE checkpoint_object; DROP TABLE remote_ref;

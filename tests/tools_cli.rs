@@ -511,10 +511,11 @@ fn old_vaults_migrate_to_the_current_format_and_newer_ones_are_refused() {
     let path = env.home().join("vaults/default.avfs");
     {
         // Turn the file back into format 3: no search tables (format 4), no extents,
-        // access times or reclaim table (format 5), no audit heads (format 6), no remotes (format 7). Dropping a column added by ALTER TABLE restores the schema text.
+        // access times or reclaim table (format 5), no audit heads (format 6), no remotes (format 7), chunks as they are (format 9). Dropping a column added by ALTER TABLE restores the schema text.
         let db = rusqlite::Connection::open(&path).unwrap();
         db.execute_batch(
-            "DROP TABLE search_fts; DROP TABLE search_text; DROP TABLE search_doc; DROP TABLE search_state;
+            "ALTER TABLE chunk DROP COLUMN codec;
+             DROP TABLE search_fts; DROP TABLE search_text; DROP TABLE search_doc; DROP TABLE search_state;
              ALTER TABLE content DROP COLUMN format; ALTER TABLE inode DROP COLUMN atime_ns;
              DROP TABLE reclaim_young;
              ALTER TABLE workspace DROP COLUMN audit_head; ALTER TABLE checkpoint DROP COLUMN audit_head;
@@ -530,8 +531,8 @@ fn old_vaults_migrate_to_the_current_format_and_newer_ones_are_refused() {
     let version: i64 = db
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 8);
-    db.execute_batch("PRAGMA user_version = 9;").unwrap();
+    assert_eq!(version, agentvfs::store::schema::FORMAT_VERSION);
+    db.execute_batch("PRAGMA user_version = 99;").unwrap();
     drop(db);
     let e = env.json_err(&["search", "migrated"], 1);
     assert_eq!(e["kind"], "vault_too_new");

@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::store::counter_take;
 use crate::store::objects::{
-    self, CHUNK_SIZE, DirAttrs, Entry, Hash, Kind, Tree, Xattrs, get_tree, put_tree,
+    self, CHUNK_SIZE, ChunkRow, DirAttrs, Entry, Hash, Kind, Tree, Xattrs, get_tree, put_tree,
 };
 
 /// How to read the upper.
@@ -84,7 +84,7 @@ struct FileContent {
 
 /// A file as a worker read it: its content, and the chunks it holds for the storing
 /// thread (those of a small file; a big file's went on their own), or why it failed.
-type FileRead = std::result::Result<(FileContent, Vec<(Hash, Vec<u8>)>), String>;
+type FileRead = std::result::Result<(FileContent, Vec<ChunkRow>), String>;
 
 fn host_err(p: &Path, e: std::io::Error) -> Error {
     Error::host(p.display(), e)
@@ -93,7 +93,7 @@ fn host_err(p: &Path, e: std::io::Error) -> Error {
 /// A message from a hashing worker to the storing thread.
 enum Msg {
     /// A chunk of a big file, sent as soon as it is read (the file is not held whole).
-    Chunk(Hash, Vec<u8>),
+    Chunk(ChunkRow),
     /// File `i` read, with the chunks to store that were not sent on their own: one
     /// message per small file, not one per chunk and one more at the end (each message
     /// can wake the storing thread, which shares two cores with the workers).
@@ -163,10 +163,12 @@ fn hash_file(file: &FoundFile, shown: &dyn Fn() -> String, tx: &SyncSender<Msg>)
         let h = Hash::of(&buf);
         if h != zero {
             out.chunks.push((block, h));
+            // Compressed here, on the worker: the storing thread only inserts.
+            let row = ChunkRow::new(h, buf);
             if hold {
-                held.push((h, buf));
+                held.push(row);
             } else {
-                tx.send(Msg::Chunk(h, buf))
+                tx.send(Msg::Chunk(row))
                     .map_err(|_| "the storing thread stopped".to_string())?;
             }
         }
@@ -199,7 +201,7 @@ fn seek_data(f: &fs::File, from: u64) -> std::io::Result<Option<u64>> {
 /// files' contents and the bytes read.
 fn store_files(
     walk: &Walk,
-    store: &mut dyn FnMut(Hash, Vec<u8>) -> Result<()>,
+    store: &mut dyn FnMut(ChunkRow) -> Result<()>,
 ) -> Result<(Vec<FileContent>, u64)> {
     let files = &walk.files;
     let mut results: Vec<Option<std::result::Result<FileContent, String>>> =
@@ -253,7 +255,7 @@ fn read_files(
     to_read: &[usize],
     results: &mut Results,
     bytes: &mut u64,
-    store: &mut dyn FnMut(Hash, Vec<u8>) -> Result<()>,
+    store: &mut dyn FnMut(ChunkRow) -> Result<()>,
 ) -> Result<()> {
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -288,15 +290,15 @@ fn read_files(
                 continue; // drain, so the workers finish
             }
             match msg {
-                Msg::Chunk(h, data) => {
-                    if let Err(e) = store(h, data) {
+                Msg::Chunk(row) => {
+                    if let Err(e) = store(row) {
                         failed = Some(e);
                     }
                 }
                 Msg::Done(i, Ok((content, held))) => {
                     *bytes += content.read;
-                    for (h, data) in held {
-                        if let Err(e) = store(h, data) {
+                    for row in held {
+                        if let Err(e) = store(row) {
                             failed = Some(e);
                             break;
                         }
@@ -562,9 +564,7 @@ pub fn ingest(
     opts: IngestOptions,
 ) -> Result<Ingested> {
     let walk = walk(upper, None)?;
-    let (contents, bytes_read) = store_files(&walk, &mut |h, data| {
-        objects::put_chunk_hashed(db, &h, &data)
-    })?;
+    let (contents, bytes_read) = store_files(&walk, &mut |row| objects::put_chunk_row(db, &row))?;
     ingest_stored(
         db,
         base_root,
@@ -584,7 +584,7 @@ pub struct Stored {
     contents: Vec<FileContent>,
     bytes_read: u64,
     /// Chunks not committed yet (the last, partial batch): stored by `ingest_stored`.
-    pending: Vec<(Hash, Vec<u8>)>,
+    pending: Vec<ChunkRow>,
 }
 
 /// Chunks are committed in transactions of about this many bytes when an upper holds
@@ -622,20 +622,20 @@ pub fn store_upper(
             Ok(())
         })?;
     }
-    let mut pending: Vec<(Hash, Vec<u8>)> = vec![];
+    let mut pending: Vec<ChunkRow> = vec![];
     let mut pending_bytes = 0usize;
     // Trees of committed batches, each listing its chunks; the pin names a tree of them.
     let mut batches: Vec<Hash> = vec![];
-    let mut commit = |batch: Vec<(Hash, Vec<u8>)>, batches: &mut Vec<Hash>| -> Result<()> {
+    let mut commit = |batch: Vec<ChunkRow>, batches: &mut Vec<Hash>| -> Result<()> {
         store.write(|db| {
             let mut entries = Vec::with_capacity(batch.len());
-            for (i, (h, data)) in batch.iter().enumerate() {
-                objects::put_chunk_hashed(db, h, data)?;
+            for (i, row) in batch.iter().enumerate() {
+                objects::put_chunk_row(db, row)?;
                 entries.push(pin_entry(
                     format!("c{i:06}"),
                     Kind::File,
-                    *h,
-                    data.len() as u64,
+                    row.hash,
+                    row.len as u64,
                 ));
             }
             let tree = put_tree(
@@ -661,9 +661,9 @@ pub fn store_upper(
             crate::store::pins::pin(db, pin, &root)
         })
     };
-    let (contents, bytes_read) = store_files(&walk, &mut |h, data| {
-        pending_bytes += data.len();
-        pending.push((h, data));
+    let (contents, bytes_read) = store_files(&walk, &mut |row| {
+        pending_bytes += row.len;
+        pending.push(row);
         if pending_bytes >= COMMIT_BYTES {
             pending_bytes = 0;
             commit(std::mem::take(&mut pending), &mut batches)?;
@@ -711,8 +711,8 @@ pub fn ingest_stored(
         bytes_read,
         pending,
     } = stored;
-    for (h, data) in &pending {
-        objects::put_chunk_hashed(db, h, data)?;
+    for row in &pending {
+        objects::put_chunk_row(db, row)?;
     }
     let mut hashes = Vec::with_capacity(contents.len());
     for c in &contents {

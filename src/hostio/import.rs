@@ -1,6 +1,7 @@
 //! Import: a host directory tree into a workspace (see the module above).
 
 use super::*;
+use crate::store::objects::ChunkRow;
 
 /// One host entry seen by the walk. Nodes are numbered in walk order, so a node's
 /// children always have larger numbers than the node itself.
@@ -47,7 +48,8 @@ impl Node {
 
 /// Reader thread -> storing thread.
 enum Msg {
-    Chunk(Hash, Vec<u8>),
+    /// Hashed and compressed by the reader: the storing thread only inserts.
+    Chunk(ChunkRow),
     File {
         idx: usize,
         chunks: Extents,
@@ -74,8 +76,8 @@ struct Batcher {
 
 impl Batcher {
     fn send(&mut self, m: Msg) -> Result<()> {
-        if let Msg::Chunk(_, data) = &m {
-            self.bytes += data.len();
+        if let Msg::Chunk(row) = &m {
+            self.bytes += row.len;
         }
         self.batch.push(m);
         if self.batch.len() >= BATCH_MSGS || self.bytes >= BATCH_BYTES {
@@ -148,7 +150,7 @@ fn read_file(
             if got > 0 && (expect <= cs || buf.iter().any(|b| *b != 0)) {
                 let h = Hash::of(&buf);
                 list.push((idx, h));
-                tx.send(Msg::Chunk(h, buf))?;
+                tx.send(Msg::Chunk(ChunkRow::new(h, buf)))?;
             }
             if got < want {
                 size = idx * cs + got as u64;
@@ -283,7 +285,7 @@ fn store_contents(
     let mut done = 0u64;
     for msg in rx.into_iter().flatten() {
         match msg {
-            Msg::Chunk(h, data) => objects::put_chunk_hashed(db, &h, &data)?,
+            Msg::Chunk(row) => objects::put_chunk_row(db, &row)?,
             Msg::File { idx, chunks, size } => {
                 let h = content::store_extents(db, chunks)?;
                 if contents.len() <= idx {

@@ -62,9 +62,17 @@ fn has_tree(db: &Connection, h: &Hash) -> bool {
 }
 
 /// A multi-chunk payload whose chunks are unlike any other test data.
+/// Bytes that do not compress (an xorshift stream), so they are stored as they are and the
+/// byte counts below are exact.
 fn big(seed: u8, len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (seed as u64 + 1);
     (0..len)
-        .map(|i| (i as u64 * 7 + seed as u64 * 131 + (i / CHUNK_SIZE) as u64) as u8)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
         .collect()
 }
 
@@ -379,6 +387,55 @@ fn verify_detects_a_modified_chunk() -> Result<()> {
     assert!(!r.ok);
     assert_eq!(kinds(&r), ["chunk_hash_mismatch"], "{:?}", r.problems);
     assert_eq!(r.problems[0].object, format!("chunk {}", h.to_hex()));
+    Ok(())
+}
+
+/// A compressed chunk whose stored bytes no longer decompress, or decompress to other
+/// bytes, is a problem `verify` names and a read refuses, never a panic or wrong bytes.
+#[test]
+fn verify_and_reads_catch_a_damaged_compressed_chunk() -> Result<()> {
+    let (_dir, mut store) = vault();
+    let text = b"a line of text that repeats\n".repeat(400);
+    let other = b"another line, also repeated\n".repeat(400);
+    let (h, _) = store.write(|db| crate::store::content::write_bytes(db, &text))?;
+    let (o, _) = store.write(|db| crate::store::content::write_bytes(db, &other))?;
+    let codec = |store: &mut Store, h: &Hash| -> Result<(i64, i64)> {
+        store.read(|db| {
+            Ok(db.query_row(
+                "SELECT codec, length(data) FROM chunk WHERE hash = ?1",
+                [&h.0[..]],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?)
+        })
+    };
+    let (c, len) = codec(&mut store, &h)?;
+    assert_eq!(c, 1, "repeated text is stored compressed");
+    assert!(
+        len * 20 < text.len() as i64,
+        "{len} stored bytes for {}",
+        text.len()
+    );
+    store.write(|db| {
+        // One chunk's bytes replaced by a valid frame of the other's; that one cut short.
+        db.execute(
+            "UPDATE chunk SET data = (SELECT data FROM chunk WHERE hash = ?2) WHERE hash = ?1",
+            params![&o.0[..], &h.0[..]],
+        )?;
+        db.execute(
+            "UPDATE chunk SET data = substr(data, 1, 6) WHERE hash = ?1",
+            [&h.0[..]],
+        )?;
+        Ok(())
+    })?;
+    let r = store.read(verify)?;
+    assert!(!r.ok);
+    let k = kinds(&r);
+    assert!(k.contains(&"chunk_malformed"), "{:?}", r.problems);
+    assert!(k.contains(&"chunk_hash_mismatch"), "{:?}", r.problems);
+    let e = store
+        .read(|db| crate::store::content::read_all(db, &h, text.len() as u64))
+        .unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
     Ok(())
 }
 

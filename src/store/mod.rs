@@ -420,6 +420,10 @@ impl Store {
                 "CREATE TEMP VIEW remote_pack AS SELECT *, NULL AS entries FROM main.remote_pack;",
             );
         }
+        if version < 9 {
+            // Format 9: chunks may be compressed; older files hold them as they are.
+            views.push("CREATE TEMP VIEW chunk AS SELECT *, 0 AS codec FROM main.chunk;");
+        }
         if !views.is_empty() {
             self.conn.execute_batch(&views.concat())?;
         }

@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 8;
+pub const FORMAT_VERSION: i64 = 9;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -244,4 +244,10 @@ END;
 /// are still read for packs whose `entries` is NULL.
 const V8: &str = r#"
 ALTER TABLE remote_pack ADD COLUMN entries BLOB;
+"#;
+
+/// How `chunk.data` holds the chunk's bytes: 0 as they are, 1 zstd-compressed
+/// (`store::objects::pack_chunk`). Older rows stay 0; the hash is always of the bytes.
+const V9: &str = r#"
+ALTER TABLE chunk ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;
 "#;

@@ -230,7 +230,7 @@ impl<'a> Verifier<'a> {
 
     fn scan_chunks(&mut self) -> Result<()> {
         let db = self.db;
-        let mut stmt = db.prepare("SELECT id, hash, data FROM chunk")?;
+        let mut stmt = db.prepare("SELECT id, hash, data, codec FROM chunk")?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             self.checked.chunks += 1;
@@ -244,9 +244,15 @@ impl<'a> Verifier<'a> {
             };
             self.chunks.insert(hash);
             let obj = format!("chunk {}", hash.to_hex());
-            match blob_of_value(r.get_ref(2)?, "data") {
+            let codec = r.get_ref(3)?.as_i64().unwrap_or(-1);
+            let decoded = blob_of_value(r.get_ref(2)?, "data").and_then(|stored| {
+                self.checked.chunk_bytes += stored.len() as u64;
+                crate::store::objects::decode_chunk(codec, stored.to_vec())
+                    .map_err(|why| format!("stored bytes {why}"))
+            });
+            match decoded {
                 Ok(data) => {
-                    self.checked.chunk_bytes += data.len() as u64;
+                    let data = &data[..];
                     if data.len() > CHUNK_SIZE {
                         self.problem(
                             "chunk_too_big",

@@ -11,7 +11,7 @@ use rusqlite::Connection;
 
 use super::{CS, Extents, MAX_FILE_SIZE, check_size, store_extents};
 use crate::error::{Error, Result};
-use crate::store::objects::{CHUNK_SIZE, Hash, put_chunk_hashed};
+use crate::store::objects::{CHUNK_SIZE, ChunkRow, Hash, compress_chunk, put_chunk_row};
 
 /// Blocks read and hashed together (4 MiB).
 const BATCH: usize = 64;
@@ -19,9 +19,12 @@ const BATCH: usize = 64;
 /// One block read from the source: its index and bytes.
 type Block = (u64, Vec<u8>);
 
-/// Hashes a batch on every core; `None` for a block of zeros.
-fn hash_batch(batch: &[Block]) -> Vec<Option<Hash>> {
-    let hash = |d: &[u8]| (!d.iter().all(|b| *b == 0)).then(|| Hash::of(d));
+/// A block's hash and compressed form, or `None` for a block of zeros.
+type Packed = Option<(Hash, Option<Vec<u8>>)>;
+
+/// Hashes and compresses a batch on every core.
+fn hash_batch(batch: &[Block]) -> Vec<Packed> {
+    let hash = |d: &[u8]| (!d.iter().all(|b| *b == 0)).then(|| (Hash::of(d), compress_chunk(d)));
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
@@ -67,8 +70,8 @@ impl Builder<'_> {
     fn store_batch(&mut self) -> Result<()> {
         let hashes = hash_batch(&self.batch);
         for ((idx, data), h) in self.batch.drain(..).zip(hashes) {
-            if let Some(h) = h {
-                put_chunk_hashed(self.db, &h, &data)?;
+            if let Some((h, packed)) = h {
+                put_chunk_row(self.db, &ChunkRow::with(h, data, packed))?;
                 self.list.push((idx, h));
             }
         }
