@@ -418,8 +418,8 @@ fn audit_lists_and_detects_tampering() {
 #[test]
 fn gc_verify_stats() {
     let env = Env::new();
-    let big_a: Vec<u8> = (0..200_000u32).map(|i| (i % 199) as u8).collect();
-    let big_b: Vec<u8> = (0..200_000u32).map(|i| (i % 197) as u8).collect();
+    let big_a = noise(200_000, 1);
+    let big_b = noise(200_000, 2);
     assert_eq!(env.run_stdin(&["write", "/big"], &big_a).code, 0);
     env.json(&["checkpoint", "save", "old"]);
     assert_eq!(env.run_stdin(&["write", "/big"], &big_b).code, 0);

@@ -100,9 +100,7 @@ fn vault_wide_quota_limits_the_file() {
     env.json(&["quota", "set", "--vault-wide", "--max-bytes", "2M"]);
     let mut refused = false;
     for i in 0..20 {
-        let data: Vec<u8> = (0..300_000u32)
-            .map(|j| ((j * 31 + i * 7) % 251) as u8)
-            .collect();
+        let data = noise(300_000, i);
         let r = env.run_stdin(&["--json", "write", &format!("/blob{i}")], &data);
         if r.code != 0 {
             assert_eq!(r.json()["error"]["kind"], "quota_exceeded");
@@ -161,9 +159,7 @@ fn full_host_disk_gives_enospc_and_the_vault_survives() {
     std::fs::write(&filler, vec![0u8; (free as usize).saturating_sub(1 << 20)]).unwrap();
     let mut saw_enospc = false;
     for i in 0..40 {
-        let data: Vec<u8> = (0..200_000u32)
-            .map(|j| ((j * 13 + i * 101) % 253) as u8)
-            .collect();
+        let data = noise(200_000, i);
         let r = env.run_stdin(
             &["--json", "--vault", "tiny", "write", &format!("/f{i}")],
             &data,
@@ -360,9 +356,7 @@ fn vault_wide_quotas_hold_in_the_mount() {
     );
     let mut refused = false;
     for i in 0..3 {
-        let data: Vec<u8> = (0..1_500_000u32)
-            .map(|j| ((j * 31 + i * 7) % 251) as u8)
-            .collect();
+        let data = noise(1_500_000, i);
         if let Err(e) = write_close(&m.p(&format!("f{i}")), &data) {
             assert_eq!(e, libc::EDQUOT);
             refused = true;

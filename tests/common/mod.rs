@@ -157,6 +157,21 @@ impl Env {
     }
 }
 
+/// Bytes that do not compress (an xorshift stream from `seed`): a vault stores them as
+/// they are, so tests of sizes, quotas and full disks count what they wrote.
+#[allow(dead_code)]
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 pub fn sha(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
