@@ -351,7 +351,14 @@ pub(crate) fn bench_engines(
         )?;
     }
     reset_native(&seed)?;
-    let tar = ["sh", "-c", "mkdir tree && tar xf src.tar -C tree"];
+    // `rm -rf tree` first: the crates' own `.gitignore` rules ignore some of what the
+    // tarball holds (their `Cargo.lock`s), and ignored files outlive a checkpoint restore,
+    // as git's outlive a checkout, so a restored workspace still has a `tree/` of them.
+    let tar = [
+        "sh",
+        "-c",
+        "rm -rf tree && mkdir tree && tar xf src.tar -C tree",
+    ];
     if want("tar") || want("git") || want("status") || want("rm") {
         measure(
             "`tar x` of the source tarball",
