@@ -139,7 +139,7 @@ fn reads_during_an_exec_share_the_side_files_and_the_last_removes_them() {
     env.ok(&["--vault", "t", "write", "before.txt", "b\n"]);
     let vaults = env.home().join("vaults");
     assert_eq!(side_files(&vaults), Vec::<PathBuf>::new(), "after write");
-    let mut run = env
+    let run = env
         .cmd([
             "--json",
             "--vault",
