@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::store::homedb::HomeDb;
-pub use crate::store::homedb::{close_idle, default_home};
+pub use crate::store::homedb::default_home;
 use crate::workspace::MAIN;
 
 pub const DEFAULT_VAULT: &str = "default";

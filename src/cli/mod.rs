@@ -413,14 +413,10 @@ pub fn main() -> i32 {
         vault_sel: cli.vault.clone(),
         home: crate::registry::default_home(),
     };
-    let code = match run(&ctx, cli.command) {
+    match run(&ctx, cli.command) {
         Ok(code) => code,
         Err(e) => ctx.out.error(&e),
-    };
-    // The process exits next, without running destructors: the registry's pooled
-    // connections are closed here, so the last process leaves no -wal or -shm beside it.
-    crate::registry::close_idle();
-    code
+    }
 }
 
 fn run(ctx: &Ctx, cmd: Command) -> Result<i32> {

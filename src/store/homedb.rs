@@ -38,45 +38,6 @@ type Idle = (PathBuf, (u64, u64), Connection);
 const WAL_AUTOCHECKPOINT_PAGES: u32 = 32;
 const WAL_LIMIT: i64 = 128 * 1024;
 
-/// Closes this process's idle connections so that, when no other process has the
-/// registry open, SQLite checkpoints its WAL and removes `registry.db-wal` and `-shm`:
-/// a finished command leaves `registry.db` alone in the home. Connections in use are
-/// kept. Called once a command is done (`cli::main`); a later `open` opens afresh.
-///
-/// While a process runs the WAL persists and closing skips the checkpoint (see `open`:
-/// each command opens the registry about five times). Here both are turned back on for
-/// the last close: SQLite then checkpoints and deletes only when it gets the exclusive
-/// lock on `registry.db`, which any other open connection, in any process, prevents, so
-/// nothing another process uses is removed. The checkpoint is SQLite's ordinary one
-/// (synchronous as set): what was committed stays committed.
-pub fn close_idle() {
-    let idle = std::mem::take(&mut *IDLE.lock().unwrap_or_else(|p| p.into_inner()));
-    for (_, _, conn) in idle {
-        set_persist_wal(&conn, false);
-        let _ = conn.set_db_config(
-            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-            false,
-        );
-        let _ = conn.close();
-    }
-}
-
-/// Sets SQLITE_FCNTL_PERSIST_WAL: whether the last connection to close keeps the `-wal`
-/// and `-shm` files (on) or removes them (off, SQLite's default).
-fn set_persist_wal(conn: &Connection, on: bool) {
-    let mut on: std::os::raw::c_int = on.into();
-    // SAFETY: a valid connection handle, a NUL-terminated schema name and an int argument,
-    // as SQLITE_FCNTL_PERSIST_WAL requires.
-    unsafe {
-        rusqlite::ffi::sqlite3_file_control(
-            conn.handle(),
-            c"main".as_ptr(),
-            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
-            (&mut on as *mut std::os::raw::c_int).cast(),
-        );
-    }
-}
-
 /// `$AVFS_HOME`, else `~/.avfs`.
 pub fn default_home() -> PathBuf {
     if let Some(h) = std::env::var_os("AVFS_HOME").filter(|h| !h.is_empty()) {
