@@ -384,7 +384,13 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             _guard: None,
-            _hold: hold.filter(|_| shared),
+            _hold: match hold {
+                Some(h) if !shared => {
+                    h.release();
+                    None
+                }
+                h => h,
+            },
         };
         store
             .configure_read()

@@ -139,6 +139,8 @@ impl Drop for Guard {
 pub struct Hold {
     file: File,
     path: PathBuf,
+    /// Tidy when dropped (not when the read did not share the side files).
+    armed: bool,
 }
 
 impl Hold {
@@ -150,13 +152,22 @@ impl Hold {
         Ok(Hold {
             file,
             path: key(path),
+            armed: true,
         })
+    }
+
+    /// Lets go without touching the side files: the read did not use them (an
+    /// `immutable` open, or side files this process may not write).
+    pub fn release(mut self) {
+        self.armed = false;
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        tidy(&self.file, &self.path);
+        if self.armed {
+            tidy(&self.file, &self.path);
+        }
     }
 }
 
