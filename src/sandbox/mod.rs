@@ -81,10 +81,15 @@ fn caches(req: &Request) -> Vec<root::CacheMount> {
             .trim_start_matches('/')
             .replace('/', "_");
         let (upper, work) = (dir.join(&name).join("upper"), dir.join(&name).join("work"));
-        if std::fs::create_dir_all(&upper).is_err() || std::fs::create_dir_all(&work).is_err() {
+        let lower = std::fs::canonicalize(&path).ok().filter(|p| p.is_dir());
+        // Overlayfs's work directory only where there is an overlay (the host has the
+        // directory): else the run sees `upper` itself (`root::cache_mount`), and an
+        // unused cache costs two directories at rest rather than three.
+        if std::fs::create_dir_all(&upper).is_err()
+            || (lower.is_some() && std::fs::create_dir_all(&work).is_err())
+        {
             continue;
         }
-        let lower = std::fs::canonicalize(&path).ok().filter(|p| p.is_dir());
         out.push(root::CacheMount {
             path,
             upper,

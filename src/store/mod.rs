@@ -48,6 +48,9 @@ pub struct Store {
     /// last checkpoint wrote the file): it then records the file's stamp. `None` for a
     /// read-only open, which never writes.
     _guard: Option<stamp::Guard>,
+    /// A read-only open's hold on the file's shared `-wal` and `-shm`, also dropped
+    /// after the connection closed: the last one out removes them (`stamp::Hold`).
+    _hold: Option<stamp::Hold>,
 }
 
 fn not_a_vault(path: &Path, reason: impl Into<String>) -> Error {
@@ -264,6 +267,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             _guard: None,
+            _hold: None,
         };
         store.configure()?;
         store.migrate()?;
@@ -309,6 +313,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             _guard: Some(guard),
+            _hold: None,
         };
         store.configure().map_err(|e| store.corrupt_if_sqlite(e))?;
         let version = store.format_version()?;
@@ -319,13 +324,16 @@ impl Store {
     }
 
     /// Opens an existing vault for reading only: nothing is written to the file, no
-    /// `-wal` or `-shm` file is made next to it, and it works on a read-only file, in a
+    /// `-wal` or `-shm` file is left next to it, and it works on a read-only file, in a
     /// read-only directory or on read-only media. The schema is checked against the one
     /// its format defines; objects are checked against their hashes as they are read.
     ///
-    /// How: when the file has a `-wal` and `-shm` this process may write (a vault avfs
-    /// uses keeps both), it is opened read-only the usual way, so writers in other
-    /// processes are seen consistently. Otherwise, with no pending `-wal` content, the
+    /// How: when the file has a `-wal` and `-shm` this process may write (while another
+    /// avfs process has the vault open), or has neither and its directory is writable
+    /// (a vault at rest: the last process removed them, `stamp::tidy`), it is opened
+    /// read-only the usual way, so writers in other processes are seen consistently;
+    /// SQLite makes the side files it lacks and the read's hold (`stamp::Hold`) removes
+    /// them after, if it is the last. Otherwise, with no pending `-wal` content, the
     /// file alone is the whole database and is opened `immutable` (no locks, no
     /// side files). A pending `-wal` that cannot be shared is read through SQLite's
     /// read-only WAL support, or refused with a clear error.
@@ -343,8 +351,22 @@ impl Store {
         check_header(path)?;
         let wal = stamp::sidecar(path, "-wal");
         let shm = stamp::sidecar(path, "-shm");
+        // Taken before the side files are looked at, so none is removed meanwhile.
+        let hold = stamp::Hold::take(path).ok();
         let wal_len = std::fs::metadata(&wal).map(|m| m.len()).ok();
-        let shared = wal_len.is_some() && shm.exists() && writable(&wal) && writable(&shm);
+        let shm_exists = shm.exists();
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let shared = (wal_len.is_some() && shm_exists && writable(&wal) && writable(&shm))
+            // The last process out removed them (`stamp::tidy`): SQLite makes them again
+            // while this reads, and the hold removes them after.
+            || (hold.is_some()
+                && wal_len.is_none()
+                && !shm_exists
+                && writable(dir)
+                && writable(path));
         let query = if shared || wal_len.unwrap_or(0) > 0 {
             "mode=ro"
         } else {
@@ -362,6 +384,13 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             _guard: None,
+            _hold: match hold {
+                Some(h) if !shared => {
+                    h.release();
+                    None
+                }
+                h => h,
+            },
         };
         store
             .configure_read()

@@ -10,7 +10,9 @@
 //! Processes that have the file open hold a shared `flock` on it (BSD locks, which
 //! SQLite's POSIX locks do not see). Only a process that gets it exclusively, so is
 //! alone, compares stamps: while other avfs processes have the file open its stamp moves
-//! with their writes, and the process that opened it first has checked it.
+//! with their writes, and the process that opened it first has checked it. The last
+//! process to let go, when it gets the lock exclusively, removes the file's emptied
+//! `-wal` and its `-shm` (`tidy`): at rest a vault is its one file.
 
 use std::fs::File;
 use std::io::Read;
@@ -82,7 +84,7 @@ impl Guard {
     /// the one recorded, `check` runs first (with the file locked exclusively, so no
     /// avfs process opens it meanwhile) and must pass.
     pub fn take(path: &Path, check: impl FnOnce() -> Result<()>) -> Result<Guard> {
-        let file = File::open(path).map_err(|e| Error::host(path.display(), e))?;
+        let file = open_for_locks(path)?;
         let mut guard = Guard {
             file,
             path: key(path),
@@ -120,8 +122,123 @@ impl Drop for Guard {
         if self.armed {
             book_put(&self.path);
         }
-        // Closing `file` releases the lock.
+        // Last: a failed attempt to take the lock exclusively drops the shared one too
+        // (flock's conversion is not atomic). The stamp is the same either way (an empty
+        // `-wal` counts as none). Closing `file` releases the lock.
+        tidy(&self.file, &self.path);
     }
+}
+
+/// A reader's hold on a vault file it reads with SQLite's shared `-wal` and `-shm`
+/// (`Store::open_read`): a shared lock on a byte no one else locks (`READERS_BYTE`), so
+/// no process removes them while it reads, and on drop (after the connection closed) it
+/// removes them itself if it is the last (`tidy`). Not the writers' `flock`: a writer
+/// alone with readers must still compare stamps (readers never check the file), and a
+/// read inside a writer's own full check (which holds the `flock` exclusively) must not
+/// wait for it. Records no stamp: a read leaves the file as it was.
+pub struct Hold {
+    file: File,
+    path: PathBuf,
+    /// Tidy when dropped (not when the read did not share the side files).
+    armed: bool,
+}
+
+impl Hold {
+    /// Waits while a process removes the side files (`tidy`: an instant).
+    pub fn take(path: &Path) -> Result<Hold> {
+        let file = open_for_locks(path)?;
+        ofd_lock(&file, libc::F_RDLCK as libc::c_short, true)
+            .map_err(|e| Error::host(path.display(), e))?;
+        Ok(Hold {
+            file,
+            path: key(path),
+            armed: true,
+        })
+    }
+
+    /// Lets go without touching the side files: the read did not use them (an
+    /// `immutable` open, or side files this process may not write).
+    pub fn release(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if self.armed {
+            tidy(&self.file, &self.path);
+        }
+    }
+}
+
+/// The file opened to hold its locks: for writing where this process may (nothing is
+/// written through it), as `tidy`'s exclusive lock on `READERS_BYTE` needs; else for
+/// reading (then `tidy` leaves the side files).
+fn open_for_locks(path: &Path) -> Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .or_else(|_| File::open(path))
+        .map_err(|e| Error::host(path.display(), e))
+}
+
+/// Readers' byte (`Hold`): far above SQLite's own lock bytes (from 1 GiB), which these
+/// locks would otherwise conflict with.
+const READERS_BYTE: libc::off_t = 1 << 62;
+
+/// Locks `READERS_BYTE` of `file` for reading or writing: an open file description lock,
+/// so, unlike SQLite's POSIX locks, it stays until `file` closes, whatever else this
+/// process closes. `wait`: block while a conflicting lock is held.
+fn ofd_lock(file: &File, kind: libc::c_short, wait: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: all-zero is a valid `flock` (l_pid must be 0 for open file description locks).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = READERS_BYTE;
+    fl.l_len = 1;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    loop {
+        // SAFETY: a valid open descriptor and a `flock` that outlives the call.
+        if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut fl) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Removes the `-wal` and `-shm` of the vault file at `path` once this process's
+/// connection to it has closed, when they are no longer needed: no other avfs process
+/// has the file open, and the `-wal` is empty (SQLite's last close checkpointed it into
+/// the file; a `-wal` with frames is left for the next writer to checkpoint). Every
+/// avfs process that opens the file takes a lock before its SQLite connection and keeps
+/// it until after: a writer the shared `flock` (`Guard`), a reader the shared lock on
+/// `READERS_BYTE` (`Hold`). Taking both exclusively here, without waiting, proves no
+/// other connection of avfs exists, and holding them while removing keeps new ones out
+/// (they wait for the locks). While a process has the file open SQLite keeps both files
+/// (`persist_wal`): removing them is this step's alone, never SQLite's on close, which
+/// would rest on SQLite's POSIX locks, dropped by any `close` of the file in the same
+/// process. The shared `flock` may be gone after (see `Guard`'s drop).
+fn tidy(file: &File, path: &Path) {
+    if flock(file, libc::LOCK_EX | libc::LOCK_NB).is_err()
+        || ofd_lock(file, libc::F_WRLCK as libc::c_short, false).is_err()
+    {
+        return;
+    }
+    let wal = sidecar(path, "-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return;
+    }
+    let _ = std::fs::remove_file(&wal);
+    let _ = std::fs::remove_file(sidecar(path, "-shm"));
 }
 
 /// Locks the file at `path` exclusively when no other avfs process has it open (they
