@@ -34,7 +34,8 @@ use crate::error::{Error, Result};
 use crate::store::Store;
 use crate::store::counter_take;
 use crate::store::objects::{
-    self, CHUNK_SIZE, ChunkRow, DirAttrs, Entry, Hash, Kind, Tree, Xattrs, get_tree, put_tree,
+    self, CHUNK_SIZE, ChunkRow, DirAttrs, Entry, Hash, Kind, Packing, Tree, Xattrs, get_tree,
+    put_tree,
 };
 
 /// How to read the upper.
@@ -164,7 +165,7 @@ fn hash_file(file: &FoundFile, shown: &dyn Fn() -> String, tx: &SyncSender<Msg>)
         if h != zero {
             out.chunks.push((block, h));
             // Compressed here, on the worker: the storing thread only inserts.
-            let row = ChunkRow::new(h, buf);
+            let row = ChunkRow::new(h, buf, Packing::Fast);
             if hold {
                 held.push(row);
             } else {

@@ -1,7 +1,7 @@
 //! Import: a host directory tree into a workspace (see the module above).
 
 use super::*;
-use crate::store::objects::ChunkRow;
+use crate::store::objects::{ChunkRow, Packing};
 
 /// One host entry seen by the walk. Nodes are numbered in walk order, so a node's
 /// children always have larger numbers than the node itself.
@@ -150,7 +150,8 @@ fn read_file(
             if got > 0 && (expect <= cs || buf.iter().any(|b| *b != 0)) {
                 let h = Hash::of(&buf);
                 list.push((idx, h));
-                tx.send(Msg::Chunk(ChunkRow::new(h, buf)))?;
+                // An import stores a tree once: it takes the smaller encoding.
+                tx.send(Msg::Chunk(ChunkRow::new(h, buf, Packing::Small)))?;
             }
             if got < want {
                 size = idx * cs + got as u64;

@@ -519,3 +519,70 @@ fn import_speed() {
         .unwrap();
     report("exported", st.files, t, cpu0);
 }
+
+/// An import stores a tree once, so its text takes the smaller encoding (zstd) and random
+/// bytes stay as they are; both export as they were.
+#[test]
+fn an_import_stores_text_with_zstd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = tmp.path().join("host");
+    std::fs::create_dir_all(host.join("src")).unwrap();
+    let text: Vec<u8> = (0..6000)
+        .flat_map(|i| format!("    let value_{i} = compute({i}, \"name {i}\");\n").into_bytes())
+        .collect();
+    std::fs::write(host.join("src/lib.rs"), &text).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let noise: Vec<u8> = (0..70_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(host.join("noise.bin"), &noise).unwrap();
+    let mut store = new_vault(tmp.path());
+    store
+        .write(|db| import(&Workspace::open(db, "main")?, &host, &[], true, &|_| {}))
+        .unwrap();
+    let codecs: Vec<(i64, i64, i64)> = store
+        .read(|db| {
+            let mut q = db.prepare(
+                "SELECT codec, COUNT(*), SUM(length(data)) FROM chunk GROUP BY codec ORDER BY codec",
+            )?;
+            let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .unwrap();
+    // The noise: a full block and its tail, as they are; the text's blocks in zstd frames.
+    assert_eq!(codecs[0], (0, 2, 70_000), "{codecs:?}");
+    assert_eq!(codecs.len(), 2, "{codecs:?}");
+    let (codec, n, stored) = codecs[1];
+    assert_eq!(
+        (codec, n),
+        (
+            crate::store::objects::CODEC_ZSTD,
+            text.len().div_ceil(65536) as i64
+        )
+    );
+    assert!(
+        stored * 4 < text.len() as i64,
+        "{stored} bytes for {}",
+        text.len()
+    );
+    let out = tmp.path().join("out");
+    store
+        .write(|db| {
+            export(
+                &Workspace::open(db, "main")?,
+                &[],
+                &out,
+                (false, true),
+                None,
+                &|_| {},
+            )
+        })
+        .unwrap();
+    assert!(std::fs::read(out.join("src/lib.rs")).unwrap() == text);
+    assert!(std::fs::read(out.join("noise.bin")).unwrap() == noise);
+}

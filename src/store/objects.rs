@@ -460,8 +460,8 @@ pub fn put_chunk(db: &Connection, data: &[u8]) -> Result<Hash> {
 }
 
 pub fn put_chunk_hashed(db: &Connection, hash: &Hash, data: &[u8]) -> Result<()> {
-    match compress_chunk(data) {
-        Some(packed) => put_chunk_stored(db, hash, CODEC_LZ4, &packed),
+    match compress_chunk(data, Packing::Fast) {
+        Some((codec, packed)) => put_chunk_stored(db, hash, codec, &packed),
         None => put_chunk_stored(db, hash, CODEC_RAW, data),
     }
 }
@@ -484,20 +484,20 @@ pub struct ChunkRow {
 }
 
 impl ChunkRow {
-    pub fn new(hash: Hash, data: Vec<u8>) -> ChunkRow {
-        let packed = compress_chunk(&data);
+    pub fn new(hash: Hash, data: Vec<u8>, packing: Packing) -> ChunkRow {
+        let packed = compress_chunk(&data, packing);
         ChunkRow::with(hash, data, packed)
     }
 
     /// The row of `data`, given what [`compress_chunk`] made of it.
-    pub fn with(hash: Hash, data: Vec<u8>, packed: Option<Vec<u8>>) -> ChunkRow {
+    pub fn with(hash: Hash, data: Vec<u8>, packed: Option<(i64, Vec<u8>)>) -> ChunkRow {
         let len = data.len();
         match packed {
-            Some(packed) => ChunkRow {
+            Some((codec, stored)) => ChunkRow {
                 hash,
                 len,
-                codec: CODEC_LZ4,
-                stored: packed,
+                codec,
+                stored,
             },
             None => ChunkRow {
                 hash,
@@ -518,6 +518,25 @@ pub const CODEC_RAW: i64 = 0;
 /// `chunk.codec`: `data` is the chunk's length (4 bytes, little-endian) and then one LZ4
 /// block of its bytes; no checksum of its own, the chunk's hash checks what it decodes to.
 pub const CODEC_LZ4: i64 = 1;
+/// `chunk.codec`: `data` is one zstd frame of the chunk's bytes (its size in the frame's
+/// header, no checksum of its own).
+pub const CODEC_ZSTD: i64 = 2;
+
+/// Which compression a path that stores chunks can afford.
+///
+/// On 282 MB of Rust sources (`import`, 2 cores), zstd level 1 made the vault 3.5x smaller
+/// and LZ4 2.6x, but zstd added 0.95 s of CPU to the import's 0.7 s and LZ4 0.4 s. A run's
+/// ingest and a mount's writes are waited for: they take LZ4. An import stores a tree
+/// once, and the tree it stores is what most of a vault holds: it takes zstd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packing {
+    Fast,
+    Small,
+}
+
+/// zstd's fastest standard level; higher levels gained 4 % on a Python tree for twice
+/// the CPU.
+const ZSTD_LEVEL: i32 = 1;
 
 /// Below this a block's costs leave too little to gain.
 const COMPRESS_MIN: usize = 64;
@@ -525,29 +544,62 @@ const COMPRESS_MIN: usize = 64;
 /// Bytes of a big chunk tried first.
 const SAMPLE: usize = 4096;
 
-/// The chunk compressed, when that saves at least an eighth of it; `None` keeps it as it
-/// is (already compressed media, archives, random bytes, tiny files).
-///
-/// LZ4 rather than zstd: on 282 MB of Rust sources (`import`, 2 cores) zstd level 1 made
-/// the vault 3.5x smaller and LZ4 2.6x, but zstd added 0.95 s of CPU to the import's
-/// 0.7 s and LZ4 0.4 s, and it is the reading and hashing threads of a run's ingest that
-/// pay it.
-pub fn compress_chunk(data: &[u8]) -> Option<Vec<u8>> {
+thread_local! {
+    static ZSTD: std::cell::RefCell<Option<(zstd::bulk::Compressor<'static>, zstd::bulk::Decompressor<'static>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's zstd contexts (made once per thread, so worker threads
+/// compress in parallel without making one per chunk).
+fn with_zstd<T>(
+    f: impl FnOnce(
+        &mut zstd::bulk::Compressor<'static>,
+        &mut zstd::bulk::Decompressor<'static>,
+    ) -> Option<T>,
+) -> Option<T> {
+    ZSTD.with(|z| {
+        let mut z = z.borrow_mut();
+        if z.is_none() {
+            *z = Some((
+                zstd::bulk::Compressor::new(ZSTD_LEVEL).ok()?,
+                zstd::bulk::Decompressor::new().ok()?,
+            ));
+        }
+        let (c, d) = z.as_mut()?;
+        f(c, d)
+    })
+}
+
+/// The chunk compressed (its codec and stored bytes), when that saves at least an eighth
+/// of it; `None` keeps it as it is (already compressed media, archives, random bytes, tiny
+/// files).
+pub fn compress_chunk(data: &[u8], packing: Packing) -> Option<(i64, Vec<u8>)> {
     if data.len() < COMPRESS_MIN {
         return None;
     }
     // A big chunk whose first 4 KiB do not compress is taken for media, an archive or
     // random bytes: trying the whole of it would cost 16 times as much for nothing.
     if data.len() > 2 * SAMPLE {
-        compressed_within(&data[..SAMPLE])?;
+        compressed_within(&data[..SAMPLE], Packing::Fast)?;
     }
-    compressed_within(data)
+    compressed_within(data, packing)
 }
 
 /// `data` compressed, if that takes at most seven eighths of its size.
-fn compressed_within(data: &[u8]) -> Option<Vec<u8>> {
-    let packed = lz4_flex::block::compress_prepend_size(data);
-    (packed.len() <= data.len() - data.len() / 8).then_some(packed)
+fn compressed_within(data: &[u8], packing: Packing) -> Option<(i64, Vec<u8>)> {
+    let limit = data.len() - data.len() / 8;
+    match packing {
+        Packing::Fast => {
+            let packed = lz4_flex::block::compress_prepend_size(data);
+            (packed.len() <= limit).then_some((CODEC_LZ4, packed))
+        }
+        Packing::Small => with_zstd(|c, _| {
+            let mut out = Vec::with_capacity(limit);
+            // A frame that does not fit in `limit` bytes fails: then it is not worth it.
+            c.compress_to_buffer(data, &mut out).ok()?;
+            (out.len() <= limit).then_some((CODEC_ZSTD, out))
+        }),
+    }
 }
 
 /// The chunk's bytes from its stored form; `Err` names what is wrong with a damaged row.
@@ -567,6 +619,17 @@ pub fn decode_chunk(codec: i64, stored: Vec<u8>) -> std::result::Result<Vec<u8>,
                 Ok(bytes) => Err(format!("decompresses to {} bytes, not {len}", bytes.len())),
                 Err(e) => Err(format!("does not decompress: {e}")),
             }
+        }
+        CODEC_ZSTD => {
+            let mut why = String::from("does not decompress");
+            with_zstd(|_, d| match d.decompress(&stored, CHUNK_SIZE) {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    why = format!("does not decompress: {e}");
+                    None
+                }
+            })
+            .ok_or(why)
         }
         other => Err(format!("has unknown codec {other}")),
     }

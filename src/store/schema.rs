@@ -246,8 +246,8 @@ const V8: &str = r#"
 ALTER TABLE remote_pack ADD COLUMN entries BLOB;
 "#;
 
-/// How `chunk.data` holds the chunk's bytes: 0 as they are, 1 LZ4-compressed
-/// (`store::objects::compress_chunk`). Older rows stay 0; the hash is always of the bytes.
+/// How `chunk.data` holds the chunk's bytes: 0 as they are, 1 LZ4-compressed, 2
+/// zstd-compressed (`store::objects::compress_chunk`). Older rows stay 0; the hash is always of the bytes.
 const V9: &str = r#"
 ALTER TABLE chunk ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;
 "#;

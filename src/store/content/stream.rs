@@ -11,7 +11,7 @@ use rusqlite::Connection;
 
 use super::{CS, Extents, MAX_FILE_SIZE, check_size, store_extents};
 use crate::error::{Error, Result};
-use crate::store::objects::{CHUNK_SIZE, ChunkRow, Hash, compress_chunk, put_chunk_row};
+use crate::store::objects::{CHUNK_SIZE, ChunkRow, Hash, Packing, compress_chunk, put_chunk_row};
 
 /// Blocks read and hashed together (4 MiB).
 const BATCH: usize = 64;
@@ -20,11 +20,13 @@ const BATCH: usize = 64;
 type Block = (u64, Vec<u8>);
 
 /// A block's hash and compressed form, or `None` for a block of zeros.
-type Packed = Option<(Hash, Option<Vec<u8>>)>;
+type Packed = Option<(Hash, Option<(i64, Vec<u8>)>)>;
 
 /// Hashes and compresses a batch on every core.
 fn hash_batch(batch: &[Block]) -> Vec<Packed> {
-    let hash = |d: &[u8]| (!d.iter().all(|b| *b == 0)).then(|| (Hash::of(d), compress_chunk(d)));
+    let hash = |d: &[u8]| {
+        (!d.iter().all(|b| *b == 0)).then(|| (Hash::of(d), compress_chunk(d, Packing::Fast)))
+    };
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
