@@ -147,16 +147,10 @@ fn export_and_import_a_fork_as_standalone_file() {
     env.json(&["vault", "create", "big"]);
     env.ok(&["--vault", "big", "write", "/shared", "shared content"]);
     // Bytes that do not compress, so the stored sizes below differ by about 300 000.
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let noise: Vec<u8> = (0..300_000)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    let big = env.run_stdin(&["--vault", "big", "write", "/base-only"], &noise);
+    let big = env.run_stdin(
+        &["--vault", "big", "write", "/base-only"],
+        &noise(300_000, 7),
+    );
     assert_eq!(big.code, 0, "{}", big.stderr);
     env.json(&["vault", "fork", "big", "slim"]);
     env.ok(&["--vault", "slim", "rm", "/base-only"]);

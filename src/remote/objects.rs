@@ -47,11 +47,9 @@ pub fn read(db: &Connection, kind: ObjKind, hash: &Hash) -> Result<Vec<u8>> {
         reason: format!("{} {} {why}", kind.name(), hash.to_hex()),
     };
     match kind {
-        // The wire carries a chunk's bytes, whatever codec this vault stores it with.
-        ObjKind::Chunk => match store_objects::local_chunk(db, hash)? {
-            Some(d) => Ok(d),
-            None => store_objects::get_chunk(db, hash),
-        },
+        // The wire carries a chunk's bytes, whatever codec this vault stores it with:
+        // decoded and checked against its hash (or fetched, in a lazy clone) as any read.
+        ObjKind::Chunk => store_objects::get_chunk(db, hash),
         // Checked against its hash as it is read.
         ObjKind::Content => crate::store::content::wire_of(db, hash),
         ObjKind::Tree => {

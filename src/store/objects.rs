@@ -655,18 +655,6 @@ fn stored_chunk(db: &Connection, hash: &Hash) -> Result<Option<Vec<u8>>> {
     }
 }
 
-/// The chunk's bytes as this vault stores them, checked against its hash; `None` when the
-/// vault lacks it (no fetch from a remote).
-pub fn local_chunk(db: &Connection, hash: &Hash) -> Result<Option<Vec<u8>>> {
-    match stored_chunk(db, hash)? {
-        Some(d) if Hash::of(&d) != *hash => Err(Error::Corrupt {
-            path: Default::default(),
-            reason: format!("chunk {} fails its hash", hash.to_hex()),
-        }),
-        other => Ok(other),
-    }
-}
-
 pub fn get_chunk(db: &Connection, hash: &Hash) -> Result<Vec<u8>> {
     if *hash == HOLE {
         return Ok(vec![0; CHUNK_SIZE]);
@@ -679,6 +667,8 @@ pub fn get_chunk(db: &Connection, hash: &Hash) -> Result<Vec<u8>> {
         path: Default::default(),
         reason: format!("missing chunk {}", hash.to_hex()),
     })?;
+    // Whether stored here (and decoded) or fetched from a remote: the bytes must be the
+    // ones the name says.
     if Hash::of(&data) != *hash {
         return Err(Error::Corrupt {
             path: Default::default(),
