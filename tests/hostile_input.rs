@@ -1306,10 +1306,19 @@ fn shell_quote(s: &str) -> String {
 fn decoders_survive(iters: u64, seed: u64) {
     use agentvfs::policy::Policy;
     use agentvfs::policy::grammar as shell;
-    use agentvfs::store::objects::{Tree, decode_chunk_list};
+    use agentvfs::store::objects::{
+        CHUNK_SIZE, Packing, Tree, compress_chunk, decode_chunk, decode_chunk_list,
+    };
     let policy = Policy::builtin();
     let trees = seed_trees();
+    // Valid compressed chunks (LZ4 and zstd) to mutate.
+    let text: Vec<u8> = b"let stored = compress(chunk);\n".repeat(200);
+    let packed: Vec<(i64, Vec<u8>)> = [Packing::Fast, Packing::Small]
+        .into_iter()
+        .map(|p| compress_chunk(&text, p).expect("text compresses"))
+        .collect();
     let mut rng = Rng::new(seed);
+    let mut crng = Rng::new(seed ^ 0xC0DEC);
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let mut failures: Vec<String> = Vec::new();
@@ -1342,6 +1351,23 @@ fn decoders_survive(iters: u64, seed: u64) {
         if r.is_err() {
             failures.push(format!("decode_chunk_list panicked on {blob:02x?}"));
         }
+        // A stored chunk of any codec: random bytes or a mutated valid one. It decodes
+        // to at most a chunk, or is an error.
+        // Its own stream, so the shell lines below stay the ones this seed always gave.
+        let (codec, stored) = if crng.chance(30) {
+            (crng.below(4) as i64, crng.bytes(blen))
+        } else {
+            let (c, s) = &packed[crng.below(2) as usize];
+            (*c, mutate(&mut crng, s))
+        };
+        let r = std::panic::catch_unwind(|| {
+            if let Ok(bytes) = decode_chunk(codec, stored.clone()) {
+                assert!(bytes.len() <= CHUNK_SIZE.max(stored.len()));
+            }
+        });
+        if r.is_err() {
+            failures.push(format!("decode_chunk({codec}) panicked on {stored:02x?}"));
+        }
         // Shell parser and policy: random token soups, deep nesting, random UTF-8.
         let line = match i % 10 {
             0 => deep_nesting(&mut rng),
@@ -1369,7 +1395,7 @@ fn decoders_survive(iters: u64, seed: u64) {
     std::panic::set_hook(prev);
     report(
         "decoders",
-        "random + mutated inputs to Tree::decode, decode_chunk_list, shell::parse, Policy::decide_shell/argv",
+        "random + mutated inputs to Tree::decode, decode_chunk_list, decode_chunk, shell::parse, Policy::decide_shell/argv",
         iters,
         &format!("{} panics", failures.len()),
     );
