@@ -5,6 +5,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::linediff;
 use crate::store::objects::{Entry, Hash, Kind, get_tree};
 use crate::workspace::path::display;
 
@@ -446,9 +447,6 @@ pub const PATCH_LIMIT: u64 = 64 * 1024 * 1024;
 pub const WHOLE_PATCH_LIMIT: u64 = 1024 * 1024;
 /// A NUL in this many first bytes makes a file binary (git looks at 8000).
 const SNIFF_BYTES: usize = 8000;
-/// A line diff stops refining after this long (a file rewritten from end to end): its
-/// patch is still correct, only coarser.
-pub(crate) const DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn text_of(db: &Connection, e: Option<&Entry>) -> Result<Option<String>> {
     let Some(e) = e else {
@@ -458,7 +456,9 @@ fn text_of(db: &Connection, e: Option<&Entry>) -> Result<Option<String>> {
         return Ok(None);
     }
     let hash = e.hash.as_ref().unwrap();
-    if e.size > SNIFF_BYTES as u64 {
+    // A file of one chunk is read whole below anyway (and checked whole for a NUL):
+    // sniffing it first would read and decode its one chunk twice.
+    if e.size > crate::store::objects::CHUNK_SIZE as u64 {
         let ext = crate::store::content::extents(db, hash, e.size)?;
         if crate::store::content::read_at(db, &ext, 0, SNIFF_BYTES)?.contains(&0) {
             return Ok(None);
@@ -481,7 +481,7 @@ pub fn add_patches(db: &Connection, changes: &mut [Change], whole_limit: u64) ->
     std::thread::scope(|scope| {
         let differ = scope.spawn(move || {
             rx.into_iter()
-                .map(|(i, old, new, from, to)| (i, unified(&old, &new, &from, &to)))
+                .map(|(i, old, new, from, to)| (i, linediff::unified(&old, &new, &from, &to)))
                 .collect::<Vec<_>>()
         });
         let read: Result<()> = (|| {
@@ -535,15 +535,4 @@ pub fn add_patches(db: &Connection, changes: &mut [Change], whole_limit: u64) ->
         }
         Ok(())
     })
-}
-
-fn unified(old: &str, new: &str, from: &str, to: &str) -> String {
-    similar::TextDiff::configure()
-        .algorithm(similar::Algorithm::Myers)
-        .deadline(std::time::Instant::now() + DIFF_DEADLINE)
-        .diff_lines(old, new)
-        .unified_diff()
-        .context_radius(3)
-        .header(from, to)
-        .to_string()
 }

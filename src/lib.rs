@@ -10,6 +10,7 @@ pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod history;
+pub mod linediff;
 pub mod mcp;
 pub mod merge;
 pub mod mergepending;

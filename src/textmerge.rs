@@ -1,13 +1,13 @@
 //! Three-way line merge (diff3) of text files, for `avfs vault merge --conflicts=markers`.
 //!
-//! Both sides are diffed against the base (the `similar` crate, Myers). Changed regions
+//! Both sides are diffed against the base (`linediff`: git's Histogram diff). Changed regions
 //! ("hunks", in base line numbers) of the two sides that overlap or touch form one group;
 //! a group changed by one side only takes that side's lines, a group both sides changed
 //! identically takes them once, and any other group is a conflict, written between
 //! `<<<<<<<`, `=======` and `>>>>>>>` markers (lines both sides share at the start or end
 //! of a conflict are kept outside the markers). Adjacent changes conflict, as in git.
 
-use similar::{Algorithm, DiffTag, capture_diff_slices};
+use crate::linediff::lines;
 
 /// The merged text and how many conflict regions it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,33 +26,18 @@ struct Hunk {
     s1: usize,
 }
 
-fn lines(s: &str) -> Vec<&str> {
-    s.split_inclusive('\n').collect()
-}
-
-/// The changed regions of `side` against `base`: runs of consecutive non-equal operations.
+/// The changed regions of `side` against `base`.
 fn hunks(base: &[&str], side: &[&str], which: usize) -> Vec<Hunk> {
-    let mut out: Vec<Hunk> = Vec::new();
-    for op in capture_diff_slices(Algorithm::Myers, base, side) {
-        let (tag, old, new) = op.as_tag_tuple();
-        if tag == DiffTag::Equal {
-            continue;
-        }
-        match out.last_mut() {
-            Some(h) if h.b1 == old.start && h.s1 == new.start => {
-                h.b1 = old.end;
-                h.s1 = new.end;
-            }
-            _ => out.push(Hunk {
-                side: which,
-                b0: old.start,
-                b1: old.end,
-                s0: new.start,
-                s1: new.end,
-            }),
-        }
-    }
-    out
+    crate::linediff::hunks(base, side)
+        .into_iter()
+        .map(|h| Hunk {
+            side: which,
+            b0: h.old.start,
+            b1: h.old.end,
+            s0: h.new.start,
+            s1: h.new.end,
+        })
+        .collect()
 }
 
 fn push_lines(out: &mut String, ls: &[&str]) {

@@ -85,18 +85,5 @@ pub fn stats(db: &Connection, changes: &[Change]) -> Result<(Vec<FileStat>, Stat
 }
 
 fn count(old: &str, new: &str) -> (u64, u64) {
-    let (mut ins, mut del) = (0, 0);
-    let diff = similar::TextDiff::configure()
-        .deadline(std::time::Instant::now() + super::DIFF_DEADLINE)
-        .diff_lines(old, new);
-    for op in diff.ops() {
-        for change in diff.iter_changes(op) {
-            match change.tag() {
-                similar::ChangeTag::Insert => ins += 1,
-                similar::ChangeTag::Delete => del += 1,
-                similar::ChangeTag::Equal => {}
-            }
-        }
-    }
-    (ins, del)
+    crate::linediff::counts(old, new)
 }
