@@ -14,17 +14,9 @@ use std::ffi::CString;
 use std::path::Path;
 
 use common::Env;
-use overlay::{ok_in, overlay_or_skip, setup_with};
+use overlay::{SH_ALLOWED as POLICY, ok_in, overlay_or_skip, setup_with};
 
 const DEPTH: usize = 5_000;
-
-const POLICY: &str = r#"
-[[rule]]
-name = "test-sh"
-program = "sh"
-category = "mutating"
-decision = "allow"
-"#;
 
 fn c(s: &str) -> CString {
     CString::new(s).unwrap()
@@ -321,8 +313,7 @@ fn down(make: bool, then: &str) -> String {
 
 /// The workspace's ignored directory on the host (`status` names it).
 fn ignored_dir(env: &Env) -> std::path::PathBuf {
-    let st = env.json(&["--vault", "t", "status"]);
-    std::path::PathBuf::from(st["ignored"]["path"].as_str().expect("status names it"))
+    overlay::ignored_dir(env, "t")
 }
 
 /// Walks `top/d/d/...` down `depth` levels (no further) and says whether `name` is there.

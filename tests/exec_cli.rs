@@ -13,7 +13,6 @@ mod envelope;
 mod fuse;
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{Env, Run};
@@ -22,43 +21,7 @@ use serde_json::{Value, json};
 // ---------------------------------------------------------------- helpers
 
 use envelope::{assert_envelope, validator};
-
-/// Whether commands may run (a real mount works here). Probed once per test binary.
-fn fuse_probe() -> &'static Result<(), String> {
-    static P: OnceLock<Result<(), String>> = OnceLock::new();
-    P.get_or_init(|| {
-        if let Some(why) = fuse::fuse_unusable() {
-            return Err(why);
-        }
-        let env = Env::new();
-        env.ok(&["vault", "create", "probe"]);
-        let mp = env.path("probe-mnt");
-        std::fs::create_dir_all(&mp).unwrap();
-        let r = env.run(&["mount", "probe", mp.to_str().unwrap()]);
-        if r.code != 0 {
-            return Err(format!("avfs mount failed: {}", r.stderr.trim()));
-        }
-        let r = env.run(&["unmount", mp.to_str().unwrap()]);
-        if r.code != 0 {
-            fuse::force_detach(&mp);
-        }
-        Ok(())
-    })
-}
-
-/// True when the test may run commands; fails the test under `AVFS_REQUIRE_FUSE=1`.
-fn can_mount(test: &str) -> bool {
-    match fuse_probe() {
-        Ok(()) => true,
-        Err(why) => {
-            if std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
-                panic!("{test}: FUSE is required (AVFS_REQUIRE_FUSE=1) but mounting fails: {why}");
-            }
-            eprintln!("SKIPPED {test}: cannot mount ({why})");
-            false
-        }
-    }
-}
+use fuse::can_mount;
 
 /// A private `$AVFS_HOME` with a vault `t` holding `a.txt` ("hi\n") and `sub/b.txt`.
 fn setup() -> Env {

@@ -15,16 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::Env;
-use overlay::{changes, ok_in, overlay_or_skip, setup_with, stdout};
+use overlay::{SH_ALLOWED as POLICY, changes, ok_in, overlay_or_skip, setup_with, stdout};
 use serde_json::Value;
-
-const POLICY: &str = r#"
-[[rule]]
-name = "test-sh"
-program = "sh"
-category = "mutating"
-decision = "allow"
-"#;
 
 fn how(v: &Value) -> String {
     v["engine"]["layers"]["how"]

@@ -11,46 +11,10 @@ mod envelope;
 #[path = "common/fuse.rs"]
 mod fuse;
 
-use std::sync::OnceLock;
-
 use common::Env;
 use envelope::assert_envelope;
+use fuse::can_mount;
 use serde_json::Value;
-
-fn fuse_probe() -> &'static Result<(), String> {
-    static P: OnceLock<Result<(), String>> = OnceLock::new();
-    P.get_or_init(|| {
-        if let Some(why) = fuse::fuse_unusable() {
-            return Err(why);
-        }
-        let env = Env::new();
-        env.ok(&["vault", "create", "probe"]);
-        let mp = env.path("probe-mnt");
-        std::fs::create_dir_all(&mp).unwrap();
-        let r = env.run(&["mount", "probe", mp.to_str().unwrap()]);
-        if r.code != 0 {
-            return Err(format!("avfs mount failed: {}", r.stderr.trim()));
-        }
-        let r = env.run(&["unmount", mp.to_str().unwrap()]);
-        if r.code != 0 {
-            fuse::force_detach(&mp);
-        }
-        Ok(())
-    })
-}
-
-fn can_run(test: &str) -> bool {
-    match fuse_probe() {
-        Ok(()) => true,
-        Err(why) => {
-            if std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
-                panic!("{test}: FUSE is required (AVFS_REQUIRE_FUSE=1) but mounting fails: {why}");
-            }
-            eprintln!("SKIPPED {test}: cannot mount ({why})");
-            false
-        }
-    }
-}
 
 fn setup() -> Env {
     let env = Env::new();
@@ -157,7 +121,7 @@ fn seq_bytes(n: usize) -> Vec<u8> {
 
 #[test]
 fn a_megabyte_of_output_a_small_envelope_and_every_byte_afterwards() {
-    if !can_run("a_megabyte_of_output_a_small_envelope_and_every_byte_afterwards") {
+    if !can_mount("a_megabyte_of_output_a_small_envelope_and_every_byte_afterwards") {
         return;
     }
     let env = setup();
@@ -225,7 +189,7 @@ fn a_megabyte_of_output_a_small_envelope_and_every_byte_afterwards() {
 
 #[test]
 fn output_that_is_not_utf8_comes_back_as_hex_and_as_raw_bytes() {
-    if !can_run("output_that_is_not_utf8_comes_back_as_hex_and_as_raw_bytes") {
+    if !can_mount("output_that_is_not_utf8_comes_back_as_hex_and_as_raw_bytes") {
         return;
     }
     let env = setup();
@@ -252,7 +216,7 @@ fn output_that_is_not_utf8_comes_back_as_hex_and_as_raw_bytes() {
 
 #[test]
 fn a_stream_over_its_cap_is_cut_on_disk_and_says_so() {
-    if !can_run("a_stream_over_its_cap_is_cut_on_disk_and_says_so") {
+    if !can_mount("a_stream_over_its_cap_is_cut_on_disk_and_says_so") {
         return;
     }
     let env = setup();
@@ -275,7 +239,7 @@ fn a_stream_over_its_cap_is_cut_on_disk_and_says_so() {
 
 #[test]
 fn the_vault_cap_drops_the_oldest_execs_output_first() {
-    if !can_run("the_vault_cap_drops_the_oldest_execs_output_first") {
+    if !can_mount("the_vault_cap_drops_the_oldest_execs_output_first") {
         return;
     }
     let env = setup();
@@ -295,7 +259,7 @@ fn the_vault_cap_drops_the_oldest_execs_output_first() {
 
 #[test]
 fn vault_delete_removes_the_outputs() {
-    if !can_run("vault_delete_removes_the_outputs") {
+    if !can_mount("vault_delete_removes_the_outputs") {
         return;
     }
     let env = setup();

@@ -16,7 +16,7 @@ mod overlay;
 use std::collections::BTreeSet;
 
 use common::Env;
-use overlay::{exec_in, ok_in, overlay_or_skip, setup_with, stdout};
+use overlay::{exec_in, ignored_dir, ok_in, overlay_or_skip, setup_with, sh_in as sh, stdout};
 use serde_json::Value;
 
 const POLICY: &str = r#"
@@ -40,15 +40,6 @@ fn paths(v: &Value) -> BTreeSet<String> {
         .iter()
         .map(|c| c["path"].as_str().unwrap().to_string())
         .collect()
-}
-
-fn sh(env: &Env, vault: &str, script: &str) -> Value {
-    ok_in(env, vault, &["--", "sh", "-c", script])
-}
-
-fn ignored_dir(env: &Env, vault: &str) -> std::path::PathBuf {
-    let st = env.json(&["--vault", vault, "status"]);
-    std::path::PathBuf::from(st["ignored"]["path"].as_str().expect("status names it"))
 }
 
 const RULES: &str = "printf '.venv/\\n*.pyc\\nbuild/\\n*.txt\\n!keep.txt\\n' > .gitignore";

@@ -16,28 +16,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use common::Env;
-use overlay::{ok_in, overlay_or_skip, setup_with, stdout};
+use overlay::{
+    SH_CHECKPOINTED as POLICY, ignored_dir, ok_in, overlay_or_skip, setup_with, sh_in as sh, stdout,
+};
 use serde_json::Value;
-
-const POLICY: &str = r#"
-[[rule]]
-name = "test-sh"
-program = "sh"
-category = "mutating"
-decision = "allow_with_checkpoint"
-"#;
 
 fn ready(test: &str) -> bool {
     overlay_or_skip(test) && fuse::fuse_or_skip(test)
-}
-
-fn sh(env: &Env, vault: &str, script: &str) -> Value {
-    ok_in(env, vault, &["--", "sh", "-c", script])
-}
-
-fn ignored_dir(env: &Env, vault: &str) -> PathBuf {
-    let st = env.json(&["--vault", vault, "status"]);
-    PathBuf::from(st["ignored"]["path"].as_str().expect("status names it"))
 }
 
 fn paths(v: &Value) -> Vec<String> {

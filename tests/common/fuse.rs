@@ -39,6 +39,43 @@ pub fn fuse_or_skip(test: &str) -> bool {
     }
 }
 
+fn mount_probe() -> &'static Result<(), String> {
+    static P: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        if let Some(why) = fuse_unusable() {
+            return Err(why);
+        }
+        let env = Env::new();
+        env.ok(&["vault", "create", "probe"]);
+        let mp = env.path("probe-mnt");
+        std::fs::create_dir_all(&mp).unwrap();
+        let r = env.run(&["mount", "probe", mp.to_str().unwrap()]);
+        if r.code != 0 {
+            return Err(format!("avfs mount failed: {}", r.stderr.trim()));
+        }
+        let r = env.run(&["unmount", mp.to_str().unwrap()]);
+        if r.code != 0 {
+            force_detach(&mp);
+        }
+        Ok(())
+    })
+}
+
+/// True when a real mount works here (probed once per test binary), so a test may run
+/// commands; with `AVFS_REQUIRE_FUSE=1` a failing mount fails the test.
+pub fn can_mount(test: &str) -> bool {
+    match mount_probe() {
+        Ok(()) => true,
+        Err(why) => {
+            if std::env::var("AVFS_REQUIRE_FUSE").as_deref() == Ok("1") {
+                panic!("{test}: FUSE is required (AVFS_REQUIRE_FUSE=1) but mounting fails: {why}");
+            }
+            eprintln!("SKIPPED {test}: cannot mount ({why})");
+            false
+        }
+    }
+}
+
 /// A mounted workspace next to a native directory on the same disk.
 pub struct Mount {
     pub env: Env,

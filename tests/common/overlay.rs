@@ -42,6 +42,35 @@ pub fn overlay_or_skip(test: &str) -> bool {
     }
 }
 
+/// A policy that lets `sh` run and write (checkpointed first), as the exec tests need.
+pub const SH_CHECKPOINTED: &str = r#"
+[[rule]]
+name = "test-sh"
+program = "sh"
+category = "mutating"
+decision = "allow_with_checkpoint"
+"#;
+
+/// A policy that lets `sh` run and write with no checkpoint.
+pub const SH_ALLOWED: &str = r#"
+[[rule]]
+name = "test-sh"
+program = "sh"
+category = "mutating"
+decision = "allow"
+"#;
+
+/// `sh -c SCRIPT` in `vault` through exec; it must exit 0.
+pub fn sh_in(env: &Env, vault: &str, script: &str) -> Value {
+    ok_in(env, vault, &["--", "sh", "-c", script])
+}
+
+/// Where `status` says the workspace's ignored files are.
+pub fn ignored_dir(env: &Env, vault: &str) -> std::path::PathBuf {
+    let st = env.json(&["--vault", vault, "status"]);
+    std::path::PathBuf::from(st["ignored"]["path"].as_str().expect("status names it"))
+}
+
 /// A private home with vault `t` and `policy` as the user's policy file.
 pub fn setup_with(policy: &str) -> Env {
     let env = Env::new();
