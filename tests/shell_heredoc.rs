@@ -45,9 +45,7 @@ const BROKEN: &[&str] = &[
 const EMPTY_TAG: &[&str] = &["cat <<'' ", "cat <<\"\" ", "cat <<-'' ", "cat <<''"];
 
 fn check(env: &Env, line: &str) -> Run {
-    let mut c = env.cmd([
-        "--json", "--vault", "w", "policy", "check", "--shell", line,
-    ]);
+    let mut c = env.cmd(["--json", "--vault", "w", "policy", "check", "--shell", line]);
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         c.pre_exec(|| {
@@ -171,7 +169,10 @@ fn ordinary_here_documents_read_as_before() {
     // `<<` that is no here-document: a here-string, a shift, quoted text.
     assert_eq!(stdin_text(&one("cat <<< 'some text'")), "some text");
     assert_eq!(one("echo $((1<<4)) $((x << 2))").argv[0], "echo");
-    assert_eq!(one("grep -n '<<' notes.txt").argv, ["grep", "-n", "<<", "notes.txt"]);
+    assert_eq!(
+        one("grep -n '<<' notes.txt").argv,
+        ["grep", "-n", "<<", "notes.txt"]
+    );
     assert_eq!(
         one("grep -c '<<<<<<< HEAD' a.rs").argv,
         ["grep", "-c", "<<<<<<< HEAD", "a.rs"]
