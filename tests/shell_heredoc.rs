@@ -180,6 +180,11 @@ fn ordinary_here_documents_read_as_before() {
     // An unterminated here-document is still not understood.
     assert!(grammar::parse("cat <<EOF\nhello").is_err());
     assert!(grammar::parse("cat <<EOF").is_err());
+    // A parser message points into the line, not past the newline the parser is given.
+    let e = grammar::parse("echo $(ls").unwrap_err();
+    assert!(e.0.contains("near the end of the line"), "{e:?}");
+    let e = grammar::parse("echo 'a\nb").unwrap_err();
+    assert!(!e.0.contains("line 3"), "{e:?}");
 }
 
 #[test]

@@ -173,7 +173,7 @@ impl Lower {
         let program = guarded(|| {
             Parser::new(input.as_bytes(), opts)
                 .parse_program()
-                .map_err(|e| ParseError(e.to_string()))
+                .map_err(|e| ParseError(shell_input::at_end(&e.to_string(), &input)))
         })?;
         let mut cds = cds.to_vec();
         self.sources.push(input.chars().collect());

@@ -79,3 +79,10 @@ pub fn terminated(text: &str) -> Result<String, ParseError> {
     input.push('\n');
     Ok(input)
 }
+
+/// A parser message about `input` (a `terminated` text) as the user's text would have it:
+/// the position just past the added newline is the end of the line, not a line of its own.
+pub fn at_end(message: &str, input: &str) -> String {
+    let past = input.bytes().filter(|b| *b == b'\n').count() + 1;
+    message.replace(&format!("line {past} col 1)"), "the end of the line)")
+}
