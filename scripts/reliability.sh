@@ -11,7 +11,7 @@
 #   options: --release (test the release build), --no-docs (do not touch the docs),
 #            --fuzz-secs N (seconds per fuzz target in --long, default 60)
 #
-# Tests: tests/concurrency.rs, tests/crash_cli.rs, tests/hostile_input.rs, integrity.rs,
+# Tests: tests/concurrency.rs, tests/crash_cli.rs, tests/hostile_input.rs, shell_heredoc.rs, integrity.rs,
 # page_checksums.rs, integrity_scale.rs, limits_cli.rs, exec_cli.rs and mount_crash.rs. Tests print `RELIABILITY|suite|area|what|count|held`
 # lines; this script collects them (and every test's pass/fail) into the table between
 # the markers in docs/reliability.md. It exits non-zero when a test failed (the table is
@@ -63,7 +63,7 @@ mkdir -p "$out_dir"
 log="$out_dir/$mode.log"
 : > "$log"
 
-suites=(concurrency crash_cli hostile_input integrity page_checksums integrity_scale limits_cli exec_cli)
+suites=(concurrency crash_cli hostile_input shell_heredoc integrity page_checksums integrity_scale limits_cli exec_cli)
 [ -f tests/mount_crash.rs ] && suites+=(mount_crash)
 [ -f tests/mountfs.rs ] && suites+=(mountfs)
 [ -f tests/mount_unlinked.rs ] && suites+=(mount_unlinked)

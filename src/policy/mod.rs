@@ -6,6 +6,7 @@
 //! (it never fails open). No SQL, no processes: the boundary calls [`Policy::decide`].
 
 mod analysis;
+mod braces;
 mod builtin;
 mod classify;
 pub mod corpus;
@@ -19,6 +20,7 @@ mod payloads;
 mod rules;
 pub mod sandboxed;
 mod scripts;
+mod shell_input;
 mod tools;
 mod wrappers;
 
