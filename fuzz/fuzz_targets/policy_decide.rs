@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use agentvfs::exec::policy::Policy;
+use agentvfs::policy::Policy;
 use libfuzzer_sys::fuzz_target;
 
 fn policy() -> &'static Policy {
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = policy().decide_argv(&argv, &cwd, Some(Path::new("/mnt/ws")));
 });
 
-fn serde_json_check(d: &agentvfs::exec::policy::Decision) {
+fn serde_json_check(d: &agentvfs::policy::Decision) {
     // The decision goes into the envelope as JSON: it must serialize.
     serde_json::to_string(d).expect("a decision serializes");
 }

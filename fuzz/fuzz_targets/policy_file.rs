@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use agentvfs::exec::policy::Policy;
+use agentvfs::policy::Policy;
 use libfuzzer_sys::fuzz_target;
 
 fn path() -> &'static std::path::PathBuf {
