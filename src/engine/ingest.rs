@@ -63,6 +63,9 @@ pub struct Ingested {
     /// Regular files of a kept upper not read again: the last ingest read them, and
     /// they have not changed since.
     pub files_unchanged: u64,
+    /// Chunks of the files read that were not compressed nor stored again: this ingest
+    /// had already sent them, or the vault held them (`store::chunkdedupe`).
+    pub chunks_reused: u64,
     /// Every regular file of the upper as taken in, for the next ingest of a kept upper.
     pub memo: Memo,
     /// Entries that could not be taken in, with the reason (the run's report names them).
@@ -588,6 +591,7 @@ pub fn ingest(
             contents,
             bytes_read,
             pending: vec![],
+            chunks_reused: dedupe.reused(),
         },
         opts,
     )
@@ -600,6 +604,7 @@ pub struct Stored {
     bytes_read: u64,
     /// Chunks not committed yet (the last, partial batch): stored by `ingest_stored`.
     pending: Vec<ChunkRow>,
+    chunks_reused: u64,
 }
 
 /// Chunks are committed in transactions of about this many bytes when an upper holds
@@ -691,6 +696,7 @@ pub fn store_upper(
         contents,
         bytes_read,
         pending,
+        chunks_reused: dedupe.reused(),
     })
 }
 
@@ -726,6 +732,7 @@ pub fn ingest_stored(
         contents,
         bytes_read,
         pending,
+        chunks_reused,
     } = stored;
     for row in &pending {
         objects::put_chunk_row(db, row)?;
@@ -795,6 +802,7 @@ pub fn ingest_stored(
         files_read: walk.files.len() as u64 - files_unchanged,
         bytes_read,
         files_unchanged,
+        chunks_reused,
         memo,
         skipped: walk.skipped,
     })

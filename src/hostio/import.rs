@@ -257,7 +257,8 @@ fn walk_host(
                     let (chunks, size) = match linked.get(&key) {
                         Some(c) => c.clone(),
                         None => {
-                            let c = read_file(&p, &shown(&nodes, Some(&name)), &m, tx, &mut dedupe)?;
+                            let c =
+                                read_file(&p, &shown(&nodes, Some(&name)), &m, tx, &mut dedupe)?;
                             bytes += c.1;
                             if m.nlink() > 1 {
                                 linked.insert(key, c.clone());

@@ -19,6 +19,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, OpenFlags};
 
@@ -35,6 +36,8 @@ pub struct Dedupe {
     /// The vault file, for the threads' read connections; `None` for a database with no
     /// file (only this store's own duplicates are skipped then).
     vault: Option<PathBuf>,
+    /// Chunks not compressed: already sent, or held by the vault.
+    reused: AtomicU64,
 }
 
 impl Dedupe {
@@ -43,7 +46,14 @@ impl Dedupe {
         Dedupe {
             sent: Mutex::new(HashSet::new()),
             vault: db.path().filter(|p| !p.is_empty()).map(PathBuf::from),
+            reused: AtomicU64::new(0),
         }
+    }
+
+    /// Chunks not compressed so far: this store had already sent them, or the vault held
+    /// them when looked up.
+    pub fn reused(&self) -> u64 {
+        self.reused.load(Ordering::Relaxed)
     }
 
     /// A reading thread's view (one per thread: it holds that thread's connection).
@@ -83,9 +93,11 @@ impl Reader<'_> {
             })
             .unwrap_or(true);
         if !fresh {
+            self.shared.reused.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         if worth_compressing(data.len()) && self.vault_has(&hash) {
+            self.shared.reused.fetch_add(1, Ordering::Relaxed);
             return Some(ChunkRow::held(hash, data, packing));
         }
         let packed = compress_chunk(&data, packing);
@@ -117,4 +129,81 @@ fn open_reader(path: &std::path::Path) -> Option<Connection> {
     super::persist_wal(&conn);
     conn.busy_timeout(std::time::Duration::from_secs(5)).ok()?;
     Some(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use crate::store::objects::{get_chunk, put_chunk, put_chunk_row};
+
+    fn text(n: usize, seed: u8) -> Vec<u8> {
+        (0..n).map(|i| b'a' + ((i / 7) as u8 ^ seed) % 26).collect()
+    }
+
+    fn codec(db: &Connection, h: &Hash) -> i64 {
+        db.query_row("SELECT codec FROM chunk WHERE hash = ?1", [&h.0[..]], |r| {
+            r.get(0)
+        })
+        .unwrap()
+    }
+
+    /// A chunk the vault holds comes back held (not compressed), one already sent comes
+    /// back as nothing, a new one compressed; each reader of the store sees what the
+    /// others sent.
+    #[test]
+    fn sent_and_held_chunks_are_not_compressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("v.avfs")).unwrap();
+        let old = text(5000, 1);
+        let old_hash = put_chunk(&store.conn, &old).unwrap();
+        let new = text(5000, 2);
+        let new_hash = Hash::of(&new);
+        let d = Dedupe::new(&store.conn);
+        let (mut a, mut b) = (d.reader(), d.reader());
+        let held = a.row(old_hash, old.clone(), Packing::Fast).unwrap();
+        assert!(!held.packed(), "the vault holds it: not compressed");
+        let packed = b.row(new_hash, new.clone(), Packing::Fast).unwrap();
+        assert!(packed.packed());
+        assert!(
+            a.row(new_hash, new, Packing::Fast).is_none(),
+            "sent already"
+        );
+        assert!(
+            b.row(old_hash, old, Packing::Fast).is_none(),
+            "sent already"
+        );
+        assert_eq!(d.reused(), 3);
+        // Stored, the rows hold what was read; the held one leaves the vault's row as is.
+        let before = codec(&store.conn, &old_hash);
+        put_chunk_row(&store.conn, &held).unwrap();
+        put_chunk_row(&store.conn, &packed).unwrap();
+        assert_eq!(codec(&store.conn, &old_hash), before);
+        assert_eq!(get_chunk(&store.conn, &new_hash).unwrap(), text(5000, 2));
+    }
+
+    /// A held row whose chunk went between the look-up and the writer's insert (a space
+    /// reclaim committed in between) is stored, compressed, from the bytes it carries: a
+    /// reference to it never dangles.
+    #[test]
+    fn a_held_chunk_that_went_meanwhile_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("v.avfs")).unwrap();
+        let data = text(20_000, 3);
+        let h = put_chunk(&store.conn, &data).unwrap();
+        let d = Dedupe::new(&store.conn);
+        let row = d.reader().row(h, data.clone(), Packing::Small).unwrap();
+        assert!(!row.packed());
+        store
+            .conn
+            .execute("DELETE FROM chunk WHERE hash = ?1", [&h.0[..]])
+            .unwrap();
+        put_chunk_row(&store.conn, &row).unwrap();
+        assert_eq!(get_chunk(&store.conn, &h).unwrap(), data);
+        assert_eq!(
+            codec(&store.conn, &h),
+            crate::store::objects::CODEC_ZSTD,
+            "compressed as its packing says"
+        );
+    }
 }
