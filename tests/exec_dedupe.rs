@@ -82,7 +82,9 @@ fn reused(v: &Value) -> u64 {
 /// Exports `path` of the workspace and checks every file against `want` (names relative
 /// to `path`).
 fn reads_back(env: &Env, path: &str, want: &BTreeMap<String, Vec<u8>>) {
-    let out = env.path(&format!("out{}", path.replace('/', "_")));
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = env.path(&format!("out{n}"));
     env.ok(&["--vault", "t", "export", path, out.to_str().unwrap()]);
     for (name, data) in want {
         let got = std::fs::read(out.join(name)).unwrap();
