@@ -9,9 +9,11 @@
 //!
 //! File contents are read and hashed on worker threads (from the page cache: the run just
 //! wrote them) while the calling thread stores the chunks, all in the caller's one
-//! transaction. A file copied up but left unchanged yields the base's entry again, so it
-//! is not a change. Only a file's data is read (`SEEK_DATA`: a sparse file costs what it
-//! holds), and in a kept overlay only the files changed since its last ingest (`memo`).
+//! transaction. A chunk this ingest already sent, or that the vault already holds, is
+//! not compressed nor stored again (`store::chunkdedupe`). A file copied up but left
+//! unchanged yields the base's entry again, so it is not a change. Only a file's data is
+//! read (`SEEK_DATA`: a sparse file costs what it holds), and in a kept overlay only the
+//! files changed since its last ingest (`memo`).
 //! The upper is walked relative to open directories and the tree built without
 //! recursion, so a run may make a tree of any depth (`upper`).
 
