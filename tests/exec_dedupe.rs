@@ -116,6 +116,10 @@ fn duplicates_and_content_the_vault_holds_are_stored_once_and_read_back() {
         "import stores each chunk once"
     );
     reads_back(&env, "/src", &files);
+    // Imported again: every chunk is one the vault holds.
+    env.ok(&["--vault", "t", "import", host.to_str().unwrap(), "/src2"]);
+    assert_eq!(chunk_rows(&env) - before, distinct, "nothing stored again");
+    reads_back(&env, "/src2", &files);
 
     // A run copies the tree twice: every chunk is one the vault holds (the first copy)
     // or one this ingest already sent (the second); none is stored again. Only the first
