@@ -559,6 +559,7 @@ fn run_in(job: &JobIn, v: &VaultRef, mut store: Store, envelope: &mut Envelope) 
                         files_read: ing.files_read,
                         bytes_read: ing.bytes_read,
                         files_unchanged: ing.files_unchanged,
+                        chunks_reused: ing.chunks_reused,
                         ms: started.elapsed().as_millis() as u64,
                         skipped: ing.skipped.clone(),
                     });

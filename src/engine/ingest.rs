@@ -9,9 +9,11 @@
 //!
 //! File contents are read and hashed on worker threads (from the page cache: the run just
 //! wrote them) while the calling thread stores the chunks, all in the caller's one
-//! transaction. A file copied up but left unchanged yields the base's entry again, so it
-//! is not a change. Only a file's data is read (`SEEK_DATA`: a sparse file costs what it
-//! holds), and in a kept overlay only the files changed since its last ingest (`memo`).
+//! transaction. A chunk this ingest already sent, or that the vault already holds, is
+//! not compressed nor stored again (`store::chunkdedupe`). A file copied up but left
+//! unchanged yields the base's entry again, so it is not a change. Only a file's data is
+//! read (`SEEK_DATA`: a sparse file costs what it holds), and in a kept overlay only the
+//! files changed since its last ingest (`memo`).
 //! The upper is walked relative to open directories and the tree built without
 //! recursion, so a run may make a tree of any depth (`upper`).
 
@@ -32,6 +34,7 @@ use super::scan::{Meta, user_xattrs_fd};
 use super::upper::{Found, FoundFile, FoundKind, Walk, walk};
 use crate::error::{Error, Result};
 use crate::store::Store;
+use crate::store::chunkdedupe::{Dedupe, Reader};
 use crate::store::counter_take;
 use crate::store::objects::{
     self, CHUNK_SIZE, ChunkRow, DirAttrs, Entry, Hash, Kind, Packing, Tree, Xattrs, get_tree,
@@ -62,6 +65,9 @@ pub struct Ingested {
     /// Regular files of a kept upper not read again: the last ingest read them, and
     /// they have not changed since.
     pub files_unchanged: u64,
+    /// Chunks of the files read that were not compressed nor stored again: this ingest
+    /// had already sent them, or the vault held them (`store::chunkdedupe`).
+    pub chunks_reused: u64,
     /// Every regular file of the upper as taken in, for the next ingest of a kept upper.
     pub memo: Memo,
     /// Entries that could not be taken in, with the reason (the run's report names them).
@@ -109,7 +115,14 @@ const BATCH_BYTES: u64 = 16 * CHUNK_SIZE as u64;
 /// skipped with `SEEK_DATA` (a 64 GiB file holding one byte costs one block), and blocks
 /// that read as zeros are holes too. It reads the size the file has when opened: the
 /// run's processes are gone, nothing writes to the upper.
-fn hash_file(file: &FoundFile, shown: &dyn Fn() -> String, tx: &SyncSender<Msg>) -> FileRead {
+///
+/// A chunk this ingest already sent, or that the vault holds, is not compressed (`dedupe`).
+fn hash_file(
+    file: &FoundFile,
+    shown: &dyn Fn() -> String,
+    tx: &SyncSender<Msg>,
+    dedupe: &mut Reader,
+) -> FileRead {
     use std::io::{Seek, SeekFrom};
     let fail = |e: std::io::Error| format!("{}: {e}", shown());
     let f = file.rel.open_file().map_err(fail)?;
@@ -164,13 +177,14 @@ fn hash_file(file: &FoundFile, shown: &dyn Fn() -> String, tx: &SyncSender<Msg>)
         let h = Hash::of(&buf);
         if h != zero {
             out.chunks.push((block, h));
-            // Compressed here, on the worker: the storing thread only inserts.
-            let row = ChunkRow::new(h, buf, Packing::Fast);
-            if hold {
-                held.push(row);
-            } else {
-                tx.send(Msg::Chunk(row))
-                    .map_err(|_| "the storing thread stopped".to_string())?;
+            // Compressed here, on the worker: the storing thread only inserts. No row for
+            // a chunk this ingest already sent.
+            match dedupe.row(h, buf, Packing::Fast) {
+                Some(row) if hold => held.push(row),
+                Some(row) => tx
+                    .send(Msg::Chunk(row))
+                    .map_err(|_| "the storing thread stopped".to_string())?,
+                None => {}
             }
         }
         if short {
@@ -202,6 +216,7 @@ fn seek_data(f: &fs::File, from: u64) -> std::io::Result<Option<u64>> {
 /// files' contents and the bytes read.
 fn store_files(
     walk: &Walk,
+    dedupe: &Dedupe,
     store: &mut dyn FnMut(ChunkRow) -> Result<()>,
 ) -> Result<(Vec<FileContent>, u64)> {
     let files = &walk.files;
@@ -227,7 +242,7 @@ fn store_files(
     // Most runs write no file (`true`, `git status`, a failed build): no worker threads
     // then, nor the cgroup reads `available_parallelism` makes.
     if !to_read.is_empty() {
-        read_files(walk, &to_read, &mut results, &mut bytes, store)?;
+        read_files(walk, &to_read, &mut results, &mut bytes, dedupe, store)?;
     }
     let mut out = Vec::with_capacity(files.len());
     for (i, r) in results.into_iter().enumerate() {
@@ -256,6 +271,7 @@ fn read_files(
     to_read: &[usize],
     results: &mut Results,
     bytes: &mut u64,
+    dedupe: &Dedupe,
     store: &mut dyn FnMut(ChunkRow) -> Result<()>,
 ) -> Result<()> {
     let workers = std::thread::available_parallelism()
@@ -270,6 +286,7 @@ fn read_files(
             let tx = tx.clone();
             let next = &next;
             s.spawn(move || {
+                let mut dedupe = dedupe.reader();
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&i) = to_read.get(k) else {
@@ -277,7 +294,7 @@ fn read_files(
                     };
                     let f = &walk.files[i];
                     let shown = || format!("upper /{}", walk.display(f.dir, Some(&f.name)));
-                    let r = hash_file(f, &shown, &tx);
+                    let r = hash_file(f, &shown, &tx, &mut dedupe);
                     if tx.send(Msg::Done(i, r)).is_err() {
                         break;
                     }
@@ -565,7 +582,9 @@ pub fn ingest(
     opts: IngestOptions,
 ) -> Result<Ingested> {
     let walk = walk(upper, None)?;
-    let (contents, bytes_read) = store_files(&walk, &mut |row| objects::put_chunk_row(db, &row))?;
+    let dedupe = Dedupe::new(db);
+    let (contents, bytes_read) =
+        store_files(&walk, &dedupe, &mut |row| objects::put_chunk_row(db, &row))?;
     ingest_stored(
         db,
         base_root,
@@ -574,6 +593,7 @@ pub fn ingest(
             contents,
             bytes_read,
             pending: vec![],
+            chunks_reused: dedupe.reused(),
         },
         opts,
     )
@@ -586,6 +606,7 @@ pub struct Stored {
     bytes_read: u64,
     /// Chunks not committed yet (the last, partial batch): stored by `ingest_stored`.
     pending: Vec<ChunkRow>,
+    chunks_reused: u64,
 }
 
 /// Chunks are committed in transactions of about this many bytes when an upper holds
@@ -627,6 +648,7 @@ pub fn store_upper(
     let mut pending_bytes = 0usize;
     // Trees of committed batches, each listing its chunks; the pin names a tree of them.
     let mut batches: Vec<Hash> = vec![];
+    let dedupe = Dedupe::new(&store.conn);
     let mut commit = |batch: Vec<ChunkRow>, batches: &mut Vec<Hash>| -> Result<()> {
         store.write(|db| {
             let mut entries = Vec::with_capacity(batch.len());
@@ -662,7 +684,7 @@ pub fn store_upper(
             crate::store::pins::pin(db, pin, &root)
         })
     };
-    let (contents, bytes_read) = store_files(&walk, &mut |row| {
+    let (contents, bytes_read) = store_files(&walk, &dedupe, &mut |row| {
         pending_bytes += row.len;
         pending.push(row);
         if pending_bytes >= COMMIT_BYTES {
@@ -676,6 +698,7 @@ pub fn store_upper(
         contents,
         bytes_read,
         pending,
+        chunks_reused: dedupe.reused(),
     })
 }
 
@@ -711,6 +734,7 @@ pub fn ingest_stored(
         contents,
         bytes_read,
         pending,
+        chunks_reused,
     } = stored;
     for row in &pending {
         objects::put_chunk_row(db, row)?;
@@ -780,6 +804,7 @@ pub fn ingest_stored(
         files_read: walk.files.len() as u64 - files_unchanged,
         bytes_read,
         files_unchanged,
+        chunks_reused,
         memo,
         skipped: walk.skipped,
     })

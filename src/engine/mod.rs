@@ -78,6 +78,10 @@ pub struct IngestInfo {
     /// ingest read them, and they have not changed since.
     #[serde(default)]
     pub files_unchanged: u64,
+    /// Chunks of the files read that the vault already held or this ingest had already
+    /// sent: neither compressed nor stored again.
+    #[serde(default)]
+    pub chunks_reused: u64,
     pub ms: u64,
     /// Entries of the upper that could not be taken in.
     #[serde(skip_serializing_if = "Vec::is_empty")]

@@ -1,6 +1,7 @@
 //! Import: a host directory tree into a workspace (see the module above).
 
 use super::*;
+use crate::store::chunkdedupe::{Dedupe, Reader};
 use crate::store::objects::{ChunkRow, Packing};
 
 /// One host entry seen by the walk. Nodes are numbered in walk order, so a node's
@@ -107,6 +108,7 @@ fn read_file(
     shown: &Path,
     m: &fs::Metadata,
     tx: &mut Batcher,
+    dedupe: &mut Reader,
 ) -> Result<(Extents, u64)> {
     use std::os::unix::fs::FileExt;
     let host_err = |_: &Path, e: io::Error| host_err(shown, e);
@@ -150,8 +152,11 @@ fn read_file(
             if got > 0 && (expect <= cs || buf.iter().any(|b| *b != 0)) {
                 let h = Hash::of(&buf);
                 list.push((idx, h));
-                // An import stores a tree once: it takes the smaller encoding.
-                tx.send(Msg::Chunk(ChunkRow::new(h, buf, Packing::Small)))?;
+                // An import stores a tree once: it takes the smaller encoding. A chunk
+                // already sent or already in the vault is not compressed (`chunkdedupe`).
+                if let Some(row) = dedupe.row(h, buf, Packing::Small) {
+                    tx.send(Msg::Chunk(row))?;
+                }
             }
             if got < want {
                 size = idx * cs + got as u64;
@@ -181,7 +186,13 @@ fn host_path(root: &Path, nodes: &[Node], idx: usize, name: Option<&[u8]>) -> Pa
 }
 
 /// Walks the host tree (the reader thread): metadata, symlink targets and file contents.
-fn walk_host(root: &Path, exclude: &HashSet<(u64, u64)>, tx: SyncSender<Vec<Msg>>) -> Result<Walk> {
+fn walk_host(
+    root: &Path,
+    exclude: &HashSet<(u64, u64)>,
+    tx: SyncSender<Vec<Msg>>,
+    dedupe: &Dedupe,
+) -> Result<Walk> {
+    let mut dedupe = dedupe.reader();
     let tx = &mut Batcher {
         tx,
         batch: Vec::with_capacity(BATCH_MSGS),
@@ -246,7 +257,8 @@ fn walk_host(root: &Path, exclude: &HashSet<(u64, u64)>, tx: SyncSender<Vec<Msg>
                     let (chunks, size) = match linked.get(&key) {
                         Some(c) => c.clone(),
                         None => {
-                            let c = read_file(&p, &shown(&nodes, Some(&name)), &m, tx)?;
+                            let c =
+                                read_file(&p, &shown(&nodes, Some(&name)), &m, tx, &mut dedupe)?;
                             bytes += c.1;
                             if m.nlink() > 1 {
                                 linked.insert(key, c.clone());
@@ -377,10 +389,12 @@ pub fn import(
     // Fail on a bad destination before reading anything.
     locate_dest(ws, dest, false)?;
     let exclude = vault_files(ws.db);
+    let dedupe = Dedupe::new(ws.db);
     let (walk, contents) = std::thread::scope(|s| -> Result<_> {
         let (tx, rx) = sync_channel::<Vec<Msg>>(CHANNEL_DEPTH);
         let exclude = &exclude;
-        let reader = s.spawn(move || walk_host(host, exclude, tx));
+        let dedupe = &dedupe;
+        let reader = s.spawn(move || walk_host(host, exclude, tx, dedupe));
         let stored = store_contents(ws.db, rx, progress);
         let walked = reader
             .join()

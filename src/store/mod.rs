@@ -3,6 +3,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod chunkdedupe;
 pub mod content;
 mod creating;
 pub mod homedb;

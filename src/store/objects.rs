@@ -479,8 +479,17 @@ pub struct ChunkRow {
     pub hash: Hash,
     /// The chunk's length (not its stored length).
     pub len: usize,
-    codec: i64,
-    stored: Vec<u8>,
+    form: Form,
+}
+
+enum Form {
+    /// The row as stored: its codec and bytes.
+    Packed { codec: i64, stored: Vec<u8> },
+    /// The vault held the chunk when the reading thread looked (`store::chunkdedupe`), so
+    /// it was not compressed. Its bytes come along for the one case where it is gone by
+    /// the time the writer inserts (a space reclaim committed in between): the writer
+    /// then compresses and stores them, so a reference never dangles.
+    Held { data: Vec<u8>, packing: Packing },
 }
 
 impl ChunkRow {
@@ -492,25 +501,62 @@ impl ChunkRow {
     /// The row of `data`, given what [`compress_chunk`] made of it.
     pub fn with(hash: Hash, data: Vec<u8>, packed: Option<(i64, Vec<u8>)>) -> ChunkRow {
         let len = data.len();
-        match packed {
-            Some((codec, stored)) => ChunkRow {
-                hash,
-                len,
-                codec,
-                stored,
-            },
-            None => ChunkRow {
-                hash,
-                len,
+        let form = match packed {
+            Some((codec, stored)) => Form::Packed { codec, stored },
+            None => Form::Packed {
                 codec: CODEC_RAW,
                 stored: data,
             },
+        };
+        ChunkRow { hash, len, form }
+    }
+
+    /// The row of a chunk the vault was seen to hold: not compressed unless the writer
+    /// finds it gone.
+    pub fn held(hash: Hash, data: Vec<u8>, packing: Packing) -> ChunkRow {
+        ChunkRow {
+            hash,
+            len: data.len(),
+            form: Form::Held { data, packing },
+        }
+    }
+
+    /// Was it compressed (false: the vault was seen to hold it)?
+    pub fn packed(&self) -> bool {
+        matches!(self.form, Form::Packed { .. })
+    }
+}
+
+/// Inserts `row` unless the vault holds its chunk. Called inside the writer's transaction:
+/// a held row's chunk is checked there, so it exists when that transaction commits.
+pub fn put_chunk_row(db: &Connection, row: &ChunkRow) -> Result<()> {
+    match &row.form {
+        Form::Packed { codec, stored } => put_chunk_stored(db, &row.hash, *codec, stored),
+        Form::Held { data, packing } => {
+            if has_chunk(db, &row.hash)? {
+                return Ok(());
+            }
+            match compress_chunk(data, *packing) {
+                Some((codec, packed)) => put_chunk_stored(db, &row.hash, codec, &packed),
+                None => put_chunk_stored(db, &row.hash, CODEC_RAW, data),
+            }
         }
     }
 }
 
-pub fn put_chunk_row(db: &Connection, row: &ChunkRow) -> Result<()> {
-    put_chunk_stored(db, &row.hash, row.codec, &row.stored)
+/// Does the vault hold chunk `h`? (An index lookup: the row's data is not read.)
+pub fn has_chunk(db: &Connection, h: &Hash) -> Result<bool> {
+    Ok(db
+        .prepare_cached("SELECT 1 FROM chunk WHERE hash = ?1")?
+        .query_row([&h.0[..]], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+/// Below this a chunk is not compressed ([`compress_chunk`]): nothing to save by
+/// looking it up first.
+pub fn worth_compressing(len: usize) -> bool {
+    len >= COMPRESS_MIN
 }
 
 /// `chunk.codec`: `data` holds the chunk's bytes as they are.

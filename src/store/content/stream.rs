@@ -1,7 +1,9 @@
 //! Storing a whole file from a stream or a host path: blocks are read in batches, hashed
-//! on every core, and inserted in order by the calling thread (SQLite has one writer).
+//! on every core, the ones the vault lacks compressed on every core, and inserted in
+//! order by the calling thread (SQLite has one writer).
 //! Blocks of zeros, and the holes of a sparse host file, are not stored.
 
+use std::collections::HashSet;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -11,7 +13,9 @@ use rusqlite::Connection;
 
 use super::{CS, Extents, MAX_FILE_SIZE, check_size, store_extents};
 use crate::error::{Error, Result};
-use crate::store::objects::{CHUNK_SIZE, ChunkRow, Hash, Packing, compress_chunk, put_chunk_row};
+use crate::store::objects::{
+    CHUNK_SIZE, ChunkRow, Hash, Packing, compress_chunk, has_chunk, put_chunk_row,
+};
 
 /// Blocks read and hashed together (4 MiB).
 const BATCH: usize = 64;
@@ -19,26 +23,21 @@ const BATCH: usize = 64;
 /// One block read from the source: its index and bytes.
 type Block = (u64, Vec<u8>);
 
-/// A block's hash and compressed form, or `None` for a block of zeros.
-type Packed = Option<(Hash, Option<(i64, Vec<u8>)>)>;
-
-/// Hashes and compresses a batch on every core.
-fn hash_batch(batch: &[Block]) -> Vec<Packed> {
-    let hash = |d: &[u8]| {
-        (!d.iter().all(|b| *b == 0)).then(|| (Hash::of(d), compress_chunk(d, Packing::Fast)))
-    };
+/// Runs `f` over `items` on every core; the results in order.
+fn par_map<T: Sync, U: Send>(items: &[T], f: impl Fn(&T) -> U + Sync) -> Vec<U> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-        .min(batch.len().div_ceil(4).max(1));
+        .min(items.len().div_ceil(4).max(1));
     if threads <= 1 {
-        return batch.iter().map(|(_, d)| hash(d)).collect();
+        return items.iter().map(&f).collect();
     }
-    let per = batch.len().div_ceil(threads);
+    let per = items.len().div_ceil(threads);
+    let f = &f;
     std::thread::scope(|s| {
-        let parts: Vec<_> = batch
+        let parts: Vec<_> = items
             .chunks(per)
-            .map(|part| s.spawn(move || part.iter().map(|(_, d)| hash(d)).collect::<Vec<_>>()))
+            .map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
             .collect();
         parts
             .into_iter()
@@ -69,13 +68,33 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// Hashes the batch on every core, then compresses (on every core) and stores only
+    /// the blocks the vault lacks: looked up on the writing connection, inside its
+    /// transaction, so it sees the blocks this file stored already and nothing can take
+    /// a chunk found there before the content referencing it is committed.
     fn store_batch(&mut self) -> Result<()> {
-        let hashes = hash_batch(&self.batch);
-        for ((idx, data), h) in self.batch.drain(..).zip(hashes) {
-            if let Some((h, packed)) = h {
-                put_chunk_row(self.db, &ChunkRow::with(h, data, packed))?;
-                self.list.push((idx, h));
+        let hashes = par_map(&self.batch, |(_, d)| {
+            (!d.iter().all(|b| *b == 0)).then(|| Hash::of(d))
+        });
+        let mut seen = HashSet::new();
+        let mut new = Vec::new();
+        for (i, h) in hashes.iter().enumerate() {
+            if let Some(h) = h
+                && seen.insert(*h)
+                && !has_chunk(self.db, h)?
+            {
+                new.push(i);
             }
+        }
+        let batch = &self.batch;
+        let packed = par_map(&new, |&i| compress_chunk(&batch[i].1, Packing::Fast));
+        let mut packed = new.into_iter().zip(packed).peekable();
+        for (i, ((idx, data), h)) in self.batch.drain(..).zip(hashes).enumerate() {
+            let Some(h) = h else { continue };
+            if let Some((_, p)) = packed.next_if(|(j, _)| *j == i) {
+                put_chunk_row(self.db, &ChunkRow::with(h, data, p))?;
+            }
+            self.list.push((idx, h));
         }
         Ok(())
     }
