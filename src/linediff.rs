@@ -28,17 +28,41 @@ pub fn lines(s: &str) -> Vec<&str> {
 /// The changed regions between two lists of lines, in order. Lines compare whole,
 /// line ends included (a last line that lost its newline changed).
 pub fn hunks(old: &[&str], new: &[&str]) -> Vec<Hunk> {
+    // The lines both share at the start and the end are left out first, as git's xdiff
+    // does (`xdl_trim_ends`): an agent's edit changes a few lines of a file, and only
+    // those few are then interned and diffed.
+    let head = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    let (old_rest, new_rest) = (&old[head..], &new[head..]);
+    let tail = old_rest
+        .iter()
+        .rev()
+        .zip(new_rest.iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let old_mid = &old_rest[..old_rest.len() - tail];
+    let new_mid = &new_rest[..new_rest.len() - tail];
+    if old_mid.is_empty() || new_mid.is_empty() {
+        // Only added or only removed lines: one hunk, nothing to align.
+        return if old_mid.len() + new_mid.len() == 0 {
+            vec![]
+        } else {
+            vec![Hunk {
+                old: head..head + old_mid.len(),
+                new: head..head + new_mid.len(),
+            }]
+        };
+    }
     let mut input = InternedInput::default();
-    input.update_before(old.iter().copied());
-    input.update_after(new.iter().copied());
+    input.update_before(old_mid.iter().copied());
+    input.update_after(new_mid.iter().copied());
     let mut diff = Diff::compute(Algorithm::Histogram, &input);
     // Slides each change to where a person would put it (git's indent heuristic), so
     // an inserted function starts at its own first line, not at a shared closing brace.
     diff.postprocess_lines(&input);
     diff.hunks()
         .map(|h| Hunk {
-            old: h.before.start as usize..h.before.end as usize,
-            new: h.after.start as usize..h.after.end as usize,
+            old: head + h.before.start as usize..head + h.before.end as usize,
+            new: head + h.after.start as usize..head + h.after.end as usize,
         })
         .collect()
 }
