@@ -3,9 +3,9 @@
 //! Text is indexed once per distinct content hash (`search_text` + the contentless
 //! `search_fts`), shared by every path, version and fork that holds it. Each workspace
 //! maps its paths to indexed contents (`search_doc`) and records the root tree the index
-//! reflects (`search_state`). Bringing the index up to date is a diff of that root and the
-//! current one, so it costs O(changes); only content never seen before is read and
-//! tokenized. A workspace without an index (or whose indexed root `gc` removed) is
+//! reflects (`search_state`); a vault's first search makes these tables (format 10).
+//! Bringing the index up to date is a diff of that root and the current one, so it costs
+//! O(changes); only content never seen before is read and tokenized. A workspace without an index (or whose indexed root `gc` removed) is
 //! indexed by one walk of its tree, still reading only unseen content.
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -141,12 +141,14 @@ fn drop_text_if_unused(db: &Connection, text: i64) -> Result<()> {
 /// Drops a workspace's index (the workspace is being deleted): the rows live in the
 /// vault's schema, so the store removes them (`workspace::delete_workspace` calls it).
 pub use crate::store::search_rows::forget_workspace;
-use crate::store::search_rows::purge_unused_texts;
+use crate::store::search_rows::{ensure_tables, has_tables, purge_unused_texts};
 
 /// Brings the workspace's index up to date with its live state (flushed first).
 pub fn update(ws: &mut Workspace, progress: &dyn Fn(u64)) -> Result<IndexUpdate> {
     let db = ws.db;
     let id = ws.info.id;
+    // A vault's first search makes the index's tables (format 10).
+    ensure_tables(db)?;
     let current = ws.flush()?;
     // The changes since the indexed root; none (a full walk) when there is no index yet,
     // or when its root, or a tree below it, is gone (removed by gc).
@@ -271,6 +273,10 @@ pub fn query(
     under: &[Vec<u8>],
     limit: usize,
 ) -> Result<Vec<Hit>> {
+    // No index yet (`update` was not run on this vault): nothing is found.
+    if !has_tables(db)? {
+        return Ok(vec![]);
+    }
     let (lo, hi, exact) = if under.is_empty() {
         (vec![], vec![], vec![])
     } else {

@@ -504,18 +504,64 @@ fn search_ranks_snippets_and_updates_incrementally() {
     );
 }
 
+/// A vault is made without the search index's tables (format 10): its first search makes
+/// them, and a vault never searched forks, deletes workspaces and verifies without them.
+#[test]
+fn the_first_search_makes_the_index_tables() {
+    let env = Env::new();
+    env.ok(&["write", "/notes.md", "the lazy index\n"]);
+    let path = env.home().join("vaults/default.avfs");
+    let tables = || -> Vec<String> {
+        let db = rusqlite::Connection::open(&path).unwrap();
+        let mut st = db
+            .prepare("SELECT name FROM sqlite_schema WHERE name LIKE 'search%' ORDER BY name")
+            .unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect()
+    };
+    assert_eq!(tables(), Vec::<String>::new());
+    let pages_before = std::fs::metadata(&path).unwrap().len();
+    // Without them: a fork made and deleted, a full check.
+    env.ok(&["vault", "fork", "default", "side"]);
+    env.ok(&["vault", "delete", "side", "--yes"]);
+    assert_eq!(env.json(&["vault", "verify"])["report"]["ok"], true);
+    let v = env.json(&["search", "lazy"]);
+    assert_eq!(v["results"][0]["path"], "/notes.md", "{v}");
+    let made = tables();
+    for t in ["search_doc", "search_fts", "search_state", "search_text"] {
+        assert!(made.contains(&t.to_string()), "{t} not made: {made:?}");
+    }
+    assert_eq!(env.json(&["vault", "verify"])["report"]["ok"], true);
+    // Nine pages were not there before.
+    assert!(std::fs::metadata(&path).unwrap().len() >= pages_before + 9 * 4096);
+    // A workspace deleted now leaves no document of it behind.
+    env.ok(&["vault", "fork", "default", "side2"]);
+    env.ok(&["--vault", "side2", "search", "lazy"]);
+    env.ok(&["vault", "delete", "side2", "--yes"]);
+    assert_eq!(
+        env.json(&["search", "lazy"])["results"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
 #[test]
 fn old_vaults_migrate_to_the_current_format_and_newer_ones_are_refused() {
     let env = Env::new();
     env.ok(&["write", "/a.txt", "migrated text\n"]);
     let path = env.home().join("vaults/default.avfs");
     {
-        // Turn the file back into format 3: no search tables (format 4), no extents,
+        // Turn the file back into format 3: no search tables (format 4; since format 10 made by the first search), no extents,
         // access times or reclaim table (format 5), no audit heads (format 6), no remotes (format 7), chunks as they are (format 9). Dropping a column added by ALTER TABLE restores the schema text.
         let db = rusqlite::Connection::open(&path).unwrap();
         db.execute_batch(
             "ALTER TABLE chunk DROP COLUMN codec;
-             DROP TABLE search_fts; DROP TABLE search_text; DROP TABLE search_doc; DROP TABLE search_state;
+             DROP TABLE IF EXISTS search_fts; DROP TABLE IF EXISTS search_text;
+             DROP TABLE IF EXISTS search_doc; DROP TABLE IF EXISTS search_state;
              ALTER TABLE content DROP COLUMN format; ALTER TABLE inode DROP COLUMN atime_ns;
              DROP TABLE reclaim_young;
              ALTER TABLE workspace DROP COLUMN audit_head; ALTER TABLE checkpoint DROP COLUMN audit_head;

@@ -7,10 +7,10 @@
 pub const APPLICATION_ID: u32 = 0x6176_6673;
 
 /// The newest vault format this build reads and writes.
-pub const FORMAT_VERSION: i64 = 9;
+pub const FORMAT_VERSION: i64 = 10;
 
 /// Migration `i` upgrades a file from format `i` to `i + 1` (index 0 creates format 1).
-pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+pub const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 const V1: &str = r#"
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -137,13 +137,18 @@ CREATE TABLE quota (
 );
 "#;
 
-/// Format 4: the full-text index of `avfs search` (SQLite FTS5). Text is indexed once per
+/// The full-text index of `avfs search` (SQLite FTS5). Text is indexed once per
 /// distinct content (`search_text`, whose id is the FTS rowid); each workspace maps its
 /// paths to indexed contents (`search_doc`) and remembers the root tree the index
 /// reflects (`search_state`), so bringing it up to date is a diff of two roots:
 /// O(changes). The FTS table is contentless: snippets are cut from the stored files, so
 /// the text is not stored twice. Everything here is derived data, rebuilt when missing.
-const V4: &str = r#"
+///
+/// Format 4 made these tables with the vault; since format 10 the first search of a vault
+/// makes them (`search::update`), and a vault never searched does without their nine
+/// pages (144 KiB). A file of formats 4-9 keeps the ones it has; `schema_check` takes the
+/// group as optional, whole or absent.
+pub const SEARCH_TABLES: &str = r#"
 -- indexed = 0: binary or too large, known so it is not read again.
 CREATE TABLE search_text (
   id INTEGER PRIMARY KEY,
@@ -163,6 +168,10 @@ CREATE TABLE search_doc (
 CREATE INDEX search_doc_by_text ON search_doc (text);
 CREATE TABLE search_state (workspace INTEGER PRIMARY KEY, root BLOB NOT NULL);
 "#;
+
+/// Format 4 made `SEARCH_TABLES`; they are made on first use now (format 10), so the
+/// step to format 4 makes nothing.
+const V4: &str = "";
 
 /// Format 5: file content as extents, and access times.
 /// * `content.format`: 0 = the dense chunk list of formats 1-4 (one 32-byte hash per 64 KiB
@@ -251,3 +260,8 @@ ALTER TABLE remote_pack ADD COLUMN entries BLOB;
 const V9: &str = r#"
 ALTER TABLE chunk ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;
 "#;
+
+/// Format 10: the search index's tables (`SEARCH_TABLES`) are made by the first search,
+/// not with the vault. Nothing changes in a file upgraded to it; an older avfs, which
+/// expects them, refuses a format 10 file (`vault_too_new`).
+const V10: &str = "";

@@ -9,13 +9,16 @@
 //! compared by digest with `CURRENT_DIGEST`, the digest of the current format's schema;
 //! only a file of an older format, or one that differs, pays for the rebuild (which also
 //! names the differences).
+//!
+//! Some tables are made on first use (`OPTIONAL`: the search index): a file has such a
+//! group whole, exactly as its DDL makes it, or not at all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, OnceLock};
 
 use rusqlite::Connection;
 
-use super::schema::{FORMAT_VERSION, MIGRATIONS};
+use super::schema::{FORMAT_VERSION, MIGRATIONS, SEARCH_TABLES};
 use crate::error::Result;
 
 /// `(type, name) -> (table, sql)` of every schema object.
@@ -41,9 +44,17 @@ fn read_schema(conn: &Connection) -> rusqlite::Result<Schema> {
     Ok(out)
 }
 
-/// `digest(&expected(FORMAT_VERSION))`, checked by a test: a new migration changes it
-/// (until the constant follows, opens are only slower, never wrong).
-const CURRENT_DIGEST: &str = "b3e41138c740ff2a051bd57352374da607e16d454091242f4a7a70f433749205";
+/// Groups of tables made on first use: a table whose presence says the group is there,
+/// and the group's DDL.
+const OPTIONAL: &[(&str, &str)] = &[("search_state", SEARCH_TABLES)];
+
+/// The digests of the current format's schema without and with the optional groups
+/// (`digest(&with_optional(expected(FORMAT_VERSION), ..))`), checked by a test: a new
+/// migration changes them (until the constants follow, opens are only slower, never wrong).
+const CURRENT_DIGESTS: [&str; 2] = [
+    "db7d70f8c5bf7fa9bf0d45a1396cfd9fc5528a4eef762a1ef15d30fa769b1b6b",
+    "b3e41138c740ff2a051bd57352374da607e16d454091242f4a7a70f433749205",
+];
 
 /// A digest of every row of `schema`, in order.
 fn digest(schema: &Schema) -> String {
@@ -90,6 +101,33 @@ fn expected(version: i64) -> Result<Schema> {
     Ok(s)
 }
 
+/// The rows an optional group's DDL makes.
+fn group(ddl: &str) -> Result<Schema> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Schema>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(s) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(ddl) {
+        return Ok(s.clone());
+    }
+    let mem = Connection::open_in_memory()?;
+    mem.execute_batch(ddl)?;
+    let s = read_schema(&mem)?;
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(ddl.to_string(), s.clone());
+    Ok(s)
+}
+
+/// `want` with each optional group `has` says is there (by its marker table).
+fn with_optional(mut want: Schema, has: &dyn Fn(&str) -> bool) -> Result<Schema> {
+    for (marker, ddl) in OPTIONAL {
+        if has(marker) {
+            want.extend(group(ddl)?);
+        }
+    }
+    Ok(want)
+}
+
 /// What differs between the file's schema and the one its format `version` defines; empty
 /// when they agree. A schema SQLite cannot even read is one difference.
 pub fn differences(conn: &Connection, version: i64) -> Result<Vec<String>> {
@@ -97,10 +135,11 @@ pub fn differences(conn: &Connection, version: i64) -> Result<Vec<String>> {
         Ok(s) => s,
         Err(e) => return Ok(vec![format!("the schema cannot be read: {e}")]),
     };
-    if version == FORMAT_VERSION && digest(&have) == CURRENT_DIGEST {
+    if version == FORMAT_VERSION && CURRENT_DIGESTS.contains(&digest(&have).as_str()) {
         return Ok(vec![]);
     }
-    let want = expected(version)?;
+    let has = |marker: &str| have.contains_key(&("table".to_string(), marker.to_string()));
+    let want = with_optional(expected(version)?, &has)?;
     let mut out = Vec::new();
     for ((kind, name), (table, sql)) in &want {
         match have.get(&(kind.clone(), name.clone())) {
@@ -123,14 +162,42 @@ pub fn differences(conn: &Connection, version: i64) -> Result<Vec<String>> {
 mod tests {
     use super::*;
 
-    /// The fast path of `differences` is only taken while the constant is right.
+    /// The fast path of `differences` is only taken while the constants are right.
     #[test]
-    fn current_digest_is_the_current_formats() {
-        let want = expected(FORMAT_VERSION).unwrap();
+    fn current_digests_are_the_current_formats() {
+        let bare = expected(FORMAT_VERSION).unwrap();
+        let full = with_optional(bare.clone(), &|_| true).unwrap();
         assert_eq!(
-            digest(&want),
-            CURRENT_DIGEST,
-            "update CURRENT_DIGEST in src/store/schema_check.rs"
+            [digest(&bare), digest(&full)],
+            CURRENT_DIGESTS,
+            "update CURRENT_DIGESTS in src/store/schema_check.rs"
+        );
+    }
+
+    /// A file with an optional group agrees with its format; one with part of a group, or
+    /// a group's table unlike its DDL, does not.
+    #[test]
+    fn optional_groups_are_whole_or_absent() {
+        let db = Connection::open_in_memory().unwrap();
+        for sql in MIGRATIONS {
+            db.execute_batch(sql).unwrap();
+        }
+        assert_eq!(
+            differences(&db, FORMAT_VERSION).unwrap(),
+            Vec::<String>::new()
+        );
+        db.execute_batch(SEARCH_TABLES).unwrap();
+        assert_eq!(
+            differences(&db, FORMAT_VERSION).unwrap(),
+            Vec::<String>::new()
+        );
+        db.execute_batch("DROP TABLE search_doc").unwrap();
+        assert_eq!(
+            differences(&db, FORMAT_VERSION).unwrap(),
+            vec![
+                "index search_doc_by_text is missing".to_string(),
+                "table search_doc is missing".to_string()
+            ]
         );
     }
 
