@@ -11,16 +11,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::Env;
-use overlay::{ok_in, overlay_or_skip, setup_with};
+use overlay::{SH_ALLOWED as POLICY, ok_in, overlay_or_skip, setup_with};
 use serde_json::Value;
-
-const POLICY: &str = r#"
-[[rule]]
-name = "test-sh"
-program = "sh"
-category = "mutating"
-decision = "allow"
-"#;
 
 const CHUNK: usize = 64 << 10;
 

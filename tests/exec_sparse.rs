@@ -8,16 +8,8 @@ mod overlay;
 
 use std::os::unix::fs::MetadataExt;
 
-use overlay::{ok_in, overlay_or_skip, setup_with};
+use overlay::{SH_ALLOWED as POLICY, ok_in, overlay_or_skip, setup_with};
 use serde_json::Value;
-
-const POLICY: &str = r#"
-[[rule]]
-name = "test-sh"
-program = "sh"
-category = "mutating"
-decision = "allow"
-"#;
 
 const SIZE: u64 = 64 << 30;
 

@@ -15,15 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::Env;
-use overlay::{exec_in, overlay_or_skip, setup_with};
-
-const POLICY: &str = r#"
-[[rule]]
-name = "test-sh"
-program = "sh"
-category = "mutating"
-decision = "allow_with_checkpoint"
-"#;
+use overlay::{SH_CHECKPOINTED as POLICY, exec_in, overlay_or_skip, setup_with};
 
 /// The avfs processes of `env`'s home other than keepers (which hold no database file
 /// open: they outlive runs by design): pid and command line.
