@@ -460,7 +460,12 @@ pub fn put_chunk(db: &Connection, data: &[u8]) -> Result<Hash> {
 }
 
 pub fn put_chunk_hashed(db: &Connection, hash: &Hash, data: &[u8]) -> Result<()> {
-    match compress_chunk(data, Packing::Fast) {
+    put_chunk_packing(db, hash, data, Packing::Fast)
+}
+
+/// Compresses `data` as `packing` says (or keeps it as it is) and inserts it.
+fn put_chunk_packing(db: &Connection, hash: &Hash, data: &[u8], packing: Packing) -> Result<()> {
+    match compress_chunk(data, packing) {
         Some((codec, packed)) => put_chunk_stored(db, hash, codec, &packed),
         None => put_chunk_stored(db, hash, CODEC_RAW, data),
     }
@@ -536,10 +541,7 @@ pub fn put_chunk_row(db: &Connection, row: &ChunkRow) -> Result<()> {
             if has_chunk(db, &row.hash)? {
                 return Ok(());
             }
-            match compress_chunk(data, *packing) {
-                Some((codec, packed)) => put_chunk_stored(db, &row.hash, codec, &packed),
-                None => put_chunk_stored(db, &row.hash, CODEC_RAW, data),
-            }
+            put_chunk_packing(db, &row.hash, data, *packing)
         }
     }
 }

@@ -80,41 +80,32 @@ fn digest(schema: &Schema) -> String {
 
 /// The schema format `version` defines.
 fn expected(version: i64) -> Result<Schema> {
-    static CACHE: OnceLock<Mutex<HashMap<i64, Schema>>> = OnceLock::new();
+    let steps = MIGRATIONS.iter().take(version.max(0) as usize).copied();
+    built(&steps.collect::<Vec<_>>())
+}
+
+/// The rows an optional group's DDL makes.
+fn group(ddl: &str) -> Result<Schema> {
+    built(&[ddl])
+}
+
+/// The schema that running `ddl` on an empty database makes, built once per process.
+fn built(ddl: &[&str]) -> Result<Schema> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Schema>>> = OnceLock::new();
+    let key = ddl.concat();
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(s) = cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&version)
-    {
+    if let Some(s) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(s.clone());
     }
     let mem = Connection::open_in_memory()?;
-    for sql in MIGRATIONS.iter().take(version.max(0) as usize) {
+    for sql in ddl {
         mem.execute_batch(sql)?;
     }
     let s = read_schema(&mem)?;
     cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(version, s.clone());
-    Ok(s)
-}
-
-/// The rows an optional group's DDL makes.
-fn group(ddl: &str) -> Result<Schema> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Schema>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(s) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(ddl) {
-        return Ok(s.clone());
-    }
-    let mem = Connection::open_in_memory()?;
-    mem.execute_batch(ddl)?;
-    let s = read_schema(&mem)?;
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(ddl.to_string(), s.clone());
+        .insert(key, s.clone());
     Ok(s)
 }
 
